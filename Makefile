@@ -1,0 +1,38 @@
+# The two commands:  make tutorial  (set up + run the course headless)  |  make test  (set up + all tests)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PARAMS ?=
+
+.PHONY: setup tutorial course test lab lint slurm-up slurm-down clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (tutorial)" >/dev/null
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv and install the package, test tools and a Jupyter kernel
+
+tutorial: $(STAMP)  ## run the main job headless on the embedded defaults
+	$(PY) -m tutorial_lib.train --profile smoke --name tutorial-smoke --progress false
+
+test: $(STAMP)  ## run every test
+	$(PY) -m pytest
+
+lab: $(STAMP)  ## open JupyterLab on the course
+	$(VENV)/bin/jupyter lab notebooks
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check tutorial_lib tests
+
+slurm-up:  ## start the emulated two-node Slurm cluster (root, Debian: apt-get install slurm-wlm munge)
+	bash cluster_scripts/start_local_slurm.sh
+
+slurm-down:
+	bash cluster_scripts/stop_local_slurm.sh
+
+clean:
+	rm -rf runs executed .pytest_cache

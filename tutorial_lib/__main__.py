@@ -1,0 +1,7 @@
+"""``python -m tutorial_lib`` runs the training program (same as ``python -m tutorial_lib.train``)."""
+
+import sys
+
+from tutorial_lib.train import main
+
+sys.exit(main())

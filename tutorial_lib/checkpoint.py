@@ -1,0 +1,44 @@
+"""Atomic checkpoints: written to a temporary file, flushed to disk, then renamed into place.
+
+A crash during a save leaves the previous checkpoint intact; a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+def save_atomic(state: dict, path: str | os.PathLike) -> Path:
+    """Write ``state`` with torch.save to ``path`` atomically (temp file, fsync, rename, fsync dir)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as tmp:
+            torch.save(state, tmp)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict | None:
+    """The checkpoint at ``path``, or None if there is none."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    return torch.load(path, map_location=map_location, weights_only=False)

@@ -1,0 +1,350 @@
+"""One validated training configuration: from profiles, YAML files and ``--key value`` flags.
+
+Resolution order (later wins): dataclass defaults, the named ``profile``, a YAML file,
+explicit overrides (keyword arguments or command-line flags). ``validate`` then checks
+every field and raises :class:`ConfigError` naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+DATASETS = ("digits", "imagefolder", "synthetic")
+OPTIMIZERS = ("sgd", "lars")
+SCHEDULES = ("step", "cosine")
+NORMS = ("batch", "group")
+BAD_DATA_POLICIES = ("skip", "error")
+DEVICES = ("auto", "cpu", "cuda")
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+IMAGENET_TRAIN_IMAGES = 1_281_167
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the field and how to fix it."""
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run needs. Field comments double as ``--help`` text."""
+
+    # --- run identity and outputs
+    name: str = "run"  # run name: letters, digits, '.', '_', '-'; the run directory is output_root/name
+    output_root: str = "runs"  # folder that holds run directories
+    profile: str = "smoke"  # named preset the other values start from
+    # --- data
+    dataset: str = "digits"  # digits | imagefolder | synthetic
+    data_dir: str = "data/digits"  # ImageFolder root with train/ and val/ (digits: exported here)
+    image_size: int = 32  # training crop size in pixels (validation: resize to size*256/224, center crop)
+    train_augment: bool = True  # random resized crop (+ flip) on training images; false: resize only
+    min_crop_scale: float = 0.08  # smallest crop area fraction of RandomResizedCrop (ImageNet: 0.08)
+    hflip: bool = True  # random horizontal flips (off for digits: a mirrored 3 is not a 3)
+    workers: int = 0  # DataLoader worker processes per rank
+    bad_data: str = "skip"  # unreadable image: skip (and count) | error (stop, naming the file)
+    synthetic_images: int = 2048  # images per epoch for the synthetic dataset
+    num_classes: int = 0  # 0 = from the dataset (folder count; 1000 for synthetic)
+    # --- model
+    arch: str = "resnet18"  # any torchvision classification model name, e.g. resnet50
+    norm: str = "batch"  # batch (BatchNorm, per-worker statistics) | group (GroupNorm, ResNets only)
+    zero_init_residual: bool = True  # last BN gamma of each residual block starts at 0 (Goyal et al.)
+    channels_last: bool = False  # NHWC memory format (faster convolutions on tensor-core GPUs)
+    compile: str = "none"  # torch.compile mode: none | default | reduce-overhead | max-autotune ...
+    # --- schedule and optimiser
+    epochs: int = 3
+    batch_size: int = 32  # per worker (per GPU); global batch = batch_size * world size
+    base_lr: float = 0.1  # learning rate per lr_reference_batch images (linear scaling rule)
+    lr_reference_batch: int = 256
+    warmup_epochs: float = 1.0  # gradual warmup, per iteration, to the scaled LR
+    warmup_start_factor: float = 0.1  # warmup starts at this fraction of the scaled LR
+    lr_schedule: str = "step"  # step | cosine (after warmup)
+    lr_milestones: list[int] = field(default_factory=lambda: [30, 60, 80])  # step decay epochs
+    lr_decay: float = 0.1  # factor applied at each milestone
+    optimizer: str = "sgd"  # sgd | lars (layer-wise adaptive rate scaling for very large batches)
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 1e-4
+    no_bn_weight_decay: bool = True  # no weight decay on normalisation weights and biases
+    lars_trust_coefficient: float = 0.001
+    label_smoothing: float = 0.0
+    # --- speed and numerics
+    precision: str = "fp32"  # fp32 | tf32 | fp16 (autocast + GradScaler) | bf16 (autocast)
+    device: str = "auto"  # auto | cpu | cuda
+    bucket_cap_mb: int = 25  # DDP gradient bucket size: all-reduce of a full bucket overlaps backward
+    seed: int = 0
+    # --- logging, checkpointing, limits
+    log_every: int = 10  # write a `step` event every this many steps
+    max_steps_per_epoch: int = 0  # 0 = the whole epoch; >0 truncates epochs (benchmarks, tests)
+    stop_after_epochs: int = 0  # 0 = run to `epochs`; >0 = checkpoint and stop after this many now
+    checkpoint: bool = True  # write checkpoint.pt after every epoch and on a stop request
+    progress: bool = True  # tqdm progress bar on rank 0
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory: ``output_root/name``."""
+        return Path(self.output_root) / self.name
+
+    def to_dict(self) -> dict:
+        """Plain-dict copy (JSON/YAML friendly)."""
+        return dataclasses.asdict(self)
+
+
+# Profiles: named overrides of the defaults. `hal` is reference 000's recipe.
+PROFILES: dict[str, dict] = {
+    "smoke": dict(
+        dataset="digits", arch="resnet18", image_size=32, epochs=3, batch_size=32,
+        min_crop_scale=0.5, hflip=False,
+        base_lr=0.4, warmup_epochs=1.0, lr_schedule="cosine", precision="fp32", device="cpu",
+        workers=0, log_every=5,
+    ),
+    "gpu": dict(
+        dataset="imagefolder", arch="resnet50", image_size=224, epochs=90, batch_size=256,
+        base_lr=0.1, warmup_epochs=5.0, lr_schedule="cosine", precision="bf16", device="cuda",
+        channels_last=True, compile="default", workers=8, label_smoothing=0.1, log_every=50,
+    ),
+    "hal": dict(
+        dataset="imagefolder", arch="resnet50", image_size=224, epochs=90, batch_size=208,
+        base_lr=0.1, warmup_epochs=5.0, lr_schedule="step", lr_milestones=[30, 60, 80],
+        precision="fp16", device="cuda", channels_last=True, workers=8, log_every=50,
+    ),
+}
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def _field_type(name: str):
+    hints = typing.get_type_hints(TrainConfig)
+    return hints[name]
+
+
+def _coerce(name: str, value):
+    """Convert ``value`` (from YAML or a command line) to the field's type, or raise ConfigError."""
+    kind = _field_type(name)
+    flag = "--" + name.replace("_", "-")
+    try:
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if kind is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(str(value).strip()) if not isinstance(value, (int, float)) else int(value)
+        if kind is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind == list[int]:
+            if isinstance(value, str):
+                value = [v for v in re.split(r"[,\s]+", value.strip()) if v]
+            if not isinstance(value, (list, tuple)):
+                raise ValueError
+            return [int(v) for v in value]
+        if kind is str:
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise ValueError
+            return str(value)
+    except (TypeError, ValueError):
+        pretty = getattr(kind, "__name__", str(kind))
+        raise ConfigError(
+            f"{name}: expected {pretty}, got {value!r}. Fix: pass a {pretty}, e.g. {flag} "
+            f"{_example(name)}"
+        ) from None
+    raise ConfigError(f"{name}: unsupported field type {kind}")  # pragma: no cover
+
+
+def _example(name: str) -> str:
+    default = getattr(TrainConfig(), name)
+    if isinstance(default, list):
+        return ",".join(str(v) for v in default)
+    return str(default).lower() if isinstance(default, bool) else str(default)
+
+
+def _check_keys(values: dict, source: str) -> None:
+    unknown = sorted(set(values) - set(_FIELDS))
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = [k for k in _FIELDS if k.startswith(key[:4])][:3]
+            hints.append(f"{key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        raise ConfigError(
+            f"unknown setting(s) in {source}: {', '.join(hints)}. "
+            f"Fix: use one of the TrainConfig fields (python -m tutorial_lib.train --help)."
+        )
+
+
+def load_yaml(path: str | os.PathLike) -> dict:
+    """Read a YAML mapping of config fields; errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist. Fix: pass the path of a YAML file.")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of field: value pairs.")
+    _check_keys(data, str(path))
+    return data
+
+
+def make_config(profile: str | None = None, yaml_path: str | None = None, **overrides) -> TrainConfig:
+    """Build a TrainConfig from a profile, an optional YAML file and keyword overrides.
+
+    The result is not yet validated against the machine; call :func:`validate`.
+    """
+    _check_keys(overrides, "overrides")
+    file_values = load_yaml(yaml_path) if yaml_path else {}
+    profile = profile or file_values.get("profile") or overrides.get("profile") or "smoke"
+    if profile not in PROFILES:
+        raise ConfigError(
+            f"profile: unknown profile {profile!r}. Fix: use one of {', '.join(PROFILES)}."
+        )
+    values = {**PROFILES[profile], **file_values, **overrides, "profile": profile}
+    coerced = {key: _coerce(key, value) for key, value in values.items()}
+    return TrainConfig(**coerced)
+
+
+def _fail(name: str, problem: str, fix: str) -> None:
+    raise ConfigError(f"{name}: {problem}. Fix: {fix}.")
+
+
+def validate_name(value: str, what: str = "name") -> str:
+    """Check a run or job name is a safe single path component; return it."""
+    if not isinstance(value, str) or not _SAFE_NAME.match(value) or ".." in value:
+        _fail(
+            what, f"{value!r} is not a safe name (path separators, '..', spaces, shell characters "
+            "and empty names are refused)", "use letters, digits, '.', '_' and '-', e.g. resnet50-8gpu",
+        )
+    return value
+
+
+def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | None = None) -> TrainConfig:
+    """Check every field; raise ConfigError naming the first bad one and its fix.
+
+    ``check_paths`` looks at the data directory (skip it when submitting a job whose data lives
+    only on the cluster). ``cuda_available`` defaults to asking torch.
+    """
+    validate_name(cfg.name)
+    positive = ("epochs", "batch_size", "image_size", "lr_reference_batch", "log_every",
+                "bucket_cap_mb", "synthetic_images")
+    for key in positive:
+        value = getattr(cfg, key)
+        if value <= 0:
+            _fail(key, f"must be a positive integer, got {value}", f"pass --{key.replace('_', '-')} "
+                  f"{_example(key)} or another value > 0")
+    for key in ("workers", "max_steps_per_epoch", "stop_after_epochs", "num_classes", "seed"):
+        if getattr(cfg, key) < 0:
+            _fail(key, f"must be >= 0, got {getattr(cfg, key)}", "pass 0 or a positive integer")
+    for key in ("base_lr", "momentum", "weight_decay", "lars_trust_coefficient"):
+        if getattr(cfg, key) < 0:
+            _fail(key, f"must be >= 0, got {getattr(cfg, key)}", "pass a non-negative number")
+    if cfg.base_lr == 0:
+        _fail("base_lr", "must be > 0", "pass e.g. --base-lr 0.1 (per 256 images)")
+    if cfg.warmup_epochs < 0 or cfg.warmup_epochs > cfg.epochs:
+        _fail("warmup_epochs", f"must be between 0 and epochs ({cfg.epochs}), got {cfg.warmup_epochs}",
+              "pass e.g. --warmup-epochs 5 (Goyal et al.) or 0 to turn warmup off")
+    if not 0 < cfg.warmup_start_factor <= 1:
+        _fail("warmup_start_factor", f"must be in (0, 1], got {cfg.warmup_start_factor}",
+              "pass e.g. --warmup-start-factor 0.1")
+    if not 0 < cfg.lr_decay <= 1:
+        _fail("lr_decay", f"must be in (0, 1], got {cfg.lr_decay}", "pass e.g. --lr-decay 0.1")
+    if sorted(cfg.lr_milestones) != cfg.lr_milestones or any(m <= 0 for m in cfg.lr_milestones):
+        _fail("lr_milestones", f"must be increasing positive epochs, got {cfg.lr_milestones}",
+              "pass e.g. --lr-milestones 30,60,80")
+    if not 0 < cfg.min_crop_scale <= 1:
+        _fail("min_crop_scale", f"must be in (0, 1], got {cfg.min_crop_scale}",
+              "pass e.g. --min-crop-scale 0.08")
+    if not 0 <= cfg.label_smoothing < 1:
+        _fail("label_smoothing", f"must be in [0, 1), got {cfg.label_smoothing}",
+              "pass e.g. --label-smoothing 0.1")
+    choices = dict(precision=PRECISIONS, dataset=DATASETS, optimizer=OPTIMIZERS, lr_schedule=SCHEDULES,
+                   norm=NORMS, bad_data=BAD_DATA_POLICIES, device=DEVICES, compile=COMPILE_MODES)
+    for key, allowed in choices.items():
+        if getattr(cfg, key) not in allowed:
+            _fail(key, f"unknown value {getattr(cfg, key)!r}", f"use one of {', '.join(allowed)}")
+    from tutorial_lib.models import available_archs  # local: torchvision import is slow
+
+    if cfg.arch not in available_archs():
+        close = [a for a in available_archs() if a.startswith(cfg.arch[:3])][:5]
+        _fail("arch", f"unknown torchvision model {cfg.arch!r}",
+              f"use a torchvision classification model name such as {', '.join(close or ['resnet50'])}")
+    if cfg.norm == "group" and not cfg.arch.startswith(("resnet", "resnext", "wide_resnet")):
+        _fail("norm", "group norm is only wired for ResNet-family models", "use --norm batch")
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    on_gpu = cfg.device == "cuda" or (cfg.device == "auto" and cuda_available)
+    if cfg.device == "cuda" and not cuda_available:
+        _fail("device", "cuda was asked for but no GPU is visible",
+              "use --device cpu (or --profile smoke), or run on a GPU node")
+    if cfg.precision in ("fp16", "tf32") and not on_gpu:
+        _fail("precision", f"{cfg.precision} needs a CUDA GPU but this run is on the CPU",
+              "use --precision fp32 or bf16 on a CPU")
+    if cfg.compile != "none" and cfg.compile == "reduce-overhead" and not on_gpu:
+        _fail("compile", "reduce-overhead uses CUDA graphs and needs a GPU", "use --compile default or none")
+    if check_paths and cfg.dataset == "imagefolder":
+        from tutorial_lib.data import check_imagefolder
+
+        check_imagefolder(cfg.data_dir)
+    return cfg
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    """An argparse parser with one ``--key value`` flag per TrainConfig field, plus ``--config``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tutorial_lib.train",
+        description="Train an image classifier with the large-minibatch recipe (one process or torchrun).",
+    )
+    parser.add_argument("--config", help="YAML file of field: value pairs")
+    for f in dataclasses.fields(TrainConfig):
+        default = getattr(TrainConfig(), f.name)
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar=type(default).__name__.upper(),
+            help=f"(default {default!r}; profiles may change it)",
+        )
+    return parser
+
+
+def config_from_args(argv: list[str] | None = None) -> TrainConfig:
+    """Parse command-line flags into a TrainConfig (profile, then --config file, then flags)."""
+    args = vars(build_arg_parser().parse_args(argv))
+    yaml_path = args.pop("config")
+    overrides = {k: v for k, v in args.items() if v is not None}
+    return make_config(overrides.pop("profile", None), yaml_path, **overrides)
+
+
+def to_cli_args(cfg: TrainConfig) -> list[str]:
+    """The ``--key value`` list that reproduces ``cfg`` on a command line (for job scripts)."""
+    args = []
+    for key, value in cfg.to_dict().items():
+        if isinstance(value, list):
+            value = ",".join(str(v) for v in value)
+        elif isinstance(value, bool):
+            value = str(value).lower()
+        args += ["--" + key.replace("_", "-"), str(value)]
+    return args
+
+
+def derived(cfg: TrainConfig, world_size: int) -> dict:
+    """Values that follow from the config and the world size: global batch and scaled LR."""
+    global_batch = cfg.batch_size * world_size
+    return {
+        "world_size": world_size,
+        "global_batch": global_batch,
+        "scaled_lr": cfg.base_lr * global_batch / cfg.lr_reference_batch,
+    }

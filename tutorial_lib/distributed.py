@@ -1,0 +1,103 @@
+"""Distributed setup from the environment torchrun (or Slurm's srun) provides.
+
+Under plain ``python`` the run is a world of one and no process group is created, so the same
+training file runs unchanged on a laptop, under ``torchrun --nproc-per-node N`` and across nodes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits in the job."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    backend: str | None = None
+
+    @property
+    def is_main(self) -> bool:
+        """True on the one process that writes files and prints (rank 0)."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        """True when a process group is in use."""
+        return self.world_size > 1
+
+
+def env_rank_info(environ=os.environ) -> tuple[int, int, int, int]:
+    """(rank, world_size, local_rank, local_world_size) from torchrun's or Slurm's variables."""
+    if "RANK" in environ and "WORLD_SIZE" in environ:
+        get = lambda key, default: int(environ.get(key, default))  # noqa: E731
+        return (get("RANK", 0), get("WORLD_SIZE", 1), get("LOCAL_RANK", 0),
+                get("LOCAL_WORLD_SIZE", 1))
+    if "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ and "MASTER_ADDR" in environ:
+        return (int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"]),
+                int(environ.get("SLURM_LOCALID", 0)), int(environ.get("SLURM_NTASKS_PER_NODE", 1)))
+    return 0, 1, 0, 1
+
+
+def pick_device(requested: str, local_rank: int) -> torch.device:
+    """The device for this rank: ``cuda:<local_rank>`` on GPU nodes, else the CPU."""
+    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def init_distributed(device: torch.device, timeout_s: float = 600) -> DistInfo:
+    """Join the process group if launched as part of a job (nccl on GPU, gloo on CPU)."""
+    rank, world, local_rank, local_world = env_rank_info()
+    if world == 1:
+        return DistInfo()
+    os.environ.setdefault("RANK", str(rank))
+    os.environ.setdefault("WORLD_SIZE", str(world))
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s),
+                            device_id=device if device.type == "cuda" else None)
+    return DistInfo(rank, world, local_rank, local_world, backend)
+
+
+def node_name() -> str:
+    """The node this process runs on: Slurm's node name if set (emulated nodes share a host)."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def all_gather_objects(value, info: DistInfo) -> list:
+    """Every rank's ``value``, in rank order (a one-element list without a process group)."""
+    if not info.distributed:
+        return [value]
+    gathered = [None] * info.world_size
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) -> list[float]:
+    """Sum a few numbers over all ranks (float64, so counts stay exact)."""
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    if info.distributed:
+        dist.all_reduce(tensor)
+    return tensor.tolist()
+
+
+def barrier(info: DistInfo) -> None:
+    """Wait for all ranks (no-op in a world of one)."""
+    if info.distributed:
+        dist.barrier()
+
+
+def shutdown(info: DistInfo) -> None:
+    """Leave the process group cleanly."""
+    if info.distributed and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,98 @@
+"""The run directory's ``metrics.jsonl``: one JSON object per line, each with an ``event`` field.
+
+Events: ``start``, ``resume``, ``step``, ``epoch``, ``stop`` (checkpointed on request), ``end``.
+Readers tolerate a torn last line (a writer killed mid-write), so a live job can always be read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsWriter:
+    """Append events to ``metrics.jsonl``; each line is flushed so watchers see it at once."""
+
+    def __init__(self, run_dir: str | os.PathLike, enabled: bool = True):
+        self.path = Path(run_dir) / METRICS_FILE
+        self.enabled = enabled
+        if enabled:
+            self._repair_torn_tail()
+
+    def _repair_torn_tail(self) -> None:
+        """Drop a partial last line left by a killed writer, so appends start on a fresh line."""
+        if not self.path.is_file() or self.path.stat().st_size == 0:
+            return
+        data = self.path.read_bytes()
+        if not data.endswith(b"\n"):
+            keep = data[: data.rfind(b"\n") + 1]
+            with open(self.path, "wb") as handle:
+                handle.write(keep)
+
+    def write(self, event: str, **fields) -> dict:
+        """Append one event (with a wall-clock ``time``) and return it."""
+        record = {"event": event, "time": time.time(), **fields}
+        if self.enabled:
+            with open(self.path, "a") as handle:
+                handle.write(json.dumps(record, default=_jsonable) + "\n")
+                handle.flush()
+        return record
+
+
+def _jsonable(value):
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def read_metrics(run_dir_or_file: str | os.PathLike) -> list[dict]:
+    """All complete events of a run (a torn or garbled line is skipped, never raised)."""
+    path = Path(run_dir_or_file)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    if not path.is_file():
+        return []
+    records = []
+    with open(path, "rb") as handle:
+        for line in handle:
+            try:
+                record = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(record, dict) and "event" in record:
+                records.append(record)
+    return records
+
+
+def metrics_table(run_dir_or_file, event: str | None = None):
+    """The events as a pandas DataFrame (optionally only one kind of event)."""
+    import pandas as pd
+
+    records = read_metrics(run_dir_or_file)
+    if event is not None:
+        records = [r for r in records if r["event"] == event]
+    return pd.DataFrame.from_records(records)
+
+
+class ThroughputMeter:
+    """Images per second over a sliding window of steps."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new window now."""
+        self.start, self.images = time.perf_counter(), 0
+
+    def update(self, images: int) -> None:
+        """Count ``images`` more processed images."""
+        self.images += images
+
+    def rate(self) -> float:
+        """Images per second since the last reset."""
+        elapsed = time.perf_counter() - self.start
+        return self.images / elapsed if elapsed > 0 else 0.0

@@ -1,0 +1,45 @@
+"""torchvision model factory: any classification model by name, ResNet tweaks from Goyal et al."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import nn
+from torchvision import models as tv_models
+
+_RESNET_FAMILY = ("resnet", "resnext", "wide_resnet")
+
+
+@functools.lru_cache(maxsize=1)
+def available_archs() -> tuple[str, ...]:
+    """Names of torchvision's image-classification models (resnet50, vit_b_16, ...)."""
+    return tuple(tv_models.list_models(module=tv_models))
+
+
+def _group_norm(channels: int) -> nn.GroupNorm:
+    return nn.GroupNorm(min(32, channels), channels)
+
+
+def build_model(arch: str = "resnet50", num_classes: int = 1000, zero_init_residual: bool = True,
+                norm: str = "batch", channels_last: bool = False) -> nn.Module:
+    """Build an untrained torchvision model (no weights are downloaded).
+
+    ``zero_init_residual`` starts the last BN gamma of every residual block at zero, so each block
+    begins as the identity (Goyal et al. section 5.1). ``norm="group"`` swaps BatchNorm for GroupNorm
+    in ResNets: its statistics are per image, so results do not depend on the per-worker batch.
+    """
+    kwargs: dict = {"weights": None, "num_classes": num_classes}
+    if arch.startswith(_RESNET_FAMILY):
+        kwargs["zero_init_residual"] = zero_init_residual
+        if norm == "group":
+            kwargs["norm_layer"] = _group_norm
+    model = tv_models.get_model(arch, **kwargs)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
