@@ -1,0 +1,161 @@
+"""What a job is before it runs: validated resources and the exact command lines it will use.
+
+Every value that reaches sbatch, torchrun or a shell is checked here first. Values are always
+passed as separate argv elements (never through a shell string), so even a value that passed
+validation is an inert literal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tutorial_lib.config import ConfigError, TrainConfig, to_cli_args, validate, validate_name
+
+JOB_FILE = "job.json"
+_TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
+_SLURM_WORD = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_SBATCH_OPTION = re.compile(r"^--[a-z][a-z-]{1,30}(=[A-Za-z0-9_.:,@+/-]{1,200})?$")
+_FORBIDDEN_SBATCH = ("--wrap", "--output", "--error", "--chdir", "--export", "--job-name", "--nodes",
+                     "--parsable", "--uid", "--gid", "--get-user-env")
+
+
+class JobError(RuntimeError):
+    """A job could not be submitted, or it failed; the message says why and what to do."""
+
+
+@dataclass
+class JobSpec:
+    """A training job's resources plus its resolved training config."""
+
+    config: TrainConfig
+    nodes: int = 1
+    gpus_per_node: int = 1  # ranks per node (GPUs on a GPU cluster; CPU processes otherwise)
+    time: str = "00:30:00"  # Slurm time limit ([D-]HH:MM:SS or minutes); also enforced locally
+    partition: str | None = None
+    account: str | None = None
+    sbatch_options: list[str] = field(default_factory=list)
+    max_restarts: int = 0  # torchrun --max-restarts: restart all ranks if one dies
+    python: str = sys.executable
+
+    @property
+    def run_dir(self) -> Path:
+        """Absolute run directory of the job."""
+        return self.config.run_dir.resolve()
+
+    def to_dict(self) -> dict:
+        """JSON-friendly form (stored in the run directory's job.json)."""
+        data = asdict(self)
+        data["config"] = self.config.to_dict()
+        return data
+
+
+def check_time(value: str | int) -> str:
+    """A Slurm time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS."""
+    text = str(value).strip()
+    if not _TIME.match(text):
+        raise ConfigError(f"time: {value!r} is not a Slurm time limit. Fix: use minutes (30), "
+                          "HH:MM:SS (01:30:00) or D-HH:MM:SS (1-00:00:00).")
+    return text
+
+
+def time_limit_seconds(text: str) -> int:
+    """Seconds in a Slurm time string (minutes, MM:SS, HH:MM:SS, D-HH:MM:SS)."""
+    days = 0
+    if "-" in text:
+        day_text, text = text.split("-", 1)
+        days = int(day_text)
+    parts = [int(p) for p in text.split(":")]
+    if len(parts) == 1:
+        seconds = parts[0] * 60
+    elif len(parts) == 2:
+        seconds = parts[0] * 60 + parts[1]
+    else:
+        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    return days * 86400 + seconds
+
+
+def _check_word(what: str, value: str | None) -> str | None:
+    if value is not None and not _SLURM_WORD.match(str(value)):
+        raise ConfigError(f"{what}: {value!r} is not a valid Slurm {what} name (letters, digits, '_', '.', '-'). "
+                          f"Fix: pass the {what} name exactly as `sinfo`/`sacctmgr` show it.")
+    return value
+
+
+def _check_sbatch_option(option: str) -> str:
+    if not isinstance(option, str) or not _SBATCH_OPTION.match(option):
+        raise ConfigError(f"sbatch_options: {option!r} is refused: only --name or --name=value options made of "
+                          "letters, digits and _.:,@+/- are passed. Fix: e.g. sbatch_options=['--gres=gpu:4', "
+                          "'--exclusive'].")
+    if option.split("=", 1)[0] in _FORBIDDEN_SBATCH:
+        raise ConfigError(f"sbatch_options: {option.split('=', 1)[0]} is set by tutorial_lib.jobs itself. "
+                          "Fix: use submit()'s own arguments (name, nodes, output_root) instead.")
+    return option
+
+
+def make_spec(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, time: str | int = "00:30:00",
+              partition: str | None = None, account: str | None = None, sbatch_options=(),
+              max_restarts: int = 0, check_data: bool = True, on_cluster: bool = False) -> JobSpec:
+    """Validate everything about a job before anything is submitted; return its JobSpec.
+
+    ``on_cluster``: the job runs on Slurm compute nodes, which may have GPUs this machine lacks.
+    """
+    if not isinstance(config, TrainConfig):
+        raise ConfigError("config: expected a TrainConfig. Fix: build one with tutorial_lib.config.make_config().")
+    gpus_elsewhere = True if on_cluster and config.device != "cpu" else None
+    validate(config, check_paths=check_data, cuda_available=gpus_elsewhere)
+    validate_name(config.name, "name")
+    for what, value, low in (("nodes", nodes, 1), ("gpus_per_node", gpus_per_node, 1),
+                             ("max_restarts", max_restarts, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{what}: must be an integer >= {low}, got {value!r}. Fix: pass e.g. {what}={low + 1}.")
+    if "%" in config.output_root or "\n" in config.output_root:
+        raise ConfigError(f"output_root: {config.output_root!r} contains '%' or a newline, which Slurm would "
+                          "expand in log paths. Fix: choose a plain folder path.")
+    options = [_check_sbatch_option(o) for o in (list(sbatch_options) if not isinstance(sbatch_options, str)
+                                                  else [sbatch_options])]
+    return JobSpec(config=config, nodes=nodes, gpus_per_node=gpus_per_node, time=check_time(time),
+                   partition=_check_word("partition", partition), account=_check_word("account", account),
+                   sbatch_options=options, max_restarts=max_restarts)
+
+
+def absolute_config(config: TrainConfig) -> TrainConfig:
+    """The config with output_root and data_dir made absolute (jobs may run in another directory)."""
+    from dataclasses import replace
+
+    return replace(config, output_root=str(Path(config.output_root).resolve()),
+                   data_dir=str(Path(config.data_dir).resolve()))
+
+
+def torchrun_command(spec: JobSpec, node_rank_is_host: bool | None = None, endpoint: str | None = None) -> list[str]:
+    """The torchrun command line for one node of the job (as an argv list, never a shell string)."""
+    command = [spec.python, "-m", "torch.distributed.run", "--nnodes", str(spec.nodes),
+               "--nproc-per-node", str(spec.gpus_per_node), "--max-restarts", str(spec.max_restarts)]
+    if spec.nodes == 1 and endpoint is None:
+        command += ["--standalone"]
+    else:
+        command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint or "127.0.0.1:29500",
+                    "--rdzv-id", spec.config.name]
+        if node_rank_is_host is not None:
+            command += ["--rdzv-conf", f"is_host={int(node_rank_is_host)}"]
+    return command + ["-m", "tutorial_lib.train"] + to_cli_args(spec.config)
+
+
+def write_job_file(run_dir: Path, record: dict) -> None:
+    """Store the job record (id, backend, command...) so attach() can find the job later."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".{JOB_FILE}.tmp"
+    tmp.write_text(json.dumps(record, indent=2, default=str))
+    tmp.replace(run_dir / JOB_FILE)
+
+
+def read_job_file(run_dir: Path) -> dict:
+    """The job record of a run directory, or JobError naming what is missing."""
+    path = Path(run_dir) / JOB_FILE
+    if not path.is_file():
+        raise JobError(f"{run_dir} holds no job ({JOB_FILE} missing). Fix: pass the run directory of a job "
+                       "submitted with tutorial_lib.jobs.submit (output_root/name).")
+    return json.loads(path.read_text())

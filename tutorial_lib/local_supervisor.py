@@ -1,0 +1,119 @@
+"""Runs a local job detached from the notebook: starts torchrun agents, records the outcome.
+
+``python -m tutorial_lib.local_supervisor RUN_DIR`` reads ``RUN_DIR/job.json`` (written by
+:mod:`tutorial_lib.jobs`), starts one torchrun agent per emulated node in its own process group,
+and writes ``RUN_DIR/job_state.json`` as the state changes: RUNNING, then COMPLETED, FAILED,
+CANCELLED (SIGTERM from Job.cancel) or TIMEOUT (the job's time limit). Output goes to
+``RUN_DIR/job.log``. It waits for a job it depends on (``after``) before starting: sweeps run one
+job at a time so their throughput numbers do not compete for the same cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tutorial_lib.job_spec import JOB_FILE, time_limit_seconds
+
+STATE_FILE = "job_state.json"
+FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+STOP_GRACE_S = 15
+
+
+def write_state(run_dir: Path, state: str, **fields) -> None:
+    """Atomically record the job state (and e.g. exit_code) in job_state.json."""
+    tmp = run_dir / f".{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps({"state": state, "time": time.time(), "supervisor_pid": os.getpid(), **fields}))
+    tmp.replace(run_dir / STATE_FILE)
+
+
+def read_state(run_dir: Path) -> dict | None:
+    """The last recorded state, or None."""
+    try:
+        return json.loads((run_dir / STATE_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+class Supervisor:
+    """Owns the agent processes of one local job."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self.record = json.loads((run_dir / JOB_FILE).read_text())
+        self.procs: list[subprocess.Popen] = []
+        self.cancelled = False
+        signal.signal(signal.SIGTERM, self._on_cancel)
+        signal.signal(signal.SIGINT, self._on_cancel)
+
+    def _on_cancel(self, _signum, _frame) -> None:
+        self.cancelled = True
+
+    def _wait_for_dependency(self) -> bool:
+        after = self.record.get("after")
+        while after and not self.cancelled:
+            state = read_state(Path(after))
+            if state and state["state"] in FINAL_STATES:
+                return True
+            if state is None and not (Path(after) / JOB_FILE).exists():
+                return True
+            time.sleep(0.5)
+        return not self.cancelled
+
+    def _terminate(self, sig: int) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def run(self) -> int:
+        """Start the agents, wait for them (or cancel / time limit) and record the final state."""
+        write_state(self.run_dir, "PENDING")
+        if not self._wait_for_dependency():
+            write_state(self.run_dir, "CANCELLED", exit_code=None)
+            return 0
+        limit = time_limit_seconds(self.record["time"])
+        log = open(self.run_dir / "job.log", "ab", buffering=0)
+        env = {**os.environ, **self.record.get("env", {})}
+        for command in self.record["commands"]:
+            self.procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                               cwd=self.record["workdir"], start_new_session=True))
+        write_state(self.run_dir, "RUNNING", pids=[p.pid for p in self.procs])
+        started, final, term_sent = time.time(), None, None
+        while any(p.poll() is None for p in self.procs):
+            if self.cancelled and final is None:
+                final = "CANCELLED"
+            elif time.time() - started > limit and final is None:
+                final = "TIMEOUT"
+                (self.run_dir / "STOP").touch()  # ask for a checkpoint first, as Slurm's warning signal does
+            failed = any(p.poll() not in (None, 0) for p in self.procs)
+            if (final or failed) and term_sent is None:
+                # cancelled, out of time, or one agent failed (the others would wait for it forever)
+                term_sent = time.time()
+                self._terminate(signal.SIGTERM)
+            elif term_sent is not None and time.time() - term_sent > STOP_GRACE_S:
+                self._terminate(signal.SIGKILL)
+            time.sleep(0.2)
+        codes = [p.returncode for p in self.procs]
+        exit_code = next((c for c in codes if c != 0), 0)
+        if final is None:
+            final = "COMPLETED" if exit_code == 0 else "FAILED"
+        write_state(self.run_dir, final, exit_code=exit_code, ended=time.time())
+        log.write(f"\n[local job ended: {final}, exit code {exit_code}]\n".encode())
+        return 0
+
+
+def main() -> int:
+    """Entry point: ``python -m tutorial_lib.local_supervisor RUN_DIR``."""
+    return Supervisor(Path(sys.argv[1])).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
