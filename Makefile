@@ -20,7 +20,7 @@ tutorial: $(STAMP)  ## run the main job headless on the embedded defaults
 	$(PY) -m tutorial_lib.train --profile smoke --name tutorial-smoke --progress false
 
 test: $(STAMP)  ## run every test
-	$(PY) -m pytest
+	$(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 lab: $(STAMP)  ## open JupyterLab on the course
 	$(VENV)/bin/jupyter lab notebooks

@@ -79,7 +79,7 @@ def time_limit_seconds(text: str) -> int:
 
 
 def _check_word(what: str, value: str | None) -> str | None:
-    if value is not None and not _SLURM_WORD.match(str(value)):
+    if value is not None and (not _SLURM_WORD.match(str(value)) or ".." in str(value)):
         raise ConfigError(f"{what}: {value!r} is not a valid Slurm {what} name (letters, digits, '_', '.', '-'). "
                           f"Fix: pass the {what} name exactly as `sinfo`/`sacctmgr` show it.")
     return value

@@ -100,8 +100,12 @@ class Job:
     def explain(self, status: dict | None = None) -> str:
         """A human explanation of how the job ended: state, exit code and the tail of its log."""
         status = status or self.status()
+        causes = [line for line in self.logs().splitlines() if line.startswith(("error:", "Traceback"))
+                  or "Error:" in line.split(" ", 1)[0]][:3]
+        cause = "".join(f"\n  {line}" for line in causes)
         return (f"job {self.id} ({self.name}, {self.backend}) ended {status['state']} with exit code "
-                f"{status.get('exit_code')}. Last lines of {self.log_path}:\n{self.logs(tail=25)}")
+                f"{status.get('exit_code')}.{' First error lines:' + cause if cause else ''}\n"
+                f"Last lines of {self.log_path}:\n{self.logs(tail=20)}")
 
     # ----------------------------------------------------------- observation
     @property
@@ -322,13 +326,14 @@ def _slurm_status(job_id: str, run_dir: Path) -> dict:
 def submit(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, backend: str = "auto",
            time: str | int = "00:30:00", partition: str | None = None, account: str | None = None,
            sbatch_options=(), max_restarts: int = 0, after: Job | None = None, check_data: bool = True,
-           verbose: bool = True) -> Job:
+           fresh: bool = False, verbose: bool = True) -> Job:
     """Validate and submit one training job; return its Job handle.
 
     ``gpus_per_node`` ranks run on each of ``nodes`` nodes (CPU processes when the config's device
     is the CPU). ``backend``: ``auto`` (Slurm if it answers, else this machine), ``local`` or
     ``slurm``. ``after``: start only once that job has ended (sweeps measure one job at a time).
     ``max_restarts``: torchrun restarts all ranks this many times if one dies.
+    ``fresh``: delete an earlier run of the same name first (otherwise the job resumes from it).
     Everything is checked before anything is submitted; errors name the field and the fix.
     """
     chosen = choose_backend(backend, verbose)
@@ -344,6 +349,8 @@ def submit(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, backend:
         if previous is not None and not previous.done():
             raise JobError(f"run directory {spec.run_dir} already has a live job {previous.id} "
                            f"({previous.state}). Fix: wait for it or cancel it, or choose another name.")
+    if fresh and spec.run_dir.exists():
+        shutil.rmtree(spec.run_dir)
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     job_id = _submit_slurm(spec, after) if chosen == "slurm" else _submit_local(spec, after)
     job = Job(spec.run_dir)

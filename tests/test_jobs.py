@@ -1,0 +1,207 @@
+"""The job layer against real processes: the local torchrun backend and the emulated Slurm cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from tutorial_lib import jobs
+from tutorial_lib.config import ConfigError, make_config
+from tutorial_lib.job_spec import JobError, make_spec, torchrun_command
+
+SMALL = dict(dataset="digits", image_size=32, arch="resnet18", epochs=1, max_steps_per_epoch=4, batch_size=16,
+             progress=False, workers=0, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """The emulated (or a real) Slurm cluster; in CI (TUTORIAL_REQUIRE_SLURM=1) its absence fails."""
+    ok, why = jobs.slurm_available()
+    if not ok:
+        if os.environ.get("TUTORIAL_REQUIRE_SLURM"):
+            pytest.fail(f"Slurm is required here (TUTORIAL_REQUIRE_SLURM is set) but not usable: {why}")
+        pytest.skip(f"no Slurm cluster: {why}. Start one with `make slurm-up` (root, Debian slurm-wlm).")
+    return "slurm"
+
+
+@pytest.fixture(params=["local", "slurm"])
+def backend(request):
+    """Each test runs once per backend."""
+    return request.getfixturevalue("slurm") if request.param == "slurm" else "local"
+
+
+@pytest.fixture(scope="session")
+def shared_data(tmp_path_factory):
+    """One digits export shared by every job in this module."""
+    from tutorial_lib.data import export_digits
+
+    return str(export_digits(tmp_path_factory.mktemp("data") / "digits", image_size=32))
+
+
+def small_config(tmp_path, shared_data, name, **overrides):
+    """A tiny CPU training config writing under ``tmp_path``."""
+    settings = {**SMALL, "data_dir": shared_data, **overrides}
+    return make_config("smoke", name=name, output_root=str(tmp_path / "runs"), **settings)
+
+
+def _wait_for_event(job, event, timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(r["event"] == event for r in job.events()):
+            return
+        if job.done():
+            pytest.fail(f"job ended {job.state} before a {event} event:\n{job.logs(tail=30)}")
+        time.sleep(0.5)
+    pytest.fail(f"no {event} event within {timeout} s:\n{job.logs(tail=30)}")
+
+
+def _processes_of(run_name: str) -> list[str]:
+    listing = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in listing.splitlines() if f"--name {run_name} " in line + " " and "ps -eo" not in line]
+
+
+def test_one_node_two_ranks_completes(tmp_path, shared_data, backend):
+    job = jobs.submit(small_config(tmp_path, shared_data, f"one-{backend}"), nodes=1, gpus_per_node=2,
+                      backend=backend, verbose=False)
+    assert job.backend == backend
+    assert job.wait(timeout=300) == "COMPLETED", job.explain()
+    start = job.metrics("start").iloc[0]
+    assert start["world_size"] == 2 and start["global_batch"] == 32
+    assert job.exit_code == 0
+    again = jobs.attach(job.run_dir)  # e.g. after a kernel restart
+    assert (again.id, again.backend, again.state) == (job.id, backend, "COMPLETED")
+    assert len(again.metrics("epoch")) == 1
+
+
+def test_two_node_job_runs_on_two_nodes(tmp_path, shared_data, backend):
+    job = jobs.submit(small_config(tmp_path, shared_data, f"two-{backend}"), nodes=2, gpus_per_node=1,
+                      backend=backend, verbose=False)
+    assert job.wait(timeout=300) == "COMPLETED", job.explain()
+    assert job.metrics("start").iloc[0]["world_size"] == 2
+    hosts = json.loads((job.run_dir / "config.json").read_text())["hosts"]
+    assert len(hosts) == 2
+    if backend == "slurm":  # each rank ran on its own Slurm node
+        assert len(set(hosts)) == 2, hosts
+
+
+def test_cancel_running_job(tmp_path, shared_data, backend):
+    name = f"cancel-{backend}"
+    job = jobs.submit(small_config(tmp_path, shared_data, name, epochs=50, max_steps_per_epoch=0, log_every=1),
+                      nodes=1, gpus_per_node=1, backend=backend, verbose=False)
+    _wait_for_event(job, "step")
+    assert job.state == "RUNNING"
+    assert job.cancel() == "CANCELLED"
+    deadline = time.monotonic() + 30
+    while _processes_of(name) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _processes_of(name) == []
+    with pytest.raises(JobError, match="CANCELLED"):
+        job.wait(timeout=5)
+
+
+def test_failed_job_is_explained(tmp_path, shared_data, backend):
+    cfg = small_config(tmp_path, shared_data, f"fail-{backend}", dataset="imagefolder",
+                       data_dir=str(tmp_path / "no-such-data"))
+    job = jobs.submit(cfg, backend=backend, check_data=False, verbose=False)  # checked on the cluster only
+    with pytest.raises(JobError) as failure:
+        job.wait(timeout=300)
+    message = str(failure.value)
+    assert "FAILED" in message and "exit code" in message
+    assert "no-such-data" in message and "does not exist" in message  # the log tail names the problem
+
+
+def test_refuses_second_job_on_live_run_directory(tmp_path, shared_data):
+    cfg = small_config(tmp_path, shared_data, "busy", epochs=50, max_steps_per_epoch=0)
+    job = jobs.submit(cfg, backend="local", verbose=False)
+    try:
+        with pytest.raises((JobError, RuntimeError), match="in use|live job"):
+            jobs.submit(cfg, backend="local", verbose=False)
+    finally:
+        job.cancel()
+
+
+def test_slurm_requested_without_slurm_is_explained(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(JobError, match="Slurm is not usable: sbatch is not on the PATH"):
+        jobs.choose_backend("slurm")
+    assert jobs.choose_backend("auto", verbose=False) == "local"
+
+
+def test_sbatch_rejection_shows_its_message(tmp_path, shared_data, slurm):
+    cfg = small_config(tmp_path, shared_data, "nopart")
+    with pytest.raises(JobError, match="sbatch refused.*(partition|Partition)"):
+        jobs.submit(cfg, backend="slurm", partition="no_such_partition", verbose=False)
+
+
+def test_sweep_runs_one_job_per_value_in_order(tmp_path, shared_data):
+    sweep = jobs.sweep(small_config(tmp_path, shared_data, "sw"), over="gpus_per_node", values=[1, 2],
+                       backend="local", verbose=False)
+    assert [j.name for j in sweep] == ["sw-gpus_per_node1", "sw-gpus_per_node2"]
+    for job in sweep:
+        assert job.wait(timeout=300) == "COMPLETED", job.explain()
+    first_end = sweep[0].events()[-1]["time"]
+    second_start = sweep[1].events()[0]["time"]
+    assert second_start >= first_end  # sequential: the second waited for the first
+    assert [j.metrics("start").iloc[0]["world_size"] for j in sweep] == [1, 2]
+
+
+HOSTILE = ["x; touch {canary}", "$(touch {canary})", "`touch {canary}`", "a\ntouch {canary}",
+           "'; touch {canary}; '", "\" && touch {canary}", "../../etc", "a b", ".."]
+
+
+@pytest.mark.parametrize("field", ["name", "partition", "account", "time", "sbatch_options"])
+@pytest.mark.parametrize("template", HOSTILE)
+def test_hostile_job_fields_are_refused(tmp_path, shared_data, field, template):
+    value = template.format(canary=tmp_path / "canary")
+    cfg = small_config(tmp_path, shared_data, "hostile")
+    kwargs = {"partition": None, "account": None, "time": "10", "sbatch_options": []}
+    with pytest.raises(ConfigError) as error:
+        if field == "name":
+            make_spec(dataclasses.replace(cfg, name=value))
+        else:
+            kwargs[field] = [value] if field == "sbatch_options" else value
+            make_spec(cfg, **kwargs)
+    assert field in str(error.value) and "Fix" in str(error.value)
+    assert not (tmp_path / "canary").exists()
+
+
+@pytest.mark.parametrize("field", ["data_dir", "output_root", "arch"])
+@pytest.mark.parametrize("template", HOSTILE[:6])
+def test_hostile_paths_are_refused_or_inert(tmp_path, shared_data, field, template):
+    """Paths may legally hold odd characters: they must then reach commands as one inert argument."""
+    value = template.format(canary=tmp_path / "canary")
+    cfg = dataclasses.replace(small_config(tmp_path, shared_data, "hostile"), **{field: value})
+    try:
+        spec = make_spec(cfg, check_data=False)
+    except ConfigError as error:
+        assert field in str(error)
+        return
+    flag = "--" + field.replace("_", "-")
+    for command in (torchrun_command(spec), jobs.sbatch_command(spec)):
+        assert command[command.index(flag) + 1] == value, f"{field} must reach the command as one whole argument"
+        assert all(isinstance(arg, str) for arg in command)  # an argv list: no shell ever parses it
+
+
+def test_hostile_output_root_runs_inert(tmp_path, shared_data):
+    """A run directory whose path holds shell syntax trains normally and executes nothing."""
+    odd_root = tmp_path / "runs $(touch CANARY) `touch CANARY`; touch CANARY"
+    cfg = dataclasses.replace(small_config(tmp_path, shared_data, "inert"), output_root=str(odd_root))
+    job = jobs.submit(cfg, backend="local", verbose=False)
+    assert job.wait(timeout=300) == "COMPLETED", job.explain()
+    assert (odd_root / "inert" / "DONE").exists()
+    assert not list(tmp_path.rglob("CANARY")) and not os.path.exists("CANARY")
+
+
+def test_bad_resources_are_refused(tmp_path, shared_data):
+    cfg = small_config(tmp_path, shared_data, "res")
+    for kwargs, field in [({"nodes": 0}, "nodes"), ({"gpus_per_node": -1}, "gpus_per_node"),
+                          ({"nodes": "2"}, "nodes"), ({"time": "soon"}, "time")]:
+        with pytest.raises(ConfigError, match=field):
+            make_spec(cfg, **kwargs)
+    with pytest.raises(ConfigError, match="--output"):
+        make_spec(cfg, sbatch_options=["--output=/etc/passwd"])
