@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)  ## create .venv and install the package, test tools and a Jupyter kernel
 
-tutorial: $(STAMP)  ## run the main job headless on the embedded defaults
-	$(PY) -m tutorial_lib.train --profile smoke --name tutorial-smoke --progress false
+tutorial: $(STAMP)  ## run the whole course headless (papermill) on the embedded defaults
+	$(PY) -m tutorial_lib.course --out executed
+
+course: $(STAMP)  ## rerun the course with a parameter file: make course PARAMS=notebooks/params/gpu.yaml
+	@test -n "$(PARAMS)" || { echo "usage: make course PARAMS=notebooks/params/gpu.yaml"; exit 2; }
+	$(PY) -m tutorial_lib.course --params $(PARAMS) --out executed-$(notdir $(basename $(PARAMS)))
 
 test: $(STAMP)  ## run every test
 	$(PY) -m pytest tests notebooks --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --nbval-sanitize-with tests/nbval_sanitize.cfg
