@@ -19,6 +19,7 @@ JOB_FILE = "job.json"
 _TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _SBATCH_OPTION = re.compile(r"^--[a-z][a-z-]{1,30}(=[A-Za-z0-9_.:,@+/-]{1,200})?$")
+JOB_MODULES = ("tutorial_lib.train", "tutorial_lib.bench")
 _FORBIDDEN_SBATCH = ("--wrap", "--output", "--error", "--chdir", "--export", "--job-name", "--nodes",
                      "--parsable", "--uid", "--gid", "--get-user-env")
 
@@ -40,6 +41,12 @@ class JobSpec:
     sbatch_options: list[str] = field(default_factory=list)
     max_restarts: int = 0  # torchrun --max-restarts: restart all ranks if one dies
     python: str = sys.executable
+    module: str = "tutorial_lib.train"  # what each rank runs (tutorial_lib.bench for measurement jobs)
+    module_args: list[str] | None = None  # its arguments; None = the training config's flags
+
+    def program_args(self) -> list[str]:
+        """The arguments given to ``python -m <module>`` on every rank."""
+        return list(self.module_args) if self.module_args is not None else to_cli_args(self.config)
 
     @property
     def run_dir(self) -> Path:
@@ -98,7 +105,8 @@ def _check_sbatch_option(option: str) -> str:
 
 def make_spec(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, time: str | int = "00:30:00",
               partition: str | None = None, account: str | None = None, sbatch_options=(),
-              max_restarts: int = 0, check_data: bool = True, on_cluster: bool = False) -> JobSpec:
+              max_restarts: int = 0, check_data: bool = True, on_cluster: bool = False,
+              module: str = "tutorial_lib.train", module_args: list[str] | None = None) -> JobSpec:
     """Validate everything about a job before anything is submitted; return its JobSpec.
 
     ``on_cluster``: the job runs on Slurm compute nodes, which may have GPUs this machine lacks.
@@ -115,11 +123,16 @@ def make_spec(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, time:
     if "%" in config.output_root or "\n" in config.output_root:
         raise ConfigError(f"output_root: {config.output_root!r} contains '%' or a newline, which Slurm would "
                           "expand in log paths. Fix: choose a plain folder path.")
+    if module not in JOB_MODULES:
+        raise ConfigError(f"module: {module!r} cannot be run as a job. Fix: use one of {', '.join(JOB_MODULES)}.")
+    if module_args is not None and not all(isinstance(a, str) and "\n" not in a for a in module_args):
+        raise ConfigError("module_args: must be a list of single-line strings. Fix: e.g. ['allreduce', '--out', 'x']")
     options = [_check_sbatch_option(o) for o in (list(sbatch_options) if not isinstance(sbatch_options, str)
                                                   else [sbatch_options])]
     return JobSpec(config=config, nodes=nodes, gpus_per_node=gpus_per_node, time=check_time(time),
                    partition=_check_word("partition", partition), account=_check_word("account", account),
-                   sbatch_options=options, max_restarts=max_restarts)
+                   sbatch_options=options, max_restarts=max_restarts, module=module,
+                   module_args=list(module_args) if module_args is not None else None)
 
 
 def absolute_config(config: TrainConfig) -> TrainConfig:
@@ -141,7 +154,7 @@ def torchrun_command(spec: JobSpec, node_rank_is_host: bool | None = None, endpo
                     "--rdzv-id", spec.config.name]
         if node_rank_is_host is not None:
             command += ["--rdzv-conf", f"is_host={int(node_rank_is_host)}"]
-    return command + ["-m", "tutorial_lib.train"] + to_cli_args(spec.config)
+    return command + ["-m", spec.module] + spec.program_args()
 
 
 def write_job_file(run_dir: Path, record: dict) -> None:

@@ -193,6 +193,7 @@ def _job_env(spec: JobSpec) -> dict:
     return {"TUTORIAL_RUN_DIR": str(spec.run_dir), "TUTORIAL_STOP_FILE": str(spec.run_dir / "STOP"),
             "TUTORIAL_PYTHON": spec.python, "TUTORIAL_WORKDIR": str(REPO_ROOT),
             "GPUS_PER_NODE": str(spec.gpus_per_node), "PYTHONPATH": str(REPO_ROOT),
+            "TUTORIAL_MODULE": spec.module,
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1" if spec.config.device == "cpu" else "4")}
 
 
@@ -266,8 +267,6 @@ def _local_cancel(run_dir: Path) -> None:
 
 def sbatch_command(spec: JobSpec, after: Job | None = None) -> list[str]:
     """The sbatch command line (argv list) that submits ``spec`` with cluster_scripts/train.sbatch."""
-    from tutorial_lib.config import to_cli_args
-
     command = ["sbatch", "--parsable", f"--job-name={spec.config.name}", f"--nodes={spec.nodes}",
                "--ntasks-per-node=1", f"--time={spec.time}", f"--chdir={REPO_ROOT}",
                f"--output={spec.run_dir}/slurm-%j.out", "--export=ALL"]
@@ -279,7 +278,7 @@ def sbatch_command(spec: JobSpec, after: Job | None = None) -> list[str]:
         command.append(f"--gpus-per-node={spec.gpus_per_node}")
     if after is not None and after.backend == "slurm":
         command.append(f"--dependency=afterany:{after.id}")
-    return command + spec.sbatch_options + [str(SBATCH_SCRIPT)] + to_cli_args(spec.config)
+    return command + spec.sbatch_options + [str(SBATCH_SCRIPT)] + spec.program_args()
 
 
 def _submit_slurm(spec: JobSpec, after: Job | None) -> str:
@@ -326,7 +325,8 @@ def _slurm_status(job_id: str, run_dir: Path) -> dict:
 def submit(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, backend: str = "auto",
            time: str | int = "00:30:00", partition: str | None = None, account: str | None = None,
            sbatch_options=(), max_restarts: int = 0, after: Job | None = None, check_data: bool = True,
-           fresh: bool = False, verbose: bool = True) -> Job:
+           fresh: bool = False, verbose: bool = True, module: str = "tutorial_lib.train",
+           module_args: list[str] | None = None) -> Job:
     """Validate and submit one training job; return its Job handle.
 
     ``gpus_per_node`` ranks run on each of ``nodes`` nodes (CPU processes when the config's device
@@ -334,12 +334,15 @@ def submit(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, backend:
     ``slurm``. ``after``: start only once that job has ended (sweeps measure one job at a time).
     ``max_restarts``: torchrun restarts all ranks this many times if one dies.
     ``fresh``: delete an earlier run of the same name first (otherwise the job resumes from it).
+    ``module``/``module_args``: run another program on every rank instead of the trainer (e.g.
+    ``"tutorial_lib.bench", ["allreduce", "--out", ...]``); the config then only names the run directory.
     Everything is checked before anything is submitted; errors name the field and the fix.
     """
     chosen = choose_backend(backend, verbose)
     config = absolute_config(config)
     spec = make_spec(config, nodes, gpus_per_node, time, partition, account, sbatch_options, max_restarts,
-                     check_data, on_cluster=chosen == "slurm")
+                     check_data and module == "tutorial_lib.train", on_cluster=chosen == "slurm",
+                     module=module, module_args=module_args)
     RunLock(spec.run_dir).check()
     if (spec.run_dir / "job.json").exists():
         try:
