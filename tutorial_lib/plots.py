@@ -1,0 +1,186 @@
+"""Small matplotlib plots for the monitor, the notebooks and the batch report.
+
+Every function takes data plus an optional matplotlib ``ax``; without one it makes a new figure
+(through pyplot, so it shows inline in a notebook). Each returns the axes it drew on
+(``ax.figure`` is the figure). Runs can be given as a list of :class:`tutorial_lib.jobs.Job`
+(anything with ``.name`` and ``.metrics(event)``), or as a mapping ``label -> DataFrame`` (or a
+list of metric records) holding that plot's event rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+
+
+def _axes(ax, figsize=(6.4, 4.0)):
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=figsize, layout="constrained")[1]
+
+
+def _runs(jobs, event: str) -> list[tuple[str, pd.DataFrame]]:
+    """(label, DataFrame of ``event`` rows) for each run, in order."""
+    if isinstance(jobs, Mapping):
+        items = list(jobs.items())
+    else:
+        if not isinstance(jobs, Sequence):
+            jobs = [jobs]
+        items = [(getattr(job, "name", str(job)), job.metrics(event)) for job in jobs]
+    runs = []
+    for label, data in items:
+        frame = data if isinstance(data, pd.DataFrame) else pd.DataFrame.from_records(list(data))
+        if "event" in frame.columns:
+            frame = frame[frame["event"] == event]
+        runs.append((str(label), frame))
+    return runs
+
+
+def _finish(ax, xlabel: str, ylabel: str, title: str, empty_note: str = "waiting for metrics...") -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    elif not ax.lines and not ax.patches:
+        ax.text(0.5, 0.5, empty_note, transform=ax.transAxes, ha="center", va="center", color="gray")
+
+
+def _line_per_run(jobs, event: str, column: str, ax, **style):
+    for label, frame in _runs(jobs, event):
+        if {"step", column} <= set(frame.columns) and len(frame):
+            ax.plot(frame["step"], frame[column], label=label, **style)
+    return ax
+
+
+def plot_throughput(jobs, ax=None):
+    """Global training throughput (images/s summed over all ranks) against the step, one line per run."""
+    ax = _line_per_run(jobs, "step", "images_per_sec", _axes(ax))
+    _finish(ax, "training step", "throughput (images/s, all GPUs)", "Throughput")
+    return ax
+
+
+def plot_loss(jobs, ax=None):
+    """Training loss (mean over the logging window and all ranks) against the step, one line per run."""
+    ax = _line_per_run(jobs, "step", "loss", _axes(ax))
+    _finish(ax, "training step", "training loss (cross-entropy)", "Training loss")
+    return ax
+
+
+def plot_accuracy(jobs, ax=None):
+    """Validation top-1 (solid) and top-5 (dashed) accuracy against the epoch, one colour per run."""
+    ax = _axes(ax)
+    for label, frame in _runs(jobs, "epoch"):
+        if not len(frame) or "top1" not in frame.columns:
+            continue
+        (line,) = ax.plot(frame["epoch"], frame["top1"], marker="o", label=f"{label} top-1")
+        if "top5" in frame.columns:
+            ax.plot(frame["epoch"], frame["top5"], linestyle="--", marker=".", color=line.get_color(),
+                    label=f"{label} top-5")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _finish(ax, "epoch", "validation accuracy (%)", "Accuracy (top-1 solid, top-5 dashed)")
+    return ax
+
+
+def plot_lr_schedules(schedules: Mapping[str, Sequence[float]], steps_per_epoch: int, ax=None):
+    """Learning rate per optimiser step (``{label: [lr, ...]}``) against the epoch, one line per schedule."""
+    ax = _axes(ax)
+    for label, values in schedules.items():
+        values = list(values)
+        ax.plot([step / steps_per_epoch for step in range(len(values))], values, label=str(label))
+    _finish(ax, "epoch", "learning rate", "Learning-rate schedules")
+    return ax
+
+
+def _log2_gpu_axis(ax, gpus) -> None:
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(sorted(set(gpus))))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def plot_scaling(gpus: Sequence[int], throughput: Sequence[float], ax=None, label: str = "measured"):
+    """Measured global throughput against the GPU count, with ideal linear scaling from the smallest run.
+
+    The ideal line is ``throughput[smallest] * gpus / smallest`` (the 1-GPU point when there is one).
+    The x axis is log2 (1, 2, 4, 8... GPUs).
+    """
+    ax = _axes(ax)
+    points = sorted(zip(gpus, throughput, strict=True))
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    if xs:
+        ax.plot(xs, [ys[0] * x / xs[0] for x in xs], linestyle="--", color="gray",
+                label=f"ideal (linear from {xs[0]} GPU)")
+        ax.plot(xs, ys, marker="o", label=label)
+        _log2_gpu_axis(ax, xs)
+    _finish(ax, "GPUs", "throughput (images/s, all GPUs)", "Scaling", empty_note="no measurements")
+    return ax
+
+
+def plot_efficiency(gpus: Sequence[int], efficiency: Sequence[float], ax=None, label: str = "measured"):
+    """Scaling efficiency (a fraction: 1.0 = perfect linear scaling) against the GPU count, shown in %."""
+    ax = _axes(ax)
+    points = sorted(zip(gpus, efficiency, strict=True))
+    if points:
+        xs = [p[0] for p in points]
+        ax.axhline(100, linestyle="--", color="gray", label="ideal")
+        ax.plot(xs, [100 * p[1] for p in points], marker="o", label=label)
+        _log2_gpu_axis(ax, xs)
+        ax.set_ylim(bottom=0)
+    _finish(ax, "GPUs", "scaling efficiency (% of linear)", "Scaling efficiency", empty_note="no measurements")
+    return ax
+
+
+def plot_bars(labels: Sequence[str], values: Sequence[float], ylabel: str, ax=None, title: str = "",
+              fmt: str = "{:,.0f}"):
+    """A labelled bar per value (e.g. throughput per precision); ``ylabel`` should carry the unit."""
+    ax = _axes(ax)
+    bars = ax.bar([str(label) for label in labels], list(values), color=[f"C{i}" for i in range(len(values))])
+    ax.bar_label(bars, labels=[fmt.format(v) for v in values], padding=2, fontsize="small")
+    ax.margins(y=0.12)
+    _finish(ax, "", ylabel, title, empty_note="no values")
+    return ax
+
+
+TABLE_COLUMNS = ["name", "id", "backend", "state", "world_size", "epoch", "epochs", "top1", "images_per_sec"]
+
+
+def job_row(job, state: str | None = None, events: list[dict] | None = None) -> dict:
+    """One job's table row; pass ``state``/``events`` already read to avoid reading them again."""
+    state = job.state if state is None else state
+    events = job.events() if events is None else events
+    last = {}
+    for record in events:
+        last[record["event"]] = record
+    setup = last.get("resume") or last.get("start") or {}
+    spec = (getattr(job, "record", None) or {}).get("spec") or {}
+    world_size = setup.get("world_size") or (spec.get("nodes", 0) * spec.get("gpus_per_node", 0)) or None
+    epoch = last.get("epoch", {})
+    rate = last.get("step", epoch).get("images_per_sec")
+    return {"name": job.name, "id": job.id, "backend": job.backend, "state": state, "world_size": world_size,
+            "epoch": epoch.get("epoch", 0), "epochs": last.get("start", {}).get("epochs"),
+            "top1": epoch.get("top1"), "images_per_sec": rate}
+
+
+def job_table(jobs) -> pd.DataFrame:
+    """One row per job: name, id, backend, state, world size, last epoch (of ``epochs``), last top-1 (%),
+    and the latest global throughput (images/s)."""
+    if not isinstance(jobs, Sequence):
+        jobs = [jobs]
+    return table_from_rows([job_row(job) for job in jobs])
+
+
+def table_from_rows(rows: list[dict]) -> pd.DataFrame:
+    """The job table of :func:`job_row` rows (counts as nullable integers: missing is <NA>, not NaN)."""
+    table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    return table.astype({"world_size": "Int64", "epoch": "Int64", "epochs": "Int64", "top1": "float64",
+                         "images_per_sec": "float64"})
+
