@@ -11,6 +11,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +116,7 @@ class CountingImageFolder(datasets.ImageFolder):
             if self.bad_data == "error":
                 raise DataError(f"cannot read image {path}: {exc}. Fix: replace or delete the file, "
                                 "or pass --bad-data skip to skip and count unreadable images.") from exc
+            print(f"warning: skipping unreadable image {path}: {exc}", file=sys.stderr, flush=True)
             return None
         if self.transform is not None:
             image = self.transform(image)

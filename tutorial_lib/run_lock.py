@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,6 +14,18 @@ LOCK_FILE = "LOCK"
 
 class RunLockedError(RuntimeError):
     """Another live job holds this run directory."""
+
+
+def _slurm_job_alive(job_id: str) -> bool | None:
+    """True/False if Slurm knows whether the job still runs; None if Slurm cannot be asked."""
+    try:
+        result = subprocess.run(["squeue", "-h", "-o", "%T", "-j", str(job_id)], capture_output=True,
+                                text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if result.returncode != 0:
+        return False if "Invalid job id" in result.stderr else None
+    return result.stdout.strip() in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -27,7 +40,7 @@ def _pid_alive(pid: int) -> bool:
 
 class RunLock:
     """The run directory's lock. A holder is stale when it ran on this host and its process is gone,
-    or when it was an earlier run of the same Slurm job (a requeue)."""
+    when its Slurm job has ended, or when it was an earlier run of the same Slurm job (a requeue)."""
 
     def __init__(self, run_dir: str | os.PathLike):
         self.path = Path(run_dir) / LOCK_FILE
@@ -46,6 +59,8 @@ class RunLock:
             return None
         if record.get("host") == self.owner["host"] and not _pid_alive(int(record.get("pid", 0))):
             return None
+        if record.get("slurm_job_id") and _slurm_job_alive(record["slurm_job_id"]) is False:
+            return None  # its Slurm job has ended, wherever it ran
         if record.get("pid") == self.owner["pid"] and record.get("host") == self.owner["host"]:
             return None
         return record

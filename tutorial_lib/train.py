@@ -129,9 +129,10 @@ def environment_facts(device: torch.device) -> dict:
 def evaluate(model, loader, device, info, channels_last: bool, amp_context) -> dict:
     """Validation loss, top-1 and top-5 over all ranks; every image counted exactly once."""
     model.eval()
-    sums = [0.0, 0.0, 0.0, 0.0]  # loss sum, top-1 correct, top-5 correct, images
+    sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # loss sum, top-1 correct, top-5 correct, images, skipped images
     with torch.no_grad():
         for batch in loader:
+            sums[4] += batch.skipped
             if batch.images.numel() == 0:
                 continue
             images, targets = _to_device(batch, device, channels_last)
@@ -144,11 +145,12 @@ def evaluate(model, loader, device, info, channels_last: bool, amp_context) -> d
             sums[1] += hits[:, :1].sum().item()
             sums[2] += hits.sum().item()
             sums[3] += len(targets)
-    loss, top1, top5, count = dist_utils.all_reduce_sum(sums, info, device)
+    loss, top1, top5, count, skipped = dist_utils.all_reduce_sum(sums, info, device)
     model.train()
+    images = int(count)
     count = max(count, 1)
     return {"val_loss": loss / count, "top1": 100 * top1 / count, "top5": 100 * top5 / count,
-            "val_images": int(count)}
+            "val_images": images, "val_skipped_images": int(skipped)}
 
 
 def _to_device(batch: Batch, device, channels_last: bool):
