@@ -48,6 +48,10 @@ die() { echo "[start_local_slurm] ERROR: $*" >&2; exit 1; }
 pid_alive() { [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
 [[ $(id -u) -eq 0 ]] || die "run me as root (the daemons need it)."
+# One start at a time (e.g. several test processes calling this at once).
+# The daemons are started with 9>&- so they do not inherit (and keep) the lock.
+exec 9>/run/tutorial-local-slurm.lock
+flock 9
 for bin in munged slurmctld slurmd sinfo scontrol; do
     command -v "$bin" >/dev/null \
         || die "'$bin' not found; install with: apt-get install -y slurm-wlm munge"
@@ -70,6 +74,9 @@ SlurmctldPort=6817
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+# A requeued job may start again cred_expire+1 seconds after it stopped
+# (Slurm's default is 120 s; shorter here so requeue demos are quick).
+AuthInfo=cred_expire=30
 CredType=cred/munge
 MpiDefault=none
 MailProg=/bin/true
@@ -94,6 +101,8 @@ JobAcctGatherType=jobacct_gather/none
 # Scheduling: share CPUs between jobs (OverSubscribe=FORCE on the partition) so
 # several small CPU jobs fit on the emulated nodes at once.
 SchedulerType=sched/backfill
+# Look at pending jobs every few seconds, not every minute (small cluster).
+SchedulerParameters=sched_interval=5,bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 # Trust the CPU count below even if the hardware has fewer cores.
@@ -191,15 +200,23 @@ install -d -m 0755 -o "$MUNGE_USER" /run/munge
 install -d -m 0700 -o "$MUNGE_USER" /var/lib/munge /var/log/munge /etc/munge
 if [[ ! -s /etc/munge/munge.key ]]; then
     say "creating munge key /etc/munge/munge.key"
-    dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+    if command -v mungekey >/dev/null; then
+        mungekey --create --keyfile=/etc/munge/munge.key
+    else
+        dd if=/dev/urandom of=/etc/munge/munge.key bs=128 count=1 status=none
+    fi
 fi
-chown "$MUNGE_USER" /etc/munge/munge.key
+chown "$MUNGE_USER:" /etc/munge/munge.key
 chmod 0400 /etc/munge/munge.key
 if munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
     say "munge is already running"
 else
     say "starting munged"
-    if [[ $MUNGE_USER == root ]]; then munged --force; else runuser -u "$MUNGE_USER" -- munged; fi
+    if [[ $MUNGE_USER == root ]]; then
+        munged --force 9>&-
+    else
+        runuser -u "$MUNGE_USER" -- munged 9>&-
+    fi
     install -d -m 0755 "$RUN_DIR"
     touch "$RUN_DIR/tutorial-started-munge"   # so the stop script stops it too
     for _ in $(seq 50); do
@@ -225,7 +242,7 @@ if ! conf_current; then
     fi
     if pid_alive "$RUN_DIR/slurmctld.pid" || compgen -G "$RUN_DIR/slurmd-*.pid" >/dev/null; then
         say "configuration changed: restarting the daemons"
-        "$HERE/stop_local_slurm.sh" --keep-munge
+        "$HERE/stop_local_slurm.sh" --keep-munge 9>&-
     fi
     say "writing $CONF"
     install -m 0644 "$NEW_CONF" "$CONF"
@@ -247,7 +264,7 @@ if pid_alive "$RUN_DIR/slurmctld.pid"; then
     say "slurmctld already running"
 else
     say "starting slurmctld"
-    slurmctld
+    slurmctld 9>&-
 fi
 for _ in $(seq 50); do scontrol ping >/dev/null 2>&1 && break; sleep 0.2; done
 for n in "${NODES[@]}"; do
@@ -255,7 +272,7 @@ for n in "${NODES[@]}"; do
         say "slurmd for $n already running"
     else
         say "starting slurmd for $n"
-        slurmd -N "$n"
+        slurmd -N "$n" 9>&-
     fi
 done
 

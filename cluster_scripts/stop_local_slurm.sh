@@ -54,8 +54,8 @@ stop_daemon() {
 
 if ((CANCEL)) && pid_alive "$RUN_DIR/slurmctld.pid"; then
     say "cancelling all jobs"
-    jobs=$(squeue -h -o %i 2>/dev/null || true)
-    [[ -z $jobs ]] || scancel --full $jobs || true
+    mapfile -t jobs < <(squeue -h -o %i 2>/dev/null || true)
+    ((${#jobs[@]} == 0)) || scancel --full "${jobs[@]}" || true
     sleep 2
 fi
 
