@@ -298,9 +298,12 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     if cfg.compile != "none" and cfg.compile == "reduce-overhead" and not on_gpu:
         _fail("compile", "reduce-overhead uses CUDA graphs and needs a GPU", "use --compile default or none")
     if check_paths and cfg.dataset == "imagefolder":
-        from tutorial_lib.data import check_imagefolder
+        from tutorial_lib.data import DataError, check_imagefolder
 
-        check_imagefolder(cfg.data_dir)
+        try:
+            check_imagefolder(cfg.data_dir)
+        except DataError as exc:
+            raise ConfigError(str(exc)) from None
     return cfg
 
 

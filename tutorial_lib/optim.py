@@ -94,7 +94,8 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg, steps_per_epoch: int)
     if cfg.lr_schedule == "cosine":
         decay = CosineAnnealingLR(optimizer, T_max=max(1, total - warmup))
     else:
-        milestones = [m * steps_per_epoch - warmup for m in cfg.lr_milestones if m * steps_per_epoch > warmup]
+        # a milestone inside warmup still applies (from the end of warmup): SequentialLR replays it at 0
+        milestones = [max(0, m * steps_per_epoch - warmup) for m in cfg.lr_milestones]
         decay = MultiStepLR(optimizer, milestones=milestones, gamma=cfg.lr_decay)
     if warmup == 0:
         return decay

@@ -52,11 +52,18 @@ class StopRequest:
     run_dir: Path
     signalled: bool = False
     reason: str = ""
+    previous: dict = field(default_factory=dict)
 
     def install(self) -> None:
-        """Turn SIGUSR1 and SIGTERM into a graceful stop request."""
+        """Turn SIGUSR1 and SIGTERM into a graceful stop request (until :meth:`uninstall`)."""
         for sig in (signal.SIGUSR1, signal.SIGTERM):
-            signal.signal(sig, self._on_signal)
+            self.previous[sig] = signal.signal(sig, self._on_signal)
+
+    def uninstall(self) -> None:
+        """Give the signals back to whoever handled them before (a notebook kernel, pytest)."""
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous.clear()
 
     def _on_signal(self, signum, _frame) -> None:
         self.signalled, self.reason = True, signal.Signals(signum).name
@@ -361,7 +368,7 @@ class Trainer:
             epochs_now += 1
             stop_now = self._agree_to_stop(torch.zeros(()), 0)[1]
             if progress.epoch < cfg.epochs and (stop_now or epochs_now == cfg.stop_after_epochs):
-                return self._stopped(started)
+                return self._stopped(started, saved=True)
         total = time.perf_counter() - started
         self.metrics.write("end", total_time=total, best_top1=progress.best_top1, epochs=progress.epoch,
                            global_step=progress.global_step)
@@ -371,8 +378,9 @@ class Trainer:
         return {"status": "completed", "best_top1": progress.best_top1, "run_dir": str(self.run_dir),
                 "total_time": total}
 
-    def _stopped(self, started: float) -> dict:
-        self.save_checkpoint()
+    def _stopped(self, started: float, saved: bool = False) -> dict:
+        if not saved:
+            self.save_checkpoint()
         reason = self.stop.reason or f"stop_after_epochs={self.cfg.stop_after_epochs}"
         self.metrics.write("stop", epoch=self.progress.epoch, step_in_epoch=self.progress.step_in_epoch,
                            global_step=self.progress.global_step, reason=reason)
@@ -382,7 +390,8 @@ class Trainer:
                 "total_time": time.perf_counter() - started}
 
     def close(self) -> None:
-        """Release the run lock and leave the process group."""
+        """Release the run lock, restore signal handlers and leave the process group."""
+        self.stop.uninstall()
         if self.main:
             self.lock.release()
         dist_utils.shutdown(self.info)

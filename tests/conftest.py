@@ -1,0 +1,172 @@
+"""Shared fixtures for the test suite.
+
+* ``digits_dir``: the digits data set exported once per session (32 px ImageFolder tree).
+* ``child_env``: environment for child Python processes (this checkout importable, one thread).
+* ``runs``: a :class:`Runs` helper bound to a fresh output root, that builds flags / configs for
+  small, fast training runs and launches them in-process, as a subprocess or under torchrun
+  (``make_runs`` makes more of them, for module-scoped fixtures).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# Settings every quick test run shares (tiny, CPU, no progress bar, no worker processes).
+FAST_SETTINGS = dict(arch="resnet18", device="cpu", precision="fp32", workers=0, progress=False)
+
+
+def as_flags(settings: dict) -> list[str]:
+    """``{"batch_size": 8, "progress": False}`` -> ``["--batch-size", "8", "--progress", "false"]``."""
+    flags = []
+    for key, value in settings.items():
+        if isinstance(value, bool):
+            value = str(value).lower()
+        elif isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        flags += ["--" + key.replace("_", "-"), str(value)]
+    return flags
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (for torchrun's --master-port)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def subprocess_env() -> dict:
+    """Environment for child Python processes: this checkout importable, one thread each."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                        "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+class Runs:
+    """Build and launch small training runs whose run directories live under ``output_root``."""
+
+    def __init__(self, output_root: Path, data_dir: Path):
+        self.output_root = output_root
+        self.data_dir = data_dir
+
+    def settings(self, name: str, fast: bool = True, **overrides) -> dict:
+        """Config fields for a run named ``name`` on the digits tree, without a progress bar.
+
+        ``fast`` adds :data:`FAST_SETTINGS` and reads the session's digits export as a plain
+        ImageFolder, so tests may train at another image size without re-exporting the shared
+        tree; ``fast=False`` leaves everything else to the profile. ``overrides`` win.
+        """
+        base = {"data_dir": str(self.data_dir), "output_root": str(self.output_root), "name": name,
+                "progress": False}
+        if fast:
+            base = {"profile": "smoke", "dataset": "imagefolder", **base, **FAST_SETTINGS}
+        return {**base, **overrides}
+
+    def flags(self, name: str, fast: bool = True, **overrides) -> list[str]:
+        """Command-line flags of :meth:`settings`."""
+        return as_flags(self.settings(name, fast, **overrides))
+
+    def config(self, name: str, fast: bool = True, **overrides):
+        """A TrainConfig of :meth:`settings`, built through the command-line parser."""
+        from tutorial_lib.config import config_from_args
+
+        return config_from_args(self.flags(name, fast, **overrides))
+
+    def run_dir(self, name: str) -> Path:
+        return self.output_root / name
+
+    @staticmethod
+    def in_process(cfg) -> dict:
+        """``tutorial_lib.train.train(cfg)`` in this process, restoring the signal handlers it installs."""
+        from tutorial_lib.train import train
+
+        saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM)}
+        try:
+            return train(cfg)
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+
+    @staticmethod
+    def module(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+        """``python -m tutorial_lib.train ARGS`` in a child process (output captured, not checked)."""
+        return subprocess.run([sys.executable, "-m", "tutorial_lib.train", *args], env=subprocess_env(),
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+
+    @staticmethod
+    def torchrun(nproc: int, args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+        """``torchrun --nproc-per-node N -m tutorial_lib.train ARGS`` on this machine; fails the test on error."""
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+                   "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+                   "-m", "tutorial_lib.train", *args]
+        result = subprocess.run(command, env=subprocess_env(), cwd=REPO_ROOT, capture_output=True, text=True,
+                                timeout=timeout)
+        assert result.returncode == 0, f"torchrun failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        return result
+
+    @staticmethod
+    def events(run_dir: Path, kind: str | None = None) -> list[dict]:
+        """The run's metrics.jsonl events (only those of ``kind`` if given)."""
+        from tutorial_lib.metrics import read_metrics
+
+        return [r for r in read_metrics(run_dir) if kind is None or r["event"] == kind]
+
+    @staticmethod
+    def weights(run_dir: Path) -> dict[str, torch.Tensor]:
+        """The model state_dict stored in the run's checkpoint.pt."""
+        from tutorial_lib.checkpoint import CHECKPOINT_FILE, load_checkpoint
+
+        state = load_checkpoint(Path(run_dir) / CHECKPOINT_FILE)
+        assert state is not None, f"no checkpoint in {run_dir}"
+        return state["model"]
+
+    @staticmethod
+    def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+        """Largest absolute difference over all floating-point tensors of two state dicts (same keys)."""
+        assert a.keys() == b.keys()
+        return max((a[k].double() - b[k].double()).abs().max().item() for k in a if a[k].is_floating_point())
+
+    @staticmethod
+    def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) -> None:
+        """Every tensor of two state dicts equal within ``atol`` (integer buffers exactly)."""
+        assert a.keys() == b.keys()
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=lambda m, key=key: f"{key}: {m}")
+
+
+@pytest.fixture
+def child_env() -> dict:
+    """Environment for a child ``python`` process that imports this checkout."""
+    return subprocess_env()
+
+
+@pytest.fixture(scope="session")
+def digits_dir(tmp_path_factory) -> Path:
+    """The digits data set exported once per session as a 32 px ImageFolder tree (train/ and val/)."""
+    from tutorial_lib.data import export_digits
+
+    return export_digits(tmp_path_factory.mktemp("data") / "digits", image_size=32)
+
+
+@pytest.fixture(scope="session")
+def make_runs(tmp_path_factory, digits_dir):
+    """Factory of :class:`Runs` helpers, each with a fresh output root (for module-scoped fixtures)."""
+    return lambda: Runs(tmp_path_factory.mktemp("runs"), digits_dir)
+
+
+@pytest.fixture
+def runs(make_runs) -> Runs:
+    """A :class:`Runs` helper writing run directories under a fresh temporary folder."""
+    return make_runs()
