@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from torchvision import datasets, transforms
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -138,7 +138,7 @@ def collate_skipping(samples: list) -> Batch:
     skipped = len(samples) - len(good)
     if not good:
         return Batch(torch.empty(0), torch.empty(0, dtype=torch.long), skipped)
-    images, targets = zip(*good)
+    images, targets = zip(*good, strict=True)
     return Batch(torch.stack(images), torch.tensor(targets), skipped)
 
 
@@ -268,6 +268,12 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device) -> Load
                                                                  cfg.min_crop_scale, cfg.hflip),
                                     cfg.bad_data)
     val_set = CountingImageFolder(root / "val", val_transform(cfg.image_size), cfg.bad_data)
+    if train_set.classes != val_set.classes:  # labels are folder positions: they would silently disagree
+        only_train = sorted(set(train_set.classes) - set(val_set.classes))
+        only_val = sorted(set(val_set.classes) - set(train_set.classes))
+        raise DataError(f"data_dir: {root}/train and {root}/val have different class folders (only in train: "
+                        f"{only_train[:5] or 'none'}; only in val: {only_val[:5] or 'none'}), so their labels would "
+                        "not match. Fix: give both splits the same class folders (a folder may be empty).")
     if len(train_set) < cfg.batch_size * world_size:
         raise DataError(f"batch_size: the global batch {cfg.batch_size * world_size} is larger than the "
                         f"{len(train_set)} training images in {root}/train. Fix: lower --batch-size.")

@@ -158,7 +158,8 @@ def slurm_available() -> tuple[bool, str]:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"`scontrol ping` failed: {exc}"
     if ping.returncode != 0 or "UP" not in ping.stdout:
-        return False, f"the Slurm controller does not answer (`scontrol ping`: {ping.stdout.strip() or ping.stderr.strip()})"
+        answer = ping.stdout.strip() or ping.stderr.strip()
+        return False, f"the Slurm controller does not answer (`scontrol ping`: {answer})"
     return True, "sbatch is on the PATH and the Slurm controller answers"
 
 
@@ -190,11 +191,16 @@ def _run(command: list[str], what: str, env: dict | None = None) -> str:
 
 
 def _job_env(spec: JobSpec) -> dict:
-    return {"TUTORIAL_RUN_DIR": str(spec.run_dir), "TUTORIAL_STOP_FILE": str(spec.run_dir / "STOP"),
-            "TUTORIAL_PYTHON": spec.python, "TUTORIAL_WORKDIR": str(REPO_ROOT),
-            "GPUS_PER_NODE": str(spec.gpus_per_node), "PYTHONPATH": str(REPO_ROOT),
-            "TUTORIAL_MODULE": spec.module,
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1" if spec.config.device == "cpu" else "4")}
+    env = {"TUTORIAL_RUN_DIR": str(spec.run_dir), "TUTORIAL_STOP_FILE": str(spec.run_dir / "STOP"),
+           "TUTORIAL_PYTHON": spec.python, "TUTORIAL_WORKDIR": str(REPO_ROOT),
+           "GPUS_PER_NODE": str(spec.gpus_per_node), "PYTHONPATH": str(REPO_ROOT),
+           "TUTORIAL_MODULE": spec.module,
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1" if spec.config.device == "cpu" else "4")}
+    if spec.max_restarts > 0:
+        # torchrun shares its rendezvous store with the ranks; after a restart the new ranks read the dead
+        # ranks' addresses from it and fail to connect (pytorch/pytorch#135712). A fresh store per round fixes it.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+    return env
 
 
 def _free_port() -> int:
