@@ -70,8 +70,9 @@ def init_distributed(device: torch.device, timeout_s: float = 600) -> DistInfo:
 
 
 def node_name() -> str:
-    """The node this process runs on: Slurm's node name if set (emulated nodes share a host)."""
-    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    """The node this process runs on: the emulated node's or Slurm's node name if set (emulated
+    nodes share one host name), else the host name."""
+    return os.environ.get("TUTORIAL_NODE_NAME") or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 def all_gather_objects(value, info: DistInfo) -> list:

@@ -119,8 +119,10 @@ class Job:
         """The job's log text (the last ``tail`` lines if given)."""
         if not self.log_path.is_file():
             return ""
-        text = self.log_path.read_text(errors="replace")
-        return "\n".join(text.splitlines()[-tail:]) if tail else text
+        with open(self.log_path, errors="replace", newline="") as handle:
+            # a progress bar redraws one line with carriage returns: keep what a terminal would show
+            lines = [line.rstrip("\r").split("\r")[-1] for line in handle.read().split("\n")]
+        return "\n".join(lines[-tail:] if tail else lines)
 
     def metrics(self, event: str | None = None):
         """The run's metrics.jsonl as a pandas DataFrame (optionally one event kind: step, epoch...)."""
@@ -216,7 +218,8 @@ def _submit_local(spec: JobSpec, after: Job | None) -> str:
         commands = [torchrun_command(spec)]
     else:  # emulate several nodes on this machine: one torchrun agent per node, c10d rendezvous
         endpoint = f"127.0.0.1:{_free_port()}"
-        commands = [torchrun_command(spec, node_rank_is_host=(n == 0), endpoint=endpoint)
+        commands = [["env", f"TUTORIAL_NODE_NAME=local-node{n + 1}"]
+                    + torchrun_command(spec, node_rank_is_host=(n == 0), endpoint=endpoint)
                     for n in range(spec.nodes)]
     record = {"backend": "local", "name": spec.config.name, "spec": spec.to_dict(), "commands": commands,
               "workdir": str(REPO_ROOT), "time": spec.time, "env": _job_env(spec),

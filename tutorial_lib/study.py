@@ -1,0 +1,445 @@
+"""Multi-node jobs and scaling studies, read back from their run directories.
+
+    from tutorial_lib import jobs, study
+    runs = jobs.sweep(cfg, over="gpus_per_node", values=[1, 2])
+    ...                                   # wait / monitor.watch(runs)
+    study.scaling_table(runs)             # reference 000's table: GPUs, nodes, batch, img/s, times, top-1/5
+    study.collect(runs)                   # the same numbers, unformatted (for plots)
+    study.reference_table("hal")          # reference 000's published rows in the same columns
+
+Notebook 05 helpers: :func:`show_sbatch` (a section of ``cluster_scripts/train.sbatch``, displayed as code),
+:func:`command_text` (an argv as a copy-pasteable shell command), :func:`wait_for_event`,
+:func:`hosts_table` (which node each rank ran on) and :func:`queue_report` (what the scheduler says).
+
+Everything here reads the run directory contract only (``config.json``, ``job.json``,
+``metrics.jsonl``), so it works on jobs from either backend, on attached jobs after a kernel restart,
+and on plain run-directory paths.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from tutorial_lib.config import IMAGENET_TRAIN_IMAGES
+from tutorial_lib.metrics import read_metrics
+from tutorial_lib.scaling import format_duration
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
+REFERENCE_EPOCHS = 90  # reference 000 trains every run for 90 epochs
+# Reference 000: "All experiments reached a top1 accuracy of 76% and a top5 accuracy of 93%."
+REFERENCE_000_TOP1, REFERENCE_000_TOP5 = 76.0, 93.0
+_SECTION_RULE = re.compile(r"^# -{10,}\s*$")
+_SECTION_TITLE = re.compile(r"^#\s+(\d+)\.\s+(.*)$")
+
+
+# ------------------------------------------------------------ the batch script
+@dataclass(frozen=True)
+class ScriptSection:
+    """A piece of a shell script; shows as a bash code block in a notebook, as plain text elsewhere."""
+
+    key: str
+    title: str
+    text: str
+
+    def _repr_markdown_(self) -> str:
+        return f"**{self.title}**\n\n```bash\n{self.text}\n```"
+
+    def __repr__(self) -> str:
+        return f"{self.title}\n{self.text}"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def sbatch_sections(path: str | os.PathLike = SBATCH_SCRIPT) -> dict[str, ScriptSection]:
+    """Split a batch script into its sections, in file order.
+
+    Keys: ``header`` (the comment block at the top), ``directives`` (the ``#SBATCH`` lines and the
+    comments between them), ``setup`` (what follows them, up to the first numbered section), then
+    ``"1"``, ``"2"``... for every section that starts with a ``# ----`` rule followed by a
+    ``# N. Title`` line (the section runs to the next rule).
+    """
+    lines = Path(path).read_text().splitlines()
+    starts = [i for i in range(len(lines) - 1)
+              if _SECTION_RULE.match(lines[i]) and _SECTION_TITLE.match(lines[i + 1])]
+    first_numbered = starts[0] if starts else len(lines)
+    prologue = lines[:first_numbered]
+    directive_rows = [i for i, line in enumerate(prologue) if line.startswith("#SBATCH")]
+    sections: dict[str, ScriptSection] = {}
+
+    def add(key: str, title: str, chunk: list[str]) -> None:
+        text = "\n".join(chunk).strip("\n")
+        if text:
+            sections[key] = ScriptSection(key, title, text)
+
+    if directive_rows:
+        first, last = directive_rows[0], directive_rows[-1]
+        while first > 0 and prologue[first - 1].startswith("#") and not prologue[first - 1].startswith("# ="):
+            first -= 1  # comments right above the first #SBATCH line belong to it
+        add("header", "The header: usage, inputs, what the script does", prologue[:first])
+        add("directives", "#SBATCH directives (defaults; sbatch command-line options override them)",
+            prologue[first:last + 1])
+        add("setup", "Strict mode, and a guard against running the script without sbatch", prologue[last + 1:])
+    else:
+        add("header", "The header", prologue)
+    for n, start in enumerate(starts):
+        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
+        number, title = _SECTION_TITLE.match(lines[start + 1]).groups()
+        add(number, f"{number}. {title.strip()}", lines[start:end])
+    return sections
+
+
+def show_sbatch(*keys: str, path: str | os.PathLike = SBATCH_SCRIPT) -> ScriptSection:
+    """The named section(s) of ``cluster_scripts/train.sbatch`` as one displayable code block.
+
+    Example: ``study.show_sbatch("2")`` (the rendezvous), ``study.show_sbatch("directives")``.
+    """
+    sections = sbatch_sections(path)
+    missing = [key for key in keys if key not in sections]
+    if missing or not keys:
+        raise KeyError(f"{Path(path).name} has no section {missing or '(none asked for)'}; "
+                       f"it has: {', '.join(sections)}")
+    chosen = [sections[key] for key in keys]
+    return ScriptSection("+".join(keys), " / ".join(s.title for s in chosen),
+                         "\n\n".join(s.text for s in chosen))
+
+
+def command_text(argv: Sequence[str], width: int = 100, indent: str = "    ") -> str:
+    """An argv list as one shell command a person can copy: quoted, wrapped with backslashes.
+
+    A ``--flag value`` pair is never split across lines.
+    """
+    words = [shlex.quote(str(word)) for word in argv]
+    units: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        takes_value = word.startswith("--") and "=" not in word and i + 1 < len(words)
+        if takes_value and not words[i + 1].startswith("-"):
+            units.append(f"{word} {words[i + 1]}")
+            i += 2
+        else:
+            units.append(word)
+            i += 1
+    lines, current = [], ""
+    for unit in units:
+        if current and len(current) + 1 + len(unit) > width - 2:
+            lines.append(current)
+            current = indent + unit
+        else:
+            current = f"{current} {unit}" if current else unit
+    lines.append(current)
+    return " \\\n".join(lines)
+
+
+# ---------------------------------------------------------------- live jobs
+def wait_for_event(job, event: str = "step", timeout: float = 300, poll: float = 0.5) -> dict:
+    """Block until ``job`` has logged its first ``event`` record; return that record.
+
+    Raises RuntimeError (with the job's own explanation) if the job ends first, TimeoutError after
+    ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        done = job.done()  # before reading the metrics: a job that logged and then ended counts
+        for record in job.events():
+            if record.get("event") == event:
+                return record
+        if done:
+            raise RuntimeError(f"{job.name} ended before logging a {event!r} event.\n{job.explain()}")
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{job.name} logged no {event!r} event within {timeout:g} s (state {job.state}). "
+                               "Fix: check job.logs(), or raise the timeout on a busy cluster.")
+        time.sleep(poll)
+
+
+_STACK_FRAME = re.compile(r"^frame #\d+: ")
+_PROGRESS_BAR = re.compile(r"\d{1,3}%\|.*\|\s*\d+/\d+")  # a tqdm redraw: "epoch 1/2:  50%|#####  | 5/10 [..]"
+
+
+def readable_log(text: str, tail: int | None = None) -> str:
+    """A job log made for reading: progress-bar redraws dropped (tqdm writes one per update; text
+    read in Python's universal-newline mode turns each ``\\r`` into a line break), blank lines dropped,
+    runs of C++ stack frames (``frame #3: ...``) folded into one line; the last ``tail`` lines if given.
+
+    ``Job.logs()`` gives the raw text; this is for reading it in a notebook.
+    """
+    lines: list[str] = []
+    frames = 0
+    for raw in text.split("\n"):
+        line = next((part for part in reversed(raw.split("\r")) if part.strip()), "").strip()
+        if _STACK_FRAME.match(line) or line == "<omitting python frames>":
+            frames += 1
+            continue
+        if frames:
+            lines.append(f"    [... {frames} stack frame lines ...]")
+            frames = 0
+        if line and not _PROGRESS_BAR.search(line):
+            lines.append(line)
+    if frames:
+        lines.append(f"    [... {frames} stack frame lines ...]")
+    return "\n".join(lines[-tail:] if tail else lines)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _run_dir(run) -> Path:
+    if isinstance(run, (str, os.PathLike)):
+        return Path(run)
+    if hasattr(run, "run_dir"):
+        return Path(run.run_dir)
+    raise TypeError(f"expected a Job or a run directory, got {type(run).__name__}")
+
+
+def hosts_table(run) -> pd.DataFrame:
+    """Which node each rank ran on, from the run's ``config.json`` (``hosts``, in rank order)."""
+    hosts = _read_json(_run_dir(run) / "config.json").get("hosts")
+    if not hosts:
+        raise ValueError(f"{_run_dir(run)}: config.json has no 'hosts' yet. Fix: wait until the job has started "
+                         "(study.wait_for_event(job, 'start')).")
+    return pd.DataFrame({"rank": range(len(hosts)), "node": hosts}).set_index("rank")
+
+
+SCONTROL_FIELDS = ("JobId", "JobName", "JobState", "Reason", "NumNodes", "NodeList", "BatchHost", "RunTime",
+                   "TimeLimit", "Restarts", "ExitCode", "StdOut")
+
+
+def parse_scontrol(text: str) -> dict:
+    """``scontrol show job -o`` output (``Key=Value`` words) as a dict."""
+    return dict(word.split("=", 1) for word in text.split() if "=" in word)
+
+
+def queue_report(job) -> pd.Series:
+    """What the scheduler says about ``job``: selected fields of ``scontrol show job`` for a Slurm job,
+    the local supervisor's state for a local one."""
+    if job.backend == "slurm":
+        try:
+            shown = subprocess.run(["scontrol", "show", "job", "-o", str(job.id)], capture_output=True,
+                                   text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return pd.Series({"JobId": job.id, "error": f"scontrol could not run: {exc}"}, name=job.name)
+        fields = parse_scontrol(shown.stdout) if shown.returncode == 0 else {}
+        if not fields:
+            return pd.Series({"JobId": job.id, "error": (shown.stderr or shown.stdout).strip()}, name=job.name)
+        return pd.Series({key: fields.get(key, "") for key in SCONTROL_FIELDS}, name=job.name)
+    status = job.status()
+    spec = job.record.get("spec", {})
+    return pd.Series({"JobId": job.id, "JobName": job.name, "JobState": status["state"],
+                      "Reason": status.get("reason", ""), "NumNodes": spec.get("nodes"),
+                      "NodeList": "this machine (emulated nodes)", "ExitCode": status.get("exit_code"),
+                      "StdOut": str(job.log_path)}, name=job.name)
+
+
+# ----------------------------------------------------------- scaling study
+def measured_throughput(epoch_records: Sequence[Mapping]) -> float:
+    """Global training images/s of a run, from its ``epoch`` events.
+
+    The first epoch carries one-off costs (process start-up, allocator and cuDNN warm-up,
+    torch.compile), so with two or more epochs it is left out and the rest are averaged
+    (total images / total time, i.e. weighted by epoch time).
+    """
+    rates = [(r["images_per_sec"], r.get("epoch_time")) for r in epoch_records if r.get("images_per_sec")]
+    if not rates:
+        return math.nan
+    used = rates[1:] if len(rates) > 1 else rates
+    if all(t for _, t in used):
+        return sum(rate * t for rate, t in used) / sum(t for _, t in used)
+    return sum(rate for rate, _ in used) / len(used)
+
+
+def run_record(run) -> dict:
+    """One finished run's scaling numbers, read from its run directory (a Job or a path).
+
+    Ranks and nodes come from ``job.json`` (the resources asked for), else from ``config.json``.
+    Raises ValueError naming the run if it logged no epoch (it failed, or has not finished one).
+    """
+    run_dir = _run_dir(run)
+    config = _read_json(run_dir / "config.json")
+    spec = _read_json(run_dir / "job.json").get("spec", {})
+    events = read_metrics(run_dir)
+    epochs = [r for r in events if r.get("event") == "epoch"]
+    if not epochs:
+        raise ValueError(f"{run_dir.name}: no epoch was logged in {run_dir}, so it has no throughput or "
+                         "accuracy yet. Fix: wait for the job (job.wait()), or read job.logs() to see why it "
+                         "stopped.")
+    start = next((r for r in events if r.get("event") in ("start", "resume")), {})
+    world = config.get("world_size") or start.get("world_size") or \
+        (spec.get("nodes", 1) * spec.get("gpus_per_node", 1))
+    hosts = config.get("hosts") or start.get("hosts") or []
+    nodes = spec.get("nodes") or len(set(hosts)) or 1
+    last = epochs[-1]
+    return {
+        "name": config.get("name") or run_dir.name,
+        "gpus": int(world),
+        "nodes": int(nodes),
+        "gpus_per_node": int(spec.get("gpus_per_node") or max(1, int(world) // int(nodes))),
+        "global_batch": int(config.get("global_batch") or start.get("global_batch")
+                            or int(world) * int(config.get("batch_size", 0))),
+        "images_per_sec": measured_throughput(epochs),
+        "epochs_run": int(last.get("epoch", len(epochs))),
+        "measured_epoch_s": float(sum(r.get("epoch_time", math.nan) for r in epochs) / len(epochs)),
+        "top1": float(last.get("top1", math.nan)),
+        "top5": float(last.get("top5", math.nan)),
+        "hosts": sorted(set(hosts)),
+    }
+
+
+def projected_time_s(images_per_sec: float, epochs: float = REFERENCE_EPOCHS,
+                     dataset_images: int = IMAGENET_TRAIN_IMAGES) -> float:
+    """Seconds to train ``epochs`` epochs of ``dataset_images`` images at ``images_per_sec`` (steps only)."""
+    if not images_per_sec or images_per_sec <= 0 or math.isnan(images_per_sec):
+        return math.nan
+    return epochs * dataset_images / images_per_sec
+
+
+def collect(runs, epochs: float = REFERENCE_EPOCHS, dataset_images: int = IMAGENET_TRAIN_IMAGES) -> pd.DataFrame:
+    """One row per run, fewest GPUs first: the measured numbers plus efficiency and projections.
+
+    ``runs``: Jobs, run directories, or records already made by :func:`run_record`.
+    ``efficiency`` = (throughput per GPU) / (throughput per GPU of the smallest run): 1.0 is linear
+    scaling. ``epoch_s`` / ``time_to_train_s``: one epoch / ``epochs`` epochs of ``dataset_images``
+    images (ImageNet-1k by default) at the measured throughput, training steps only (no validation,
+    no start-up).
+    """
+    records = [dict(r) if isinstance(r, Mapping) else run_record(r) for r in runs]
+    if not records:
+        raise ValueError("collect: no runs given. Fix: pass the Jobs of a finished sweep.")
+    frame = pd.DataFrame.from_records(records).sort_values(["gpus", "nodes"], kind="stable").reset_index(drop=True)
+    per_gpu = frame["images_per_sec"] / frame["gpus"]
+    frame["efficiency"] = per_gpu / per_gpu.iloc[0]
+    frame["epoch_s"] = dataset_images / frame["images_per_sec"]
+    frame["time_to_train_s"] = [projected_time_s(v, epochs, dataset_images) for v in frame["images_per_sec"]]
+    return frame
+
+
+def _duration(seconds: float) -> str:
+    return "-" if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)) else format_duration(seconds)
+
+
+def readable(frame: pd.DataFrame, epochs: float = REFERENCE_EPOCHS, time_note: str = "projected") -> pd.DataFrame:
+    """A :func:`collect`-style frame in reference 000's table form, numbers rounded, times as 1h07m51s."""
+    label = f"{epochs:g}"
+    table = pd.DataFrame({
+        "run": frame["name"],
+        "GPUs": frame["gpus"].astype(int),
+        "nodes": frame["nodes"].astype(int),
+        "global batch": frame["global_batch"].astype(int),
+        "throughput (img/s)": frame["images_per_sec"].round(1),
+        "efficiency (%)": (100 * frame["efficiency"]).round(1),
+        f"ImageNet epoch ({time_note})": [_duration(s) for s in frame["epoch_s"]],
+        f"{label} epochs ({time_note})": [_duration(s) for s in frame["time_to_train_s"]],
+        "top-1 (%)": frame["top1"].round(1),
+        "top-5 (%)": frame["top5"].round(1),
+    })
+    return table.set_index("run")
+
+
+def scaling_table(runs, epochs: float = REFERENCE_EPOCHS, dataset_images: int = IMAGENET_TRAIN_IMAGES) -> pd.DataFrame:
+    """Reference 000's results table for finished runs: GPUs, nodes, global batch, throughput,
+    efficiency, projected ImageNet epoch and ``epochs``-epoch time, final top-1 and top-5.
+
+    Top-1/top-5 are this run's own validation numbers (on its own data set), not ImageNet's.
+    """
+    return readable(collect(runs, epochs, dataset_images), epochs)
+
+
+def reference_frame(preset: str = "hal") -> pd.DataFrame:
+    """A published scaling study (``tutorial_lib.scaling_presets``) in :func:`collect`'s columns.
+
+    Throughput: the reference's logged training img/s; ``time_to_train_s``: its published wall time
+    (validation and start-up included); efficiency from the logged throughput, like ours.
+    For ``hal`` (reference 000) top-1/top-5 are the 76% / 93% every run reached.
+    """
+    from tutorial_lib.scaling_presets import PRESETS, compare
+
+    report = compare(PRESETS[preset])
+    cluster = PRESETS[preset].model.cluster
+    rows = []
+    for row in report["rows"]:
+        rate = row["reference_logged_images_per_s"] or math.nan
+        total = row["reference_time_to_train_s"]
+        rows.append({"name": f"{preset}: {row['gpus']} GPUs", "gpus": row["gpus"], "nodes": cluster.nodes(row["gpus"]),
+                     "gpus_per_node": min(row["gpus"], cluster.gpus_per_node), "global_batch": row["global_batch"],
+                     "images_per_sec": rate, "epoch_s": total / report["epochs"], "time_to_train_s": total,
+                     "top1": REFERENCE_000_TOP1 if preset == "hal" else math.nan,
+                     "top5": REFERENCE_000_TOP5 if preset == "hal" else math.nan})
+    frame = pd.DataFrame(rows)
+    per_gpu = frame["images_per_sec"] / frame["gpus"]
+    frame["efficiency"] = per_gpu / per_gpu.iloc[0]
+    return frame
+
+
+def reference_table(preset: str = "hal") -> pd.DataFrame:
+    """:func:`reference_frame` in the same readable form as :func:`scaling_table` (times as published)."""
+    from tutorial_lib.scaling_presets import PRESETS
+
+    return readable(reference_frame(preset), PRESETS[preset].epochs, time_note="published")
+
+
+def model_comparison_text(preset: str = "hal", details: bool = False) -> str:
+    """The scaling model's table for a preset (as ``python -m tutorial_lib.scaling --preset``
+    prints it); without ``details`` only the table and the lines right below it."""
+    from tutorial_lib.scaling_presets import PRESETS, compare, render_text
+
+    text = render_text(compare(PRESETS[preset]))
+    return text if details else text.split("\n\nAssumptions")[0]
+
+
+def int_list(value) -> list[int]:
+    """A list of integers from a notebook parameter: ``[1, 2]``, ``"[1, 2]"`` or ``"1,2"`` (papermill ``-p``
+    passes text)."""
+    if isinstance(value, str):
+        value = [v for v in re.split(r"[\s,\[\]]+", value) if v]
+    elif isinstance(value, int):
+        value = [value]
+    try:
+        numbers = [int(v) for v in value]
+        if any(isinstance(v, float) and v != int(v) for v in value):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a list of integers such as [1, 2, 4], got {value!r}") from None
+    if not numbers or any(n < 1 for n in numbers):
+        raise ValueError(f"expected one or more integers >= 1, got {value!r}")
+    return numbers
+
+
+def plot_efficiency_vs_reference(results: pd.DataFrame, reference: pd.DataFrame, ax=None,
+                                 label: str = "this study", reference_label: str = "reference"):
+    """Scaling efficiency of two studies (:func:`collect` / :func:`reference_frame` frames) on one axis,
+    each against its own smallest run."""
+    from tutorial_lib import plots
+
+    ax = plots.plot_efficiency(reference["gpus"], reference["efficiency"], ax=ax, label=reference_label)
+    ax.plot(results["gpus"], 100 * results["efficiency"], marker="s", label=label)
+    ax.set_xticks(sorted(set(reference["gpus"]) | set(results["gpus"])))
+    ax.legend(fontsize="small")
+    return ax
+
+
+def accuracy_runs(runs) -> dict[str, pd.DataFrame]:
+    """``{"<GPUs> GPUs, global batch <B>": epoch events}`` for :func:`tutorial_lib.plots.plot_accuracy`."""
+    curves = {}
+    for run in runs:
+        record = run_record(run)
+        gpus, nodes = record["gpus"], record["nodes"]
+        label = (f"{gpus} GPU{'s' if gpus > 1 else ''} on {nodes} node{'s' if nodes > 1 else ''}, "
+                 f"batch {record['global_batch']}")
+        curves[label] = pd.DataFrame([r for r in read_metrics(_run_dir(run)) if r.get("event") == "epoch"])
+    return curves
