@@ -53,7 +53,7 @@ stage_env() {
     nvidia-smi || echo "(no nvidia-smi here)"
     "$PYTHON" -c 'import torch, torchvision; print("torch", torch.__version__, "CUDA", torch.version.cuda,
         "cuDNN", torch.backends.cudnn.version(), "torchvision", torchvision.__version__)'
-    bench matmul --device cuda --out "$RESULTS/gpu_env.jsonl"
+    bench matmul --device cuda --dtype bfloat16,float16,float32 --out "$RESULTS/gpu_env.jsonl"
 }
 stage_precision() {
     train gpu_precision.jsonl --batch-size "$BATCH" --precision fp32,tf32,fp16,bf16 --channels-last off,on
@@ -70,7 +70,7 @@ stage_autotune() {
 }
 stage_data() {
     bench data --device cuda --data-dir "$DATA_DIR" --classes 100 --per-class 150 --workers "$worker_list" \
-        --batch-size "$BATCH" --image-size "$IMAGE" --batches 20 --read-threads "$cpus" \
+        --batch-size "$BATCH" --image-size "$IMAGE" --batches 64 --read-threads "$cpus" \
         --out "$RESULTS/gpu_data.jsonl"
 }
 stage_e2e() {

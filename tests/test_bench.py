@@ -1,0 +1,196 @@
+"""The benchmark commands (``python -m tutorial_lib.bench ...``) on the CPU at tiny sizes.
+
+Only the shape of the JSON lines is checked (keys, statuses, units that must hold on any machine),
+never a speed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT, subprocess_env
+from tutorial_lib import bench, bench_data
+
+ENV_KEYS = {"device", "device_name", "cpu_model", "cpus", "hostname", "python", "torch", "torchvision", "cuda",
+            "driver"}
+TRAIN_SETTINGS = {"arch", "precision", "channels_last", "compile", "batch_size", "image_size", "steps", "warmup",
+                  "windows", "num_classes", "device"}
+TRAIN_RESULTS = {"images_per_sec", "step_time_ms", "window_images_per_sec", "peak_memory_bytes",
+                 "training_memory_bytes", "peak_memory_source", "flops_per_image", "flops_method",
+                 "achieved_tflops", "matmul_tflops", "matmul_dtype", "fraction_of_matmul", "timer", "final_loss"}
+TINY = ["--device", "cpu", "--quiet"]
+
+
+def lines(path: Path) -> list[dict]:
+    """Every line of a JSON-lines file, parsed (fails on a malformed line)."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def check_common(record: dict, kind: str) -> None:
+    assert record["kind"] == kind
+    assert record["status"] in ("ok", "skipped", "error")
+    assert ENV_KEYS <= set(record["env"]), sorted(ENV_KEYS - set(record["env"]))
+    assert isinstance(record["timestamp"], float)
+    if record["status"] != "ok":
+        assert record["reason"]
+
+
+@pytest.fixture(scope="module")
+def fake_set(tmp_path_factory) -> Path:
+    """A small generated ImageNet-layout set: 2 classes x 6 training images of 96x72 pixels."""
+    return bench_data.make_fake_imagenet(tmp_path_factory.mktemp("fake") / "imagenet", classes=2, per_class=6,
+                                         size=(96, 72))
+
+
+def test_train_measures_and_skips_with_reasons(tmp_path):
+    out = tmp_path / "train.jsonl"
+    # fp32 runs in a fresh child process (--isolate yes: the notebook's path); fp16 is skipped on the CPU
+    assert bench.main(["train", *TINY, "--arch", "resnet18", "--precision", "fp32,fp16", "--channels-last", "on",
+                       "--image-size", "32", "--batch-size", "4", "--steps", "2", "--warmup", "1", "--windows", "2",
+                       "--isolate", "yes", "--out", str(out)]) == 0
+    fp32, fp16 = lines(out)
+    for record in (fp32, fp16):
+        check_common(record, "train")
+        assert TRAIN_SETTINGS <= set(record)
+    assert fp32["status"] == "ok", fp32.get("reason")
+    assert TRAIN_RESULTS <= set(fp32), sorted(TRAIN_RESULTS - set(fp32))
+    assert fp32["isolated"] is True and fp32["channels_last"] is True and fp32["timer"] == "time.perf_counter"
+    assert fp32["images_per_sec"] > 0 and fp32["peak_memory_bytes"] > 0 and len(fp32["window_images_per_sec"]) == 2
+    assert fp32["achieved_tflops"] == pytest.approx(fp32["flops_per_image"] * fp32["images_per_sec"] / 1e12)
+    assert fp16["status"] == "skipped" and "GPU" in fp16["reason"]
+
+
+def test_flop_count_matches_the_published_resnet50_figure():
+    # ResNet-50 at 224 px: about 4.1 G multiply-adds forward, so about 24.5 GFLOP per trained image
+    assert bench.train_flops_per_image("resnet50", 224) == pytest.approx(24.5e9, rel=0.03)
+
+
+def test_unsupported_settings_are_reported_not_raised():
+    assert bench.precision_support("bf16", "cpu") is None
+    assert "GPU" in bench.precision_support("tf32", "cpu")
+    assert "CUDA graphs" in bench.compile_support("reduce-overhead", "cpu")
+    record = bench.measure_training("resnet18", "fp16", False, 2, 32, 1, 0, "none", "cpu")
+    assert record["status"] == "skipped" and record["precision"] == "fp16"
+
+
+def test_fake_imagenet_is_realistic_and_idempotent(tmp_path):
+    root = bench_data.make_fake_imagenet(tmp_path / "fake", classes=1, per_class=2)
+    files = sorted((root / "train" / "n00000000").glob("*.JPEG"))
+    assert len(files) == 2 and len(list((root / "val").rglob("*.JPEG"))) == 1
+    from PIL import Image
+
+    assert Image.open(files[0]).size == (500, 375)
+    assert all(60e3 < f.stat().st_size < 200e3 for f in files)  # ImageNet's JPEGs average about 110 KB
+    before = [f.stat().st_mtime_ns for f in files]
+    assert bench_data.make_fake_imagenet(tmp_path / "fake", classes=1, per_class=2) == root
+    assert [f.stat().st_mtime_ns for f in files] == before
+    bench_data.make_fake_imagenet(tmp_path / "fake", classes=1, per_class=3)
+    assert len(list((root / "train").rglob("*.JPEG"))) == 3
+
+
+def test_a_real_data_set_is_never_replaced(tmp_path, fake_set):
+    from tutorial_lib.data import DataError
+
+    real = tmp_path / "imagenet"
+    (real / "train" / "n01").mkdir(parents=True)
+    (real / "val" / "n01").mkdir(parents=True)
+    keep = real / "train" / "n01" / "a.JPEG"
+    keep.write_bytes((fake_set / "train" / "n00000000" / "n00000000_0.JPEG").read_bytes())
+    with pytest.raises(DataError, match="refusing"):
+        bench_data.make_fake_imagenet(real, classes=1, per_class=1, size=(32, 32))
+    assert bench_data.prepare_fake_imagenet(real, classes=1, per_class=1, size=(32, 32)) == real
+    assert keep.is_file() and not (real / bench_data.FAKE_MARKER).exists()
+
+
+def test_data_command_cpu_workers_and_skipped_gpu_decode(tmp_path, fake_set):
+    out = tmp_path / "data.jsonl"
+    assert bench.main(["data", *TINY, "--data-dir", str(fake_set), "--workers", "0,1", "--batch-size", "2",
+                       "--image-size", "32", "--batches", "2", "--gpu-decode", "auto", "--out", str(out)]) == 0
+    records = lines(out)
+    assert [r["pipeline"] for r in records] == ["cpu-dataloader", "cpu-dataloader", "gpu-decode"]
+    for record in records:
+        check_common(record, "data")
+    for record, workers in zip(records[:2], (0, 1), strict=True):
+        assert record["status"] == "ok" and record["workers"] == workers
+        for key in ("images_per_sec", "mb_per_sec", "decode_ms_per_image", "read_ms_per_image",
+                    "augment_ms_per_image", "startup_s"):
+            assert record[key] > 0, key
+    if not bench.torch.cuda.is_available():
+        assert records[2]["status"] == "skipped"
+
+
+def test_gpu_decode_code_path_runs_on_the_cpu(fake_set):
+    record = bench_data.measure_gpu_decode(fake_set, batch_size=2, image_size=24, batches=2, device="cpu")
+    assert record["status"] == "ok" and record["pipeline"] == "torchvision-decode-cpu"
+    assert record["output_shape"] == [2, 3, 24, 24] and record["images_per_sec"] > 0
+
+
+def test_e2e_command_trains_from_jpeg_files(tmp_path, fake_set):
+    out = tmp_path / "e2e.jsonl"
+    assert bench.main(["e2e", *TINY, "--data-dir", str(fake_set), "--arch", "resnet18", "--workers", "0",
+                       "--batch-size", "2", "--image-size", "32", "--steps", "2", "--warmup", "1",
+                       "--out", str(out)]) == 0
+    (record,) = lines(out)
+    check_common(record, "e2e")
+    assert record["status"] == "ok", record.get("reason")
+    assert record["num_classes"] == 2 and record["workers"] == 0 and record["precision"] == "fp32"
+    assert record["images_per_sec"] > 0 and record["synthetic_images_per_sec"] > 0
+    assert 0 <= record["data_wait_fraction"] <= 1
+
+
+def test_allreduce_under_torchrun_feeds_the_scaling_model(tmp_path):
+    out = tmp_path / "allreduce.jsonl"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "-m", "tutorial_lib.bench", "allreduce", "--quiet", "--sizes", "4K,256K", "--iters", "3",
+               "--warmup", "1", "--out", str(out)]
+    result = subprocess.run(command, env=subprocess_env(), cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (record,) = lines(out)  # only rank 0 writes
+    check_common(record, "allreduce")
+    assert record["backend"] == "gloo" and record["world_size"] == 2 and record["nodes"] == 1
+    assert [r["bytes"] for r in record["results"]] == [4096, 262144]
+    for row in record["results"]:
+        assert row["seconds"] > 0
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * (2 - 1) / 2)
+    from tutorial_lib.scaling import load_allreduce_samples
+
+    gpus, samples = load_allreduce_samples(record)
+    assert gpus == 2 and len(samples) == 2
+
+
+def test_table_renders_every_kind(tmp_path, capsys):
+    path = tmp_path / "results.jsonl"
+    env = bench.environment("cpu")
+    bench.append_records(path, [
+        {"kind": "train", "status": "skipped", "reason": "fp16 needs a GPU", "arch": "resnet50", "precision": "fp16",
+         "channels_last": True, "compile": "none", "batch_size": 256, "image_size": 224, "env": env},
+        {"kind": "allreduce", "status": "ok", "backend": "gloo", "world_size": 2, "nodes": 1, "env": env,
+         "results": [{"bytes": 4096, "seconds": 1e-4, "algbw_GBps": 0.04, "busbw_GBps": 0.04}]}])
+    assert bench.main(["matmul", *TINY, "--dtype", "float32", "--out", str(path)]) == 0
+    (matmul,) = bench.read_records(path, "matmul")
+    check_common(matmul, "matmul")
+    assert matmul["matmul_dtype"] == "float32" and matmul["matmul_tflops"] > 0
+    assert bench.main(["table", str(path), "--out", str(tmp_path / "table.md")]) == 0
+    text = (tmp_path / "table.md").read_text()
+    assert "### train" in text and "### allreduce" in text and "### matmul" in text
+    assert "skipped: fp16 needs a GPU" in text
+    assert "| gloo | 2 | 1 | 4 KiB |" in text
+    assert text in capsys.readouterr().out
+
+
+def test_number_formats_and_loss_scaling_demo():
+    formats = bench.number_formats()
+    assert formats.loc["fp16", "largest"] == "6.55e+04" and formats.loc["bf16", "largest"] == "3.39e+38"
+    demo = bench.underflow_demo(1e-8, 65536)
+    assert demo.loc["fp16", "stored"] == "0" and demo.loc["bf16", "stored"] != "0"
+    assert demo.loc["fp16"].iloc[-1] != "0"  # scaled up, the gradient survives fp16
+
+
+def test_parse_size():
+    assert [bench.parse_size(v) for v in ("4K", "1M", "2G", "512", "1.5KB")] == [4096, 1 << 20, 2 << 30, 512, 1536]
