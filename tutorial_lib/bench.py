@@ -458,21 +458,24 @@ def sweep_training(archs=None, precisions=None, channels_last=None, compile_mode
 
 # --------------------------------------------------------------------------- all-reduce
 def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, warmup: int | None = None,
-                      dtype: str = "float32") -> dict | None:
+                      dtype: str = "float32", device: str = "auto") -> dict | None:
     """All-reduce time and bandwidth per message size, across the ranks of this torchrun job.
 
     Call it in every rank (joins the process group from torchrun's environment: nccl on GPUs,
     gloo on the CPU). Returns the record on rank 0 and None elsewhere. ``results`` lists
     ``{"bytes", "seconds", "algbw_GBps", "busbw_GBps"}`` with busbw = algbw x 2(n-1)/n (nccl-tests);
-    the time is the slowest rank's mean over ``iters`` calls.
+    the time is the slowest rank's mean over ``iters`` calls. ``device="auto"`` uses the GPUs when
+    every local rank has one, else the CPU (gloo), so two ranks can measure on a one-GPU machine.
     """
     import torch.distributed as dist
 
     from tutorial_lib import distributed as dist_utils
     from tutorial_lib.scaling import bus_bandwidth_bytes_s
 
-    _, world, local_rank, _ = dist_utils.env_rank_info()
-    device = dist_utils.pick_device("auto", local_rank)
+    _, world, local_rank, local_world = dist_utils.env_rank_info()
+    if device == "auto" and torch.cuda.is_available() and local_world > torch.cuda.device_count():
+        device = "cpu"
+    device = dist_utils.pick_device(device, local_rank)
     d = defaults(device)
     sizes, iters = sizes or d["allreduce_sizes"], iters or d["allreduce_iters"]
     warmup = d["allreduce_warmup"] if warmup is None else warmup
@@ -832,7 +835,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         return 0
     if args.command == "allreduce":
-        record = measure_allreduce(args.sizes, args.iters, args.warmup, args.dtype)
+        record = measure_allreduce(args.sizes, args.iters, args.warmup, args.dtype, args.device)
         if record is not None:
             _emit([record], args)
         return 0
