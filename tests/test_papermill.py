@@ -1,0 +1,30 @@
+"""The course runs unattended with non-default parameters (papermill), as an instructor would rerun it."""
+
+from __future__ import annotations
+
+import json
+
+import papermill
+import pytest
+
+from tutorial_lib import course
+
+pytestmark = pytest.mark.notebooks
+
+
+def test_ddp_notebook_with_other_model_batch_and_epochs(tmp_path):
+    notebook = next(p for p in course.notebooks(["03"]))
+    params = {"arch": "resnet34", "batch_size": 16, "epochs": 1, "max_steps_per_epoch": 4, "exact_steps": 4,
+              "backend": "local", "output_root": str(tmp_path / "runs")}
+    executed = tmp_path / notebook.name
+    papermill.execute_notebook(str(notebook), str(executed), parameters=params, cwd=str(course.REPO_ROOT),
+                               progress_bar=False)
+    runs = sorted((tmp_path / "runs").glob("*/config.json"))
+    assert runs, "the notebook started no job under the given output_root"
+    configs = [json.loads(p.read_text()) for p in runs]
+    assert all(c["arch"] == "resnet34" for c in configs)
+    ddp = [c for c in configs if c["batch_size"] == 16 and c["epochs"] == 1]
+    assert ddp, [(c["name"], c["batch_size"], c["epochs"]) for c in configs]
+    cells = json.loads(executed.read_text())["cells"]
+    injected = [c for c in cells if "injected-parameters" in c["metadata"].get("tags", [])]
+    assert len(injected) == 1 and 'arch = "resnet34"' in "".join(injected[0]["source"])
