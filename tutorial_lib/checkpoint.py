@@ -36,6 +36,19 @@ def save_atomic(state: dict, path: str | os.PathLike) -> Path:
     return path
 
 
+def remove_stale_temp_files(path: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files that saves of ``path`` killed mid-write (SIGKILL, node failure) left.
+
+    Only call it while no save of ``path`` can be running (the trainer does, holding the run lock).
+    Returns the removed paths.
+    """
+    path = Path(path)
+    stale = sorted(path.parent.glob(f".{path.name}.*.tmp"))
+    for tmp in stale:
+        tmp.unlink(missing_ok=True)
+    return stale
+
+
 def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict | None:
     """The checkpoint at ``path``, or None if there is none."""
     path = Path(path)

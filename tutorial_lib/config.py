@@ -232,12 +232,30 @@ def validate_name(value: str, what: str = "name") -> str:
     return value
 
 
+def _check_type(name: str, value) -> None:
+    """Refuse a value of the wrong type (a TrainConfig built directly or with dataclasses.replace)."""
+    kind = _field_type(name)
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif kind == list[int]:
+        ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    else:
+        ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+    if not ok:
+        pretty = getattr(kind, "__name__", str(kind))
+        _fail(name, f"expected {pretty}, got {value!r} ({type(value).__name__})",
+              f"pass a {pretty}, e.g. {name}={getattr(TrainConfig(), name)!r} (make_config() and the command "
+              "line convert text for you)")
+
+
 def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | None = None) -> TrainConfig:
     """Check every field; raise ConfigError naming the first bad one and its fix.
 
     ``check_paths`` looks at the data directory (skip it when submitting a job whose data lives
     only on the cluster). ``cuda_available`` defaults to asking torch.
     """
+    for f in dataclasses.fields(TrainConfig):
+        _check_type(f.name, getattr(cfg, f.name))
     validate_name(cfg.name)
     positive = ("epochs", "batch_size", "image_size", "lr_reference_batch", "log_every",
                 "bucket_cap_mb", "synthetic_images")

@@ -80,6 +80,9 @@ class Supervisor:
             write_state(self.run_dir, "CANCELLED", exit_code=None)
             return 0
         limit = time_limit_seconds(self.record["time"])
+        # The trainer honours a STOP file that exists when it starts (a launcher's request), so a stale
+        # one from an earlier run (e.g. our own time-limit stop) is removed here, as train.sbatch does.
+        (self.run_dir / "STOP").unlink(missing_ok=True)
         log = open(self.run_dir / "job.log", "ab", buffering=0)
         env = {**os.environ, **self.record.get("env", {})}
         for command in self.record["commands"]:

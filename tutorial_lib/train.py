@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from tutorial_lib import distributed as dist_utils
-from tutorial_lib.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_atomic
+from tutorial_lib.checkpoint import CHECKPOINT_FILE, load_checkpoint, remove_stale_temp_files, save_atomic
 from tutorial_lib.config import TrainConfig, config_from_args, derived, validate
 from tutorial_lib.data import Batch, build_loaders, prepare_dataset
 from tutorial_lib.metrics import MetricsWriter, ThroughputMeter
@@ -74,6 +74,16 @@ class StopRequest:
             self.reason = "STOP file"
             return True
         return self.signalled
+
+
+def launcher_owns_stop_file(run_dir: Path) -> bool:
+    """True when a launcher (train.sbatch, the local supervisor) manages ``run_dir/STOP``.
+
+    It clears a stale file before starting the ranks, so a STOP present now is this run's request
+    (e.g. Slurm's warning signal arrived while the ranks were still starting): honour it, never delete it.
+    """
+    owned = os.environ.get("TUTORIAL_STOP_FILE")
+    return bool(owned) and Path(owned).resolve() == (Path(run_dir) / STOP_FILE).resolve()
 
 
 @dataclass
@@ -189,7 +199,10 @@ class Trainer:
         if self.main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.lock.acquire()
-            (self.run_dir / STOP_FILE).unlink(missing_ok=True)
+            if not launcher_owns_stop_file(self.run_dir):  # a STOP left by an earlier run of ours
+                (self.run_dir / STOP_FILE).unlink(missing_ok=True)
+            if remove_stale_temp_files(self.run_dir / CHECKPOINT_FILE):  # safe: we hold the lock
+                print("removed the temporary file of a checkpoint save that was interrupted", flush=True)
         if info.local_rank == 0:
             prepare_dataset(cfg)
         dist_utils.barrier(info)
@@ -358,13 +371,15 @@ class Trainer:
             progress.epoch += 1
             progress.step_in_epoch = 0
             progress.best_top1 = max(progress.best_top1, summary["top1"])
-            record = self.metrics.write("epoch", epoch=progress.epoch, lr=self.optimizer.param_groups[0]["lr"],
-                                        **summary)
+            record = {"epoch": progress.epoch, "lr": self.optimizer.param_groups[0]["lr"], **summary}
             progress.history.append({k: record[k] for k in ("epoch", "top1", "top5", "train_loss")})
+            # Checkpoint first, then log: a crash while saving repeats this epoch after the resume,
+            # and its `epoch` event is still written exactly once.
+            self.save_checkpoint()
+            self.metrics.write("epoch", **record)
             self._say(f"epoch {progress.epoch}/{cfg.epochs}: train loss {summary['train_loss']:.3f}  "
                       f"val loss {summary['val_loss']:.3f}  top-1 {summary['top1']:.1f}%  "
                       f"top-5 {summary['top5']:.1f}%  {summary['images_per_sec']:.0f} img/s")
-            self.save_checkpoint()
             epochs_now += 1
             stop_now = self._agree_to_stop(torch.zeros(()), 0)[1]
             if progress.epoch < cfg.epochs and (stop_now or epochs_now == cfg.stop_after_epochs):
@@ -418,7 +433,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_from_args(argv)
         train(cfg)
     except (ConfigError, DataError, RunLockedError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        message = str(exc)
+        if "Original Traceback" in message:  # re-raised by a DataLoader worker: keep the worker's own message
+            message = message.rstrip().splitlines()[-1].split(": ", 1)[-1]
+        print(f"error: {message}", file=sys.stderr)
         return 2
     return 0
 

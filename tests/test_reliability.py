@@ -1,0 +1,409 @@
+"""Reliability: time limits and preemption, killed ranks, interrupted saves and two jobs on one run directory.
+
+Each test makes a real fault happen to real processes (Slurm's warning signal and requeue, SIGKILL of a
+rank, SIGKILL in the middle of a checkpoint save, a second trainer) and checks that no finished work is
+lost: the run resumes from its last checkpoint and ends where an uninterrupted run ends.
+
+The time-limit job is submitted by the first test and finishes in the background while the other tests run;
+the last test of the module checks it (this keeps the module to a few minutes on a loaded 2-core machine).
+Measurements are printed (``pytest -s``); the README's Reliability section quotes them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import REPO_ROOT, subprocess_env
+from tutorial_lib import jobs
+from tutorial_lib.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from tutorial_lib.metrics import METRICS_FILE
+from tutorial_lib.run_lock import LOCK_FILE
+from tutorial_lib.train import STOP_FILE
+
+TINY = dict(image_size=16, batch_size=16, log_every=1)  # log_every 1: stop requests are honoured after any step
+DETECT_BOUND_S = 90  # generous: measured 5-15 s on a loaded 2-core machine
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+@pytest.fixture(scope="module")
+def slurm():
+    """The emulated (or a real) Slurm cluster; in CI (TUTORIAL_REQUIRE_SLURM=1) its absence fails."""
+    ok, why = jobs.slurm_available()
+    if not ok:
+        if os.environ.get("TUTORIAL_REQUIRE_SLURM"):
+            pytest.fail(f"Slurm is required here (TUTORIAL_REQUIRE_SLURM is set) but not usable: {why}")
+        pytest.skip(f"no Slurm cluster: {why}. Start one with `make slurm-up` (root, Debian slurm-wlm).")
+    return "slurm"
+
+
+@pytest.fixture(params=["local", "slurm"])
+def backend(request):
+    """Each test runs once per backend."""
+    return request.getfixturevalue("slurm") if request.param == "slurm" else "local"
+
+
+def scontrol(job_id: str) -> dict:
+    """``scontrol show job -o`` as a dict (JobState, Restarts, ExitCode, TimeLimit...)."""
+    shown = subprocess.run(["scontrol", "show", "job", "-o", str(job_id)], capture_output=True, text=True, timeout=30)
+    return dict(part.split("=", 1) for part in shown.stdout.split() if "=" in part)
+
+
+def events(run_dir: Path, kind: str | None = None) -> list[dict]:
+    from tutorial_lib.metrics import read_metrics
+
+    return [r for r in read_metrics(run_dir) if kind is None or r["event"] == kind]
+
+
+def wait_until(predicate, timeout: float, what: str, job=None, poll: float = 0.3):
+    """Poll ``predicate`` until it returns something truthy; fail (with the job's log) after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if job is not None and job.done():
+            pytest.fail(f"job ended {job.state} while waiting for {what}:\n{job.logs(tail=30)}")
+        time.sleep(poll)
+    pytest.fail(f"no {what} within {timeout} s" + (f":\n{job.logs(tail=30)}" if job is not None else ""))
+
+
+def rank_pids(run_name: str) -> dict[int, int]:
+    """{rank: pid} of a run's training processes: torchrun's children whose command has ``--name run_name``."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            words = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent_words = Path(f"/proc/{parent}/cmdline").read_bytes().decode(errors="replace").split("\0")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ("tutorial_lib.train" in words and "--name" in words and words[words.index("--name") + 1] == run_name
+                and "torch.distributed.run" not in words and "torch.distributed.run" in parent_words):
+            rank = next((int(e[5:]) for e in environ if e.startswith(b"RANK=")), None)
+            found[rank] = int(proc.name)
+    return found
+
+
+def checkpoint_progress(run_dir: Path) -> tuple[int, int, int]:
+    progress = load_checkpoint(run_dir / CHECKPOINT_FILE)["progress"]
+    return progress["epoch"], progress["step_in_epoch"], progress["global_step"]
+
+
+def position(event: dict) -> tuple[int, int, int]:
+    return event["epoch"], event["step_in_epoch"], event["global_step"]
+
+
+def assert_each_epoch_once(run_dir: Path, epochs: int) -> None:
+    assert [e["epoch"] for e in events(run_dir, "epoch")] == list(range(1, epochs + 1))
+    assert len(events(run_dir, "end")) == 1 and (run_dir / "DONE").is_file()
+
+
+def trainer_step_seconds(runs) -> float:
+    """Median time of one step of the real trainer here and now, on one thread as a job's rank runs."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runs.in_process(runs.config("calibration", epochs=1, max_steps_per_epoch=12, checkpoint=False, **TINY))
+    finally:
+        torch.set_num_threads(threads)
+    times = [e["time"] for e in events(runs.run_dir("calibration"), "step")]
+    gaps = sorted(later - earlier for earlier, later in zip(times, times[1:], strict=False))
+    return gaps[len(gaps) // 2]
+
+
+# ------------------------------------------------------------------ 1. time limits, preemption and requeue
+TIME_LIMIT = "2"  # minutes
+WARNING_S = 85  # --signal=B:USR1@85: slurmctld checks every 30 s, so the signal comes 5-35 s after the start
+WORK_S = 60  # training time (at the rate measured just before) > what two runs of < 35 s minus start-up can do
+MIN_EPOCHS = 12  # 1,068 steps: > two such runs even if the machine gets much faster after the measurement
+
+
+class SlurmWatch:
+    """Follows a Slurm job from two threads: one blocks in ``Job.wait()``, one records every state change.
+
+    Once the job has been requeued twice its time limit is raised, so the third run finishes the work
+    instead of being requeued again and again (which only makes the test longer, not stronger).
+    """
+
+    def __init__(self, job, extend_after: int = 2):
+        self.job, self.extend_after = job, extend_after
+        self.history: list[tuple[float, str, str, int]] = []  # (time, Job.state, JobState, Restarts)
+        self.extended_at: float | None = None
+        self.outcome: dict = {}
+        self.done = threading.Event()
+        self.waiter = threading.Thread(target=self._wait, daemon=True)
+        self.poller = threading.Thread(target=self._poll, daemon=True)
+        self.waiter.start()
+        self.poller.start()
+
+    def _wait(self) -> None:
+        try:
+            self.outcome["state"] = self.job.wait(timeout=600, poll=1.0)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.outcome["error"] = exc
+        self.outcome["returned"] = time.time()
+        self.done.set()
+
+    def _poll(self) -> None:
+        while not self.done.is_set():
+            fields, status = scontrol(self.job.id), self.job.status()
+            entry = (status["state"], fields.get("JobState", "?"), int(fields.get("Restarts", 0)))
+            if not self.history or self.history[-1][1:] != entry:
+                self.history.append((time.time(), *entry))
+            if entry[2] >= self.extend_after and self.extended_at is None:
+                update = subprocess.run(["scontrol", "update", f"JobId={self.job.id}", "TimeLimit=15"],
+                                        capture_output=True, text=True, timeout=30)
+                self.extended_at = time.time()
+                self.outcome["extend"] = (update.returncode, update.stderr.strip())
+            time.sleep(1.0)
+
+
+@pytest.fixture(scope="module")
+def time_limited(make_runs, slurm):
+    """A Slurm job whose work outlasts its time limit, plus the same run straight through (local backend)."""
+    runs = make_runs()
+    step_s = trainer_step_seconds(runs)
+    per_epoch_s = 89 * step_s  # digits: 1,438 training images = 89 batches of 16
+    epochs = max(MIN_EPOCHS, math.ceil(WORK_S / per_epoch_s))
+    settings = dict(TINY, epochs=epochs)
+    job = jobs.submit(runs.config("preempted", **settings), backend="slurm", time=TIME_LIMIT,
+                      sbatch_options=[f"--signal=B:USR1@{WARNING_S}"], verbose=False)
+    watch = SlurmWatch(job)
+    reference = jobs.submit(runs.config("straight", **settings), backend="local", verbose=False)
+    yield {"job": job, "watch": watch, "reference": reference, "epochs": epochs, "runs": runs,
+           "submitted": time.time(), "step_s": step_s}
+    for handle in (job, reference):
+        if not handle.done():
+            handle.cancel()
+
+
+@pytest.mark.slurm
+def test_time_limited_job_is_submitted_with_an_early_warning(time_limited):
+    fields = scontrol(time_limited["job"].id)
+    assert fields["TimeLimit"] == "00:02:00"
+    assert fields["Requeue"] == "1"  # train.sbatch's --requeue: the job may go back to the queue
+    assert time_limited["job"].state in ("PENDING", "RUNNING", "COMPLETED")
+
+
+# ------------------------------------------------------------------------------------- 2. killed ranks
+def _kill_rank_mid_epoch(job, name: str, rank: int) -> dict:
+    """SIGKILL ``rank`` five steps into epoch 2 (epoch 1 is checkpointed); measure how the job ends."""
+    wait_until(lambda: any(e["step"] >= 25 for e in events(job.run_dir, "step")), 240, "step 25", job)
+    victim = wait_until(lambda: rank_pids(name).get(rank), 30, f"rank {rank}'s process", job)
+    killed, killed_at = time.monotonic(), time.time()
+    os.kill(victim, signal.SIGKILL)
+    while not job.done() and time.monotonic() - killed < 300:
+        time.sleep(0.2)
+    detect = time.monotonic() - killed
+    last_step = max(e["step"] for e in events(job.run_dir, "step") if e["time"] < killed_at)
+    print(f"\n[{job.backend}] rank {rank} of 2 SIGKILLed after global step {last_step}: job {job.state} "
+          f"{detect:.1f} s later; work lost {last_step - 20} steps (those since the epoch-1 checkpoint)")
+    return {"detect_s": detect, "killed_at": killed_at, "pid": victim, "state": job.state}
+
+
+def test_killed_rank_fails_the_job_fast_and_resubmission_resumes(runs, backend):
+    """Locally rank 1 dies (rank 0 then waits for it in an all-reduce); under Slurm rank 0, the lock holder."""
+    rank = 0 if backend == "slurm" else 1
+    name = f"kill-{backend}"
+    cfg = runs.config(name, epochs=2, max_steps_per_epoch=20, **TINY)
+    job = jobs.submit(cfg, backend=backend, gpus_per_node=2, verbose=False)
+    run_dir = job.run_dir
+    outcome = _kill_rank_mid_epoch(job, name, rank)
+    assert outcome["state"] == "FAILED", job.explain()
+    assert outcome["detect_s"] < DETECT_BOUND_S  # ended, not hanging in a collective
+    wait_until(lambda: not rank_pids(name), 30, "the surviving rank to exit")
+    assert checkpoint_progress(run_dir) == (1, 0, 20)  # the epoch-1 checkpoint survived the crash
+    if rank == 0:  # the killed rank 0 could not release the run lock: the next job must take it over
+        lock = json.loads((run_dir / LOCK_FILE).read_text())
+        assert (lock["pid"], lock["slurm_job_id"]) == (outcome["pid"], job.id)
+
+    again = jobs.submit(cfg, backend=backend, gpus_per_node=2, verbose=False)  # the same run directory
+    assert again.wait(timeout=300) == "COMPLETED", again.explain()
+    resume, = events(run_dir, "resume")
+    assert position(resume) == (1, 0, 20)  # exactly where the last complete checkpoint was
+    assert_each_epoch_once(run_dir, epochs=2)
+    assert events(run_dir, "end")[0]["global_step"] == 40 and len(events(run_dir, "start")) == 1
+
+
+def test_max_restarts_recovers_a_killed_rank_by_itself(runs):
+    name = "kill-restart"
+    cfg = runs.config(name, epochs=2, max_steps_per_epoch=20, **TINY)
+    runs.run_dir(name).mkdir(parents=True)
+    (runs.run_dir(name) / STOP_FILE).touch()  # stale, from an earlier run: the launcher must clear it
+    job = jobs.submit(cfg, backend="local", gpus_per_node=2, max_restarts=1, verbose=False)
+    outcome = _kill_rank_mid_epoch(job, name, rank=1)
+    assert outcome["state"] == "COMPLETED", job.explain()  # torchrun restarted both ranks
+    resume, = events(job.run_dir, "resume")
+    assert position(resume) == (1, 0, 20)  # ...and they resumed from the checkpoint
+    print(f"  restarted ranks resumed {resume['time'] - outcome['killed_at']:.1f} s after the kill")
+    assert resume["time"] - outcome["killed_at"] < DETECT_BOUND_S + 60  # detect, restart, start up, resume
+    assert not events(job.run_dir, "stop")
+    assert_each_epoch_once(job.run_dir, epochs=2)
+    assert events(job.run_dir, "end")[0]["global_step"] == 40 and len(events(job.run_dir, "start")) == 1
+
+
+# ------------------------------------------------------------------------------ 3. interrupted checkpoint
+SAVE_HANGS = """
+import sys, time, torch
+real_save, calls = torch.save, []
+
+def save_then_hang(obj, handle, *args, **kwargs):  # the 2nd checkpoint: half written, then killed
+    calls.append(1)
+    if len(calls) == 2:
+        handle.write(b"PK\\x03\\x04" + bytes(1 << 20))
+        handle.flush()
+        print("SAVING", flush=True)
+        time.sleep(3600)
+    return real_save(obj, handle, *args, **kwargs)
+
+torch.save = save_then_hang
+from tutorial_lib.train import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_kill_during_checkpoint_save_keeps_the_previous_checkpoint(runs):
+    flags = runs.flags("save-killed", epochs=2, max_steps_per_epoch=4, **TINY)
+    run_dir = runs.run_dir("save-killed")
+    trainer = subprocess.Popen([sys.executable, "-c", SAVE_HANGS, *flags], env=subprocess_env(), cwd=REPO_ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = []
+        for line in trainer.stdout:  # blocks until the trainer is inside the second save
+            lines.append(line)
+            if line.strip() == "SAVING":
+                break
+        assert lines and lines[-1].strip() == "SAVING", "".join(lines)
+        temp, = run_dir.glob(f".{CHECKPOINT_FILE}.*.tmp")
+        assert temp.stat().st_size > 1 << 20  # really in the middle of writing
+        trainer.kill()
+    finally:
+        trainer.kill()
+        trainer.wait()
+
+    assert checkpoint_progress(run_dir) == (1, 0, 4)  # the epoch-1 checkpoint still loads
+    assert [e["epoch"] for e in events(run_dir, "epoch")] == [1]  # epoch 2 is logged only once saved
+    assert (run_dir / LOCK_FILE).exists()  # left by the killed trainer: stale, taken over below
+    with open(run_dir / METRICS_FILE, "a") as handle:  # and a torn last line, as from a writer killed mid-line
+        handle.write('{"event": "step", "epo')
+
+    again = runs.module(flags)
+    assert again.returncode == 0, again.stderr
+    assert "removed the temporary file of a checkpoint save that was interrupted" in again.stdout
+    assert not list(run_dir.glob("*.tmp")) and not list(run_dir.glob(".*.tmp"))  # no temp files remain
+    resume, = events(run_dir, "resume")
+    assert position(resume) == (1, 0, 4)  # work lost: epoch 2 (4 steps), redone
+    assert_each_epoch_once(run_dir, epochs=2)
+    for line in (run_dir / METRICS_FILE).read_text().splitlines():
+        json.loads(line)  # the torn line was dropped, every line is whole
+    assert checkpoint_progress(run_dir) == (2, 0, 8)
+
+
+# --------------------------------------------------------------------------- 4. two trainers, one run dir
+def test_second_trainer_on_a_live_run_directory_is_refused(runs):
+    flags = runs.flags("busy", epochs=50, **TINY)
+    run_dir = runs.run_dir("busy")
+    first = subprocess.Popen([sys.executable, "-m", "tutorial_lib.train", *flags], env=subprocess_env(),
+                             cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: events(run_dir, "step"), 120, "the first trainer's first step")
+        second = runs.module(flags)
+        assert second.returncode == 2, second.stderr
+        assert f"in use by pid {first.pid}" in second.stderr and "Fix" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert first.poll() is None  # the first trainer goes on, undisturbed
+        steps_then = len(events(run_dir, "step"))
+        wait_until(lambda: len(events(run_dir, "step")) > steps_then, 60, "another step of the first trainer")
+        assert len(events(run_dir, "start")) == 1 and not events(run_dir, "resume")
+        assert json.loads((run_dir / LOCK_FILE).read_text())["pid"] == first.pid
+        first.send_signal(signal.SIGTERM)  # graceful: finish the step, checkpoint, exit 0
+        assert first.wait(timeout=120) == 0
+    finally:
+        first.kill()
+        first.wait()
+    assert events(run_dir, "stop")[-1]["reason"] == "SIGTERM"
+    assert not (run_dir / LOCK_FILE).exists()
+
+
+# ----------------------------------------------------------------------- stop requested before the start
+def test_stop_requested_by_the_launcher_before_the_trainer_started_is_honoured(runs, monkeypatch):
+    """Slurm's warning may arrive while the ranks are still starting: train.sbatch has already written STOP."""
+    run_dir = runs.run_dir("early-stop")
+    run_dir.mkdir(parents=True)
+    (run_dir / STOP_FILE).touch()
+    monkeypatch.setenv("TUTORIAL_STOP_FILE", str(run_dir / STOP_FILE))  # as the launchers set it
+    summary = runs.in_process(runs.config("early-stop", epochs=1, max_steps_per_epoch=6, **TINY))
+    assert summary["status"] == "stopped"
+    stop, = events(run_dir, "stop")
+    assert (stop["step_in_epoch"], stop["reason"]) == (1, "STOP file")
+    assert checkpoint_progress(run_dir) == (0, 1, 1)
+
+
+# ------------------------------------------------------------- 1 (end). the time-limited job, checked last
+@pytest.mark.slurm
+def test_time_limited_job_completes_through_requeues_exactly(time_limited):
+    job, watch, epochs = time_limited["job"], time_limited["watch"], time_limited["epochs"]
+    assert watch.done.wait(timeout=540), f"job still {job.state} after 9 minutes:\n{job.logs(tail=30)}"
+    assert "error" not in watch.outcome, watch.outcome.get("error")
+    assert watch.outcome["state"] == "COMPLETED"
+    fields = scontrol(job.id)
+    restarts = int(fields["Restarts"])
+    assert restarts >= 2 and fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0"
+
+    # wait() kept waiting across the requeues: it saw RUNNING, then PENDING again, and returned at the end
+    states = [state for _, state, _, _ in watch.history]
+    collapsed = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
+    assert collapsed.count("RUNNING") >= restarts + 1, watch.history
+    assert collapsed[collapsed.index("RUNNING"):].count("PENDING") >= restarts, watch.history
+    run_dir = job.run_dir
+    assert watch.outcome["returned"] >= events(run_dir, "end")[0]["time"]
+
+    # every time-limit warning became a checkpointed stop, and the next run resumed exactly there
+    stops, resumes = events(run_dir, "stop"), events(run_dir, "resume")
+    assert len(stops) == len(resumes) == restarts
+    assert all(s["reason"] == "STOP file" for s in stops)
+    kinds = [e["event"] for e in events(run_dir) if e["event"] in ("start", "stop", "resume", "end")]
+    assert kinds == ["start"] + ["stop", "resume"] * restarts + ["end"]
+    assert [position(r) for r in resumes] == [position(s) for s in stops]
+    steps_per_epoch = events(run_dir, "start")[0]["steps_per_epoch"]
+    assert [e["step"] for e in events(run_dir, "step")] == list(range(1, epochs * steps_per_epoch + 1))  # none lost
+    assert_each_epoch_once(run_dir, epochs)
+
+    # the same weights as the same config run straight through
+    reference = time_limited["reference"]
+    assert reference.wait(timeout=300) == "COMPLETED", reference.explain()
+    runs = time_limited["runs"]
+    difference = runs.max_difference(runs.weights(reference.run_dir), runs.weights(run_dir))
+    runs.assert_same_weights(runs.weights(reference.run_dir), runs.weights(run_dir), atol=1e-6)
+    final, straight = events(run_dir, "epoch")[-1], events(reference.run_dir, "epoch")[-1]
+    assert final["top1"] == pytest.approx(straight["top1"])
+
+    # measurements for the README
+    log = job.logs()
+    warnings = [line.split()[0] for line in log.splitlines() if "SIGUSR1: time limit" in line]
+    delays = []
+    for warned, stop in zip(warnings, stops, strict=False):
+        h, m, s = (int(x) for x in warned.split(":"))
+        stopped = time.localtime(stop["time"])
+        delays.append((stopped.tm_hour * 3600 + stopped.tm_min * 60 + stopped.tm_sec - (h * 3600 + m * 60 + s))
+                      % 86400)
+    gaps = [r["time"] - s["time"] for s, r in zip(stops, resumes, strict=True)]
+    print(f"\n[slurm time limit] {restarts} requeues, {epochs} epochs x {steps_per_epoch} steps "
+          f"(step {time_limited['step_s']:.3f} s when submitted); warning -> "
+          f"checkpointed stop {delays} s; stop -> resumed {[round(g) for g in gaps]} s; work lost 0 steps; "
+          f"max |w - w_straight| = {difference:.1e}; total {time.time() - time_limited['submitted']:.0f} s")
+    assert len(delays) == restarts and all(d <= 60 for d in delays)
