@@ -37,14 +37,14 @@ def marked_cells(notebook: dict) -> list[dict]:
 
 
 def _text_only(outputs: list[dict]) -> list[dict]:
-    """Keep what is deterministic and comparable: streams and text/plain results."""
+    """Keep what is deterministic and comparable: streams and text results (no images)."""
     kept = []
     for output in outputs:
         if output["output_type"] == "stream":
             kept.append({"output_type": "stream", "name": output["name"], "text": output["text"]})
         elif output["output_type"] in ("execute_result", "display_data") and "text/plain" in output["data"]:
-            entry = {"output_type": output["output_type"], "metadata": {},
-                     "data": {"text/plain": output["data"]["text/plain"]}}
+            data = {k: v for k, v in output["data"].items() if k in ("text/plain", "text/html", "text/markdown")}
+            entry = {"output_type": output["output_type"], "metadata": {}, "data": data}
             if output["output_type"] == "execute_result":
                 entry["execution_count"] = None
             kept.append(entry)
@@ -76,6 +76,7 @@ def prepare(out_dir: Path) -> list[Path]:
                 missing.append(f"{path.name}: {_source(cell).splitlines()[1:2]}")
                 continue
             cell["outputs"] = outputs[_key(cell)]
+            cell["execution_count"] = 1  # nbval treats a cell without a count as never run
         target = out_dir / path.name
         target.write_text(json.dumps(notebook, indent=1))
         written.append(target)
