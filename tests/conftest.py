@@ -170,3 +170,22 @@ def make_runs(tmp_path_factory, digits_dir):
 def runs(make_runs) -> Runs:
     """A :class:`Runs` helper writing run directories under a fresh temporary folder."""
     return make_runs()
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """The emulated (or a real) Slurm cluster; in CI (TUTORIAL_REQUIRE_SLURM=1) its absence fails."""
+    from tutorial_lib import jobs
+
+    ok, why = jobs.slurm_available()
+    if not ok:
+        if os.environ.get("TUTORIAL_REQUIRE_SLURM"):
+            pytest.fail(f"Slurm is required here (TUTORIAL_REQUIRE_SLURM is set) but not usable: {why}")
+        pytest.skip(f"no Slurm cluster: {why}. Start one with `make slurm-up` (root, Debian slurm-wlm).")
+    return "slurm"
+
+
+@pytest.fixture(params=["local", "slurm"])
+def backend(request):
+    """Each test that takes it runs once per job backend."""
+    return request.getfixturevalue("slurm") if request.param == "slurm" else "local"

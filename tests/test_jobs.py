@@ -18,21 +18,6 @@ SMALL = dict(dataset="digits", image_size=32, arch="resnet18", epochs=1, max_ste
              progress=False, workers=0, device="cpu")
 
 
-@pytest.fixture(scope="session")
-def slurm():
-    """The emulated (or a real) Slurm cluster; in CI (TUTORIAL_REQUIRE_SLURM=1) its absence fails."""
-    ok, why = jobs.slurm_available()
-    if not ok:
-        if os.environ.get("TUTORIAL_REQUIRE_SLURM"):
-            pytest.fail(f"Slurm is required here (TUTORIAL_REQUIRE_SLURM is set) but not usable: {why}")
-        pytest.skip(f"no Slurm cluster: {why}. Start one with `make slurm-up` (root, Debian slurm-wlm).")
-    return "slurm"
-
-
-@pytest.fixture(params=["local", "slurm"])
-def backend(request):
-    """Each test runs once per backend."""
-    return request.getfixturevalue("slurm") if request.param == "slurm" else "local"
 
 
 @pytest.fixture(scope="session")

@@ -36,21 +36,6 @@ DETECT_BOUND_S = 90  # generous: measured 5-15 s on a loaded 2-core machine
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-@pytest.fixture(scope="module")
-def slurm():
-    """The emulated (or a real) Slurm cluster; in CI (TUTORIAL_REQUIRE_SLURM=1) its absence fails."""
-    ok, why = jobs.slurm_available()
-    if not ok:
-        if os.environ.get("TUTORIAL_REQUIRE_SLURM"):
-            pytest.fail(f"Slurm is required here (TUTORIAL_REQUIRE_SLURM is set) but not usable: {why}")
-        pytest.skip(f"no Slurm cluster: {why}. Start one with `make slurm-up` (root, Debian slurm-wlm).")
-    return "slurm"
-
-
-@pytest.fixture(params=["local", "slurm"])
-def backend(request):
-    """Each test runs once per backend."""
-    return request.getfixturevalue("slurm") if request.param == "slurm" else "local"
 
 
 def scontrol(job_id: str) -> dict:

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import random
-import shutil
 import statistics
 import tempfile
 import time
@@ -109,15 +108,9 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(lambda job: _fake_image(*job), jobs))
     (staging / FAKE_MARKER).write_text(json.dumps(settings))
-    if root.exists():
-        old = Path(tempfile.mkdtemp(prefix=".fake-imagenet-old-", dir=root.parent))
-        os.replace(root, old / "tree")
-        shutil.rmtree(old, ignore_errors=True)
-    try:
-        os.replace(staging, root)
-    except OSError:  # another process won the race with an identical set
-        shutil.rmtree(staging, ignore_errors=True)
-    return root
+    from tutorial_lib.data import publish_tree
+
+    return publish_tree(staging, root)
 
 
 def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int = 2, per_class: int = 16,

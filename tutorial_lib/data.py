@@ -64,13 +64,19 @@ def export_digits(root: str | os.PathLike, image_size: int = 32, val_fraction: f
             image = Image.fromarray(pixels, mode="L").resize((image_size, image_size), Image.BICUBIC)
             image.convert("RGB").save(folder / f"{index:04d}.jpg", quality=95)
     (staging / _DIGITS_MARKER).write_text(json.dumps(settings))
+    return publish_tree(staging, root)
+
+
+def publish_tree(staging: Path, root: Path) -> Path:
+    """Move a finished ``staging`` folder to ``root``, replacing an older tree; readers never see half
+    a tree. If another process published an identical tree first, keep theirs."""
     if root.exists():
-        old = Path(tempfile.mkdtemp(prefix=".digits-old-", dir=root.parent))
+        old = Path(tempfile.mkdtemp(prefix=f".{root.name}-old-", dir=root.parent))
         os.replace(root, old / "tree")
         shutil.rmtree(old, ignore_errors=True)
     try:
         os.replace(staging, root)
-    except OSError:  # another process won the race with an identical export
+    except OSError:  # another process won the race with an identical tree
         shutil.rmtree(staging, ignore_errors=True)
     return root
 

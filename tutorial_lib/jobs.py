@@ -33,7 +33,7 @@ from tutorial_lib.job_spec import (
 )
 from tutorial_lib.local_supervisor import FINAL_STATES, STATE_FILE, read_state
 from tutorial_lib.metrics import metrics_table, read_metrics
-from tutorial_lib.run_lock import RunLock
+from tutorial_lib.run_lock import RunLock, pid_alive
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
@@ -235,36 +235,21 @@ def _submit_local(spec: JobSpec, after: Job | None) -> str:
     return job_id
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie (our own finished child) is not alive
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def _local_status(run_dir: Path) -> dict:
     state = read_state(run_dir)
     supervisor = read_job_file(run_dir).get("supervisor_pid")
     if state is None:
-        if supervisor and not _pid_alive(int(supervisor)):
+        if supervisor and not pid_alive(int(supervisor)):
             return {"state": "FAILED", "exit_code": None, "reason": "the local supervisor died before starting"}
         return {"state": "PENDING", "exit_code": None}
-    if state["state"] not in FINAL_STATES and supervisor and not _pid_alive(int(supervisor)):
+    if state["state"] not in FINAL_STATES and supervisor and not pid_alive(int(supervisor)):
         return {"state": "FAILED", "exit_code": None, "reason": "the local supervisor was killed"}
     return {"state": state["state"], "exit_code": state.get("exit_code")}
 
 
 def _local_cancel(run_dir: Path) -> None:
     supervisor = read_job_file(run_dir).get("supervisor_pid")
-    if supervisor and _pid_alive(int(supervisor)):
+    if supervisor and pid_alive(int(supervisor)):
         os.kill(int(supervisor), signal.SIGTERM)
         return
     for pid in (read_state(run_dir) or {}).get("pids", []):  # supervisor gone: end its agents directly

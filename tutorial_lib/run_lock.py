@@ -28,14 +28,19 @@ def _slurm_job_alive(job_id: str) -> bool | None:
     return result.stdout.strip() in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """True if process ``pid`` runs on this host (a zombie, finished but not reaped, is not alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 class RunLock:
@@ -57,7 +62,7 @@ class RunLock:
             return None  # a torn lock file cannot belong to a live writer that finished writing it
         if record.get("slurm_job_id") and record["slurm_job_id"] == self.owner["slurm_job_id"]:
             return None
-        if record.get("host") == self.owner["host"] and not _pid_alive(int(record.get("pid", 0))):
+        if record.get("host") == self.owner["host"] and not pid_alive(int(record.get("pid", 0))):
             return None
         if record.get("slurm_job_id") and _slurm_job_alive(record["slurm_job_id"]) is False:
             return None  # its Slurm job has ended, wherever it ran
