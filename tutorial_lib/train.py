@@ -146,7 +146,8 @@ def environment_facts(device: torch.device) -> dict:
 def evaluate(model, loader, device, info, channels_last: bool, amp_context) -> dict:
     """Validation loss, top-1 and top-5 over all ranks; every image counted exactly once."""
     model.eval()
-    sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # loss sum, top-1 correct, top-5 correct, images, skipped images
+    # loss sum, top-1 hits, top-5 hits, images, skipped images; kept on the device (no sync per batch)
+    sums = torch.zeros(5, dtype=torch.float64, device=device)
     with torch.no_grad():
         for batch in loader:
             sums[4] += batch.skipped
@@ -154,15 +155,13 @@ def evaluate(model, loader, device, info, channels_last: bool, amp_context) -> d
                 continue
             images, targets = _to_device(batch, device, channels_last)
             with amp_context():
-                logits = model(images)
-            k = min(5, logits.shape[1])
-            top = logits.float().topk(k, dim=1).indices
-            hits = top.eq(targets[:, None])
-            sums[0] += F.cross_entropy(logits.float(), targets, reduction="sum").item()
-            sums[1] += hits[:, :1].sum().item()
-            sums[2] += hits.sum().item()
+                logits = model(images).float()
+            hits = logits.topk(min(5, logits.shape[1]), dim=1).indices.eq(targets[:, None])
+            sums[0] += F.cross_entropy(logits, targets, reduction="sum")
+            sums[1] += hits[:, :1].sum()
+            sums[2] += hits.sum()
             sums[3] += len(targets)
-    loss, top1, top5, count, skipped = dist_utils.all_reduce_sum(sums, info, device)
+    loss, top1, top5, count, skipped = dist_utils.all_reduce_sum(sums.tolist(), info, device)
     model.train()
     images = int(count)
     count = max(count, 1)
