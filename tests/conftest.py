@@ -80,7 +80,7 @@ class Runs:
 
     def config(self, name: str, fast: bool = True, **overrides):
         """A TrainConfig of :meth:`settings`, built through the command-line parser."""
-        from tutorial_lib.config import config_from_args
+        from tutorial_lib.engine.config import config_from_args
 
         return config_from_args(self.flags(name, fast, **overrides))
 
@@ -89,8 +89,8 @@ class Runs:
 
     @staticmethod
     def in_process(cfg) -> dict:
-        """``tutorial_lib.train.train(cfg)`` in this process, restoring the signal handlers it installs."""
-        from tutorial_lib.train import train
+        """``tutorial_lib.engine.trainer.train(cfg)`` in this process, restoring the signal handlers it installs."""
+        from tutorial_lib.engine.trainer import train
 
         saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM)}
         try:
@@ -119,14 +119,14 @@ class Runs:
     @staticmethod
     def events(run_dir: Path, kind: str | None = None) -> list[dict]:
         """The run's metrics.jsonl events (only those of ``kind`` if given)."""
-        from tutorial_lib.metrics import read_metrics
+        from tutorial_lib.rundir.metrics import read_metrics
 
         return [r for r in read_metrics(run_dir) if kind is None or r["event"] == kind]
 
     @staticmethod
     def weights(run_dir: Path) -> dict[str, torch.Tensor]:
         """The model state_dict stored in the run's checkpoint.pt."""
-        from tutorial_lib.checkpoint import CHECKPOINT_FILE, load_checkpoint
+        from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
         state = load_checkpoint(Path(run_dir) / CHECKPOINT_FILE)
         assert state is not None, f"no checkpoint in {run_dir}"
@@ -155,7 +155,7 @@ def child_env() -> dict:
 @pytest.fixture(scope="session")
 def digits_dir(tmp_path_factory) -> Path:
     """The digits data set exported once per session as a 32 px ImageFolder tree (train/ and val/)."""
-    from tutorial_lib.data import export_digits
+    from tutorial_lib.engine.data import export_digits
 
     return export_digits(tmp_path_factory.mktemp("data") / "digits", image_size=32)
 

@@ -1,4 +1,4 @@
-"""Comparisons of runs (tutorial_lib.analysis) on run directories written with known contents."""
+"""Comparisons of runs (tutorial_lib.lessons.analysis) on run directories written with known contents."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import matplotlib
 import pytest
 import torch
 
-from tutorial_lib import analysis
-from tutorial_lib.checkpoint import save_atomic
-from tutorial_lib.config import make_config
-from tutorial_lib.metrics import MetricsWriter
+from tutorial_lib.engine.config import make_config
+from tutorial_lib.lessons import analysis
+from tutorial_lib.rundir.checkpoint import save_atomic
+from tutorial_lib.rundir.metrics import MetricsWriter
 
 matplotlib.use("Agg")
 
@@ -211,7 +211,7 @@ def test_ddp_buckets_follow_backward_order_and_caps():
 def test_ddp_buckets_match_torchs_own_assignment():
     import torch.distributed as dist
 
-    from tutorial_lib.models import build_model
+    from tutorial_lib.engine.models import build_model
 
     compute = getattr(dist, "_compute_bucket_assignment_by_size", None)
     if compute is None:

@@ -20,8 +20,8 @@ import pytest
 from PIL import Image
 
 from tutorial_lib import jobs
-from tutorial_lib.config import ConfigError, make_config
-from tutorial_lib.data import CountingImageFolder
+from tutorial_lib.engine.config import ConfigError, make_config
+from tutorial_lib.engine.data import CountingImageFolder
 
 TINY = dict(image_size=16, batch_size=8)
 BAD_TRAIN = ["train/0/dangling.JPEG", "train/1/truncated.JPEG", "train/2/error_page.JPEG"]

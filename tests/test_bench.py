@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT, subprocess_env
-from tutorial_lib import bench, bench_data
+from tutorial_lib import bench
+from tutorial_lib.bench import data as bench_data
 
 ENV_KEYS = {"device", "device_name", "cpu_model", "cpus", "hostname", "python", "torch", "torchvision", "cuda",
             "driver"}
@@ -94,7 +95,7 @@ def test_fake_imagenet_is_realistic_and_idempotent(tmp_path):
 
 
 def test_a_real_data_set_is_never_replaced(tmp_path, fake_set):
-    from tutorial_lib.data import DataError
+    from tutorial_lib.engine.data import DataError
 
     real = tmp_path / "imagenet"
     (real / "train" / "n01").mkdir(parents=True)

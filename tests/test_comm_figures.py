@@ -6,10 +6,10 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 
-from tutorial_lib import comm_figures as cf
-from tutorial_lib.param_server import RunResult
+from tutorial_lib.lessons import comm_figures as cf
+from tutorial_lib.lessons.param_server import RunResult
 from tutorial_lib.scaling import Cluster, Link, fit_link, ring_allreduce_s, ring_traffic_factor
-from tutorial_lib.scaling_presets import PRESETS
+from tutorial_lib.scaling.presets import PRESETS
 
 matplotlib.use("Agg")
 

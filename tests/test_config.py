@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tutorial_lib.config import (
+from tutorial_lib.engine.config import (
     PROFILES,
     ConfigError,
     TrainConfig,
@@ -14,7 +14,7 @@ from tutorial_lib.config import (
     to_cli_args,
     validate,
 )
-from tutorial_lib.data import DataError
+from tutorial_lib.engine.data import DataError
 
 
 def _valid(**overrides) -> TrainConfig:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tutorial_lib import course
+from tutorial_lib.lessons import course
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = course.notebooks()

@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tutorial_lib.data import ShardSampler
+from tutorial_lib.engine.data import ShardSampler
 
 B = 8  # per-worker batch of the 2-process run; the 1-process run uses 2 * B
 
@@ -44,7 +44,7 @@ def test_two_workers_equal_one_worker_with_double_batch(runs):
 
 def _initial_weights() -> dict:
     """The model the runs started from (seeded like the trainer seeds it)."""
-    from tutorial_lib.models import build_model
+    from tutorial_lib.engine.models import build_model
 
     torch.manual_seed(EXACT["seed"])
     return build_model("resnet18", num_classes=10, norm="group").state_dict()

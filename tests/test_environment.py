@@ -1,4 +1,4 @@
-"""The hardware/software report and the first look at a data set (tutorial_lib.environment)."""
+"""The hardware/software report and the first look at a data set (tutorial_lib.lessons.environment)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from PIL import Image
 
-from tutorial_lib import environment
-from tutorial_lib.data import DataError
+from tutorial_lib.engine.data import DataError
+from tutorial_lib.lessons import environment
 
 X86_CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel

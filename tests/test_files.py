@@ -11,9 +11,9 @@ import sys
 import pytest
 import torch
 
-from tutorial_lib.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_atomic
-from tutorial_lib.metrics import METRICS_FILE, MetricsWriter, read_metrics
-from tutorial_lib.run_lock import LOCK_FILE, RunLock, RunLockedError
+from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_atomic
+from tutorial_lib.rundir.lock import LOCK_FILE, RunLock, RunLockedError
+from tutorial_lib.rundir.metrics import METRICS_FILE, MetricsWriter, read_metrics
 
 
 # ------------------------------------------------------------------------------------------ metrics
@@ -96,7 +96,7 @@ def test_save_replaces_the_checkpoint(tmp_path):
 # ---------------------------------------------------------------------------------------- run lock
 HOLD_LOCK = """
 import sys
-from tutorial_lib.run_lock import RunLock
+from tutorial_lib.rundir.lock import RunLock
 RunLock(sys.argv[1]).acquire()
 print("locked", flush=True)
 sys.stdin.read()  # hold it until the parent closes stdin (or kills us)

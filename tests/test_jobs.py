@@ -11,8 +11,8 @@ import time
 import pytest
 
 from tutorial_lib import jobs
-from tutorial_lib.config import ConfigError, make_config
-from tutorial_lib.job_spec import JobError, make_spec, torchrun_command
+from tutorial_lib.engine.config import ConfigError, make_config
+from tutorial_lib.jobs.spec import JobError, make_spec, torchrun_command
 
 SMALL = dict(dataset="digits", image_size=32, arch="resnet18", epochs=1, max_steps_per_epoch=4, batch_size=16,
              progress=False, workers=0, device="cpu")
@@ -23,7 +23,7 @@ SMALL = dict(dataset="digits", image_size=32, arch="resnet18", epochs=1, max_ste
 @pytest.fixture(scope="session")
 def shared_data(tmp_path_factory):
     """One digits export shared by every job in this module."""
-    from tutorial_lib.data import export_digits
+    from tutorial_lib.engine.data import export_digits
 
     return str(export_digits(tmp_path_factory.mktemp("data") / "digits", image_size=32))
 

@@ -1,4 +1,4 @@
-"""Tests of tutorial_lib.monitor and tutorial_lib.plots on fake run directories (no training).
+"""Tests of tutorial_lib.lessons.monitor and tutorial_lib.lessons.plots on fake run directories (no training).
 
 A fake ``local`` job is a run directory with job.json, job_state.json and metrics.jsonl; its
 supervisor_pid is this test process, so a RUNNING job counts as alive. The notebook tests start a
@@ -25,11 +25,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from tutorial_lib import monitor, plots  # noqa: E402
-from tutorial_lib.job_spec import write_job_file  # noqa: E402
 from tutorial_lib.jobs import Job  # noqa: E402
-from tutorial_lib.local_supervisor import write_state  # noqa: E402
-from tutorial_lib.metrics import MetricsWriter  # noqa: E402
+from tutorial_lib.jobs.spec import write_job_file  # noqa: E402
+from tutorial_lib.jobs.supervisor import write_state  # noqa: E402
+from tutorial_lib.lessons import monitor, plots  # noqa: E402
+from tutorial_lib.rundir.metrics import MetricsWriter  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -257,11 +257,11 @@ def test_live_frontend_detection(monkeypatch, env, launcher, kernel, expected):
 SETUP_CELL = """
 import os, threading, time
 from pathlib import Path
-from tutorial_lib import monitor
-from tutorial_lib.job_spec import write_job_file
+from tutorial_lib.lessons import monitor
+from tutorial_lib.jobs.spec import write_job_file
 from tutorial_lib.jobs import Job
-from tutorial_lib.local_supervisor import write_state
-from tutorial_lib.metrics import MetricsWriter
+from tutorial_lib.jobs.supervisor import write_state
+from tutorial_lib.rundir.metrics import MetricsWriter
 
 run_dir = Path({run_dir!r})
 write_job_file(run_dir, {{"backend": "local", "id": "local-nb", "name": "nb", "time": "00:10:00",
@@ -325,7 +325,7 @@ def test_notebook_keeps_exactly_one_figure_output(tmp_path, monkeypatch):
 FAKE_SUPERVISOR = """
 import signal, sys, time
 from pathlib import Path
-from tutorial_lib.local_supervisor import write_state
+from tutorial_lib.jobs.supervisor import write_state
 run_dir = Path(sys.argv[1])
 def cancelled(*_):
     write_state(run_dir, "CANCELLED", exit_code=None)
@@ -357,7 +357,8 @@ def test_cancel_button_cancels_a_job_while_watch_async_awaits(tmp_path, monkeypa
         while Job(run_dir).state != "RUNNING" and time.monotonic() < deadline:
             time.sleep(0.1)
         msg_id = client.execute(textwrap.dedent(f"""
-            from tutorial_lib import jobs, monitor
+            from tutorial_lib import jobs
+            from tutorial_lib.lessons import monitor
             table = await monitor.watch_async(jobs.attach({str(run_dir)!r}), timeout=60, refresh=0.2)
             print("final", table.loc[0, "state"])
         """))

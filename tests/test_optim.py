@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from tutorial_lib.config import make_config
-from tutorial_lib.models import build_model
-from tutorial_lib.optim import LARS, build_optimizer, lr_schedule_values, parameter_groups
+from tutorial_lib.engine.config import make_config
+from tutorial_lib.engine.models import build_model
+from tutorial_lib.engine.optim import LARS, build_optimizer, lr_schedule_values, parameter_groups
 
 STEPS = 10  # iterations per epoch in the schedule tests
 

@@ -26,10 +26,10 @@ import torch
 
 from tests.conftest import REPO_ROOT, subprocess_env
 from tutorial_lib import jobs
-from tutorial_lib.checkpoint import CHECKPOINT_FILE, load_checkpoint
-from tutorial_lib.metrics import METRICS_FILE
-from tutorial_lib.run_lock import LOCK_FILE
-from tutorial_lib.train import STOP_FILE
+from tutorial_lib.engine.trainer import STOP_FILE
+from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from tutorial_lib.rundir.lock import LOCK_FILE
+from tutorial_lib.rundir.metrics import METRICS_FILE
 
 TINY = dict(image_size=16, batch_size=16, log_every=1)  # log_every 1: stop requests are honoured after any step
 DETECT_BOUND_S = 90  # generous: measured 5-15 s on a loaded 2-core machine
@@ -45,7 +45,7 @@ def scontrol(job_id: str) -> dict:
 
 
 def events(run_dir: Path, kind: str | None = None) -> list[dict]:
-    from tutorial_lib.metrics import read_metrics
+    from tutorial_lib.rundir.metrics import read_metrics
 
     return [r for r in read_metrics(run_dir) if kind is None or r["event"] == kind]
 
@@ -256,7 +256,7 @@ def save_then_hang(obj, handle, *args, **kwargs):  # the 2nd checkpoint: half wr
     return real_save(obj, handle, *args, **kwargs)
 
 torch.save = save_then_hang
-from tutorial_lib.train import main
+from tutorial_lib.engine.trainer import main
 sys.exit(main(sys.argv[1:]))
 """
 

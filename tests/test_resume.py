@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tutorial_lib.train import STOP_FILE, Trainer
+from tutorial_lib.engine.trainer import STOP_FILE, Trainer
 
 # Augmentation stays on (random crops draw from the RNG), so the RNG state must be resumed too.
 SMALL = dict(image_size=16, batch_size=16, epochs=2, max_steps_per_epoch=6, log_every=2)

@@ -25,10 +25,9 @@ from tutorial_lib.scaling import (
     halving_doubling_allreduce_s,
     hierarchical_allreduce_s,
     load_allreduce_samples,
-    main,
     ring_allreduce_s,
 )
-from tutorial_lib.scaling_presets import PRESETS, compare
+from tutorial_lib.scaling.presets import PRESETS, cli, compare
 
 REPO = Path(__file__).resolve().parents[1]
 TEN_GBIT = Link(bandwidth_gbit_s=10, latency_us=10)  # 1.25e9 bytes/s
@@ -181,14 +180,14 @@ def test_every_preset_names_its_assumptions(name):
 
 
 def test_cli_json_is_valid_and_lists_assumptions(capsys):
-    assert main(["--preset", "hal", "--json"]) == 0
+    assert cli(["--preset", "hal", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["preset"] == "hal" and len(report["rows"]) == 6
     assert any("file-system" in a["name"] for a in report["assumptions"])
 
 
 def test_cli_lists_presets(capsys):
-    assert main([]) == 0
+    assert cli([]) == 0
     listing = capsys.readouterr().out
     assert all(name in listing for name in ("hal", "goyal", "jia"))
 

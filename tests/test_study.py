@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tutorial_lib import study
-from tutorial_lib.config import IMAGENET_TRAIN_IMAGES
+from tutorial_lib.engine.config import IMAGENET_TRAIN_IMAGES
+from tutorial_lib.lessons import study
 
 
 def fake_run(root: Path, name: str, nodes: int, gpus_per_node: int, epochs: list[dict], batch_size: int = 32,

@@ -1,3 +1,11 @@
-"""tutorial_lib: the helper library behind the fast distributed ImageNet training course."""
+"""tutorial_lib: the helper library behind the fast distributed ImageNet training course.
+
+Subpackages: ``engine`` (the training program), ``rundir`` (the run-directory contract), ``jobs`` (submit and
+follow jobs), ``bench`` (speed measurements), ``scaling`` (the step-time model), ``lessons`` (what notebooks call).
+"""
+
+from pathlib import Path
 
 __version__ = "0.1.0"
+
+REPO_ROOT = Path(__file__).resolve().parent.parent  # the checkout (notebooks/, cluster_scripts/ live here)

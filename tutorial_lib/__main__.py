@@ -2,6 +2,6 @@
 
 import sys
 
-from tutorial_lib.train import main
+from tutorial_lib.engine.trainer import main
 
 sys.exit(main())

@@ -105,7 +105,7 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg, steps_per_epoch: int)
 
 def lr_schedule_values(cfg, steps_per_epoch: int, world_size: int = 1) -> list[float]:
     """The LR at every iteration of a run, computed with a throwaway optimiser (for plots and tests)."""
-    from tutorial_lib.config import derived
+    from tutorial_lib.engine.config import derived
 
     param = nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([param], lr=derived(cfg, world_size)["scaled_lr"])

@@ -1,6 +1,7 @@
 """Multi-node jobs and scaling studies, read back from their run directories.
 
-    from tutorial_lib import jobs, study
+    from tutorial_lib import jobs
+    from tutorial_lib.lessons import study
     runs = jobs.sweep(cfg, over="gpus_per_node", values=[1, 2])
     ...                                   # wait / monitor.watch(runs)
     study.scaling_table(runs)             # reference 000's table: GPUs, nodes, batch, img/s, times, top-1/5
@@ -31,11 +32,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from tutorial_lib.config import IMAGENET_TRAIN_IMAGES
-from tutorial_lib.metrics import read_metrics
+from tutorial_lib import REPO_ROOT
+from tutorial_lib.engine.config import IMAGENET_TRAIN_IMAGES
+from tutorial_lib.rundir.metrics import read_metrics
 from tutorial_lib.scaling import format_duration
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
 REFERENCE_EPOCHS = 90  # reference 000 trains every run for 90 epochs
 # Reference 000: "All experiments reached a top1 accuracy of 76% and a top5 accuracy of 93%."
@@ -361,13 +362,13 @@ def scaling_table(runs, epochs: float = REFERENCE_EPOCHS, dataset_images: int = 
 
 
 def reference_frame(preset: str = "hal") -> pd.DataFrame:
-    """A published scaling study (``tutorial_lib.scaling_presets``) in :func:`collect`'s columns.
+    """A published scaling study (``tutorial_lib.scaling.presets``) in :func:`collect`'s columns.
 
     Throughput: the reference's logged training img/s; ``time_to_train_s``: its published wall time
     (validation and start-up included); efficiency from the logged throughput, like ours.
     For ``hal`` (reference 000) top-1/top-5 are the 76% / 93% every run reached.
     """
-    from tutorial_lib.scaling_presets import PRESETS, compare
+    from tutorial_lib.scaling.presets import PRESETS, compare
 
     report = compare(PRESETS[preset])
     cluster = PRESETS[preset].model.cluster
@@ -388,7 +389,7 @@ def reference_frame(preset: str = "hal") -> pd.DataFrame:
 
 def reference_table(preset: str = "hal") -> pd.DataFrame:
     """:func:`reference_frame` in the same readable form as :func:`scaling_table` (times as published)."""
-    from tutorial_lib.scaling_presets import PRESETS
+    from tutorial_lib.scaling.presets import PRESETS
 
     return readable(reference_frame(preset), PRESETS[preset].epochs, time_note="published")
 
@@ -396,7 +397,7 @@ def reference_table(preset: str = "hal") -> pd.DataFrame:
 def model_comparison_text(preset: str = "hal", details: bool = False) -> str:
     """The scaling model's table for a preset (as ``python -m tutorial_lib.scaling --preset``
     prints it); without ``details`` only the table and the lines right below it."""
-    from tutorial_lib.scaling_presets import PRESETS, compare, render_text
+    from tutorial_lib.scaling.presets import PRESETS, compare, render_text
 
     text = render_text(compare(PRESETS[preset]))
     return text if details else text.split("\n\nAssumptions")[0]
@@ -424,7 +425,7 @@ def plot_efficiency_vs_reference(results: pd.DataFrame, reference: pd.DataFrame,
                                  label: str = "this study", reference_label: str = "reference"):
     """Scaling efficiency of two studies (:func:`collect` / :func:`reference_frame` frames) on one axis,
     each against its own smallest run."""
-    from tutorial_lib import plots
+    from tutorial_lib.lessons import plots
 
     ax = plots.plot_efficiency(reference["gpus"], reference["efficiency"], ax=ax, label=reference_label)
     ax.plot(results["gpus"], 100 * results["efficiency"], marker="s", label=label)
@@ -434,7 +435,7 @@ def plot_efficiency_vs_reference(results: pd.DataFrame, reference: pd.DataFrame,
 
 
 def accuracy_runs(runs) -> dict[str, pd.DataFrame]:
-    """``{"<GPUs> GPUs, global batch <B>": epoch events}`` for :func:`tutorial_lib.plots.plot_accuracy`."""
+    """``{"<GPUs> GPUs, global batch <B>": epoch events}`` for :func:`tutorial_lib.lessons.plots.plot_accuracy`."""
     curves = {}
     for run in runs:
         record = run_record(run)

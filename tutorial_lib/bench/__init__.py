@@ -11,7 +11,7 @@
   synthetic batches already on the device. Warm-up steps are excluded; the step time is the median
   of several timed windows (CUDA events on a GPU, ``perf_counter`` on the CPU). Reports peak memory
   and the achieved TFLOP/s (FLOPs counted with FlopCounterMode) beside :func:`matmul_peak`.
-* ``data`` / ``e2e``: see :mod:`tutorial_lib.bench_data` (JPEG loader speed; training fed from JPEGs).
+* ``data`` / ``e2e``: see :mod:`tutorial_lib.bench.data` (JPEG loader speed; training fed from JPEGs).
 * ``allreduce``: nccl-tests' algorithm and bus bandwidth, run under torchrun (gloo on CPU, nccl on GPU);
   the record has the shape :func:`tutorial_lib.scaling.load_allreduce_samples` reads.
 
@@ -40,7 +40,8 @@ from pathlib import Path
 
 import torch
 
-from tutorial_lib.config import COMPILE_MODES, PRECISIONS
+from tutorial_lib import REPO_ROOT
+from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS
 
 AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 FLOPS_METHOD = "FlopCounterMode on one forward+backward (meta device; convolutions and matmuls)"
@@ -209,7 +210,7 @@ def train_flops_per_image(arch: str, image_size: int, num_classes: int = 1000) -
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    from tutorial_lib.models import build_model
+    from tutorial_lib.engine.models import build_model
 
     with torch.device("meta"):
         model = build_model(arch, num_classes)
@@ -222,17 +223,17 @@ def train_flops_per_image(arch: str, image_size: int, num_classes: int = 1000) -
 
 # --------------------------------------------------------------------------- the training step
 class TrainStep:
-    """The trainer's step (:meth:`tutorial_lib.train.Trainer.train_step`) without the LR schedule.
+    """The trainer's step (:meth:`tutorial_lib.engine.trainer.Trainer.train_step`) without the LR schedule.
 
     Same model factory, optimiser (fused SGD on a GPU), autocast for fp16/bf16, GradScaler for fp16,
     TF32 flags and torch.compile as the trainer builds them from a :class:`TrainConfig`.
     """
 
     def __init__(self, cfg, num_classes: int, device: torch.device):
-        from tutorial_lib.config import derived
-        from tutorial_lib.models import build_model
-        from tutorial_lib.optim import build_optimizer
-        from tutorial_lib.train import set_precision_flags
+        from tutorial_lib.engine.config import derived
+        from tutorial_lib.engine.models import build_model
+        from tutorial_lib.engine.optim import build_optimizer
+        from tutorial_lib.engine.trainer import set_precision_flags
 
         set_precision_flags(cfg.precision)
         self.device, self.channels_last = device, cfg.channels_last
@@ -258,7 +259,7 @@ class TrainStep:
 
 def bench_config(device: torch.device, **overrides):
     """A validated TrainConfig for benchmarking: the device's profile plus ``overrides``."""
-    from tutorial_lib.config import make_config, validate
+    from tutorial_lib.engine.config import make_config, validate
 
     values = dict(name="bench", output_root=str(Path(tempfile.gettempdir()) / "tutorial-bench"), progress=False,
                   checkpoint=False, device=device.type, workers=0, dataset="synthetic")
@@ -420,7 +421,7 @@ def _measure_in_child(s: dict, matmul_tflops: float) -> dict:
                    "--num-classes", str(s["num_classes"]), "--device", s["device"],
                    "--matmul-tflops", repr(matmul_tflops), "--out", str(out)]
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                           env.get("PYTHONPATH")]))
         result = subprocess.run(command, capture_output=True, text=True, env=env)
         records = read_records(out)
@@ -469,7 +470,7 @@ def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, 
     """
     import torch.distributed as dist
 
-    from tutorial_lib import distributed as dist_utils
+    from tutorial_lib.engine import distributed as dist_utils
     from tutorial_lib.scaling import bus_bandwidth_bytes_s
 
     _, world, local_rank, local_world = dist_utils.env_rank_info()
@@ -531,7 +532,7 @@ def launch_allreduce(nproc: int = 2, sizes: list[int] | None = None, iters: int 
             command += ["--iters", str(iters)]
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                                                  "MASTER_PORT", "LOCAL_WORLD_SIZE")}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
                                                           env.get("PYTHONPATH")]))
         env.setdefault("OMP_NUM_THREADS", "1")
         result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
@@ -701,7 +702,7 @@ def setting_label(record: dict) -> str:
 
 
 def bar_values(records: list[dict], key: str = "images_per_sec", scale: float = 1.0) -> tuple[list, list]:
-    """(labels, values) of the successful train records, for :func:`tutorial_lib.plots.plot_bars`."""
+    """(labels, values) of the successful train records, for :func:`tutorial_lib.lessons.plots.plot_bars`."""
     ok = [r for r in records if r.get("status") == "ok" and r.get("kind") == "train"]
     return [setting_label(r) for r in ok], [r[key] * scale for r in ok]
 
@@ -774,7 +775,7 @@ def parse_size(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m tutorial_lib.bench`` parser (see the module docstring)."""
-    from tutorial_lib.bench_data import add_data_arguments
+    from tutorial_lib.bench.data import add_data_arguments
 
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.bench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -864,11 +865,7 @@ def main(argv: list[str] | None = None) -> int:
                        args.steps, args.warmup, args.windows, device, isolate, args.num_classes,
                        on_record=lambda record: _emit([record], args))
         return 0
-    from tutorial_lib.bench_data import run_data_command
+    from tutorial_lib.bench.data import run_data_command
 
     run_data_command(args, device, emit=lambda record: _emit([record], args))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

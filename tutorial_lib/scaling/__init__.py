@@ -14,7 +14,7 @@ algorithms. Outside the GPU, a shared file system or the CPUs' JPEG decoding can
 global throughput, and every epoch may carry fixed work (validation, loader start-up).
 
 Run ``python -m tutorial_lib.scaling --preset list`` for the published runs this model is
-compared against (presets live in ``tutorial_lib.scaling_presets``).
+compared against (presets live in ``tutorial_lib.scaling.presets``).
 """
 
 from __future__ import annotations
@@ -345,14 +345,3 @@ def format_duration(seconds: float) -> str:
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m tutorial_lib.scaling --preset NAME [--json]``: model vs a published run."""
-    from tutorial_lib.scaling_presets import cli
-
-    return cli(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -28,7 +28,7 @@ from tutorial_lib.scaling import (
     ring_allreduce_s,
     ring_traffic_factor,
 )
-from tutorial_lib.scaling_presets import Preset
+from tutorial_lib.scaling.presets import Preset
 
 MIB = 1 << 20
 
@@ -479,7 +479,7 @@ def what_if_widget(preset: Preset, gpus: Sequence[int]):
 # ------------------------------------------------------------------ parameter server
 def plot_staleness_runs(results: Mapping, axes=None):
     """Full-train-set loss (top) and test accuracy (bottom) of each run against steps (left) and
-    wall time (right). ``results``: name -> :class:`tutorial_lib.param_server.RunResult`."""
+    wall time (right). ``results``: name -> :class:`tutorial_lib.lessons.param_server.RunResult`."""
     import matplotlib.pyplot as plt
 
     if axes is None:

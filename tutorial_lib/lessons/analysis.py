@@ -1,6 +1,6 @@
 """Comparing finished runs: weights, loss curves, final accuracy, and LR schedules side by side.
 
-    from tutorial_lib import analysis
+    from tutorial_lib.lessons import analysis
     diff = analysis.compare_checkpoints("runs/course/03-one", "runs/course/03-two")
     print(analysis.verdict(diff))                       # computed, never typed in
     analysis.final_accuracy(jobs)                       # one row per run: global batch, LR, top-1...
@@ -18,8 +18,8 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tutorial_lib.checkpoint import CHECKPOINT_FILE, load_checkpoint
-from tutorial_lib.metrics import read_metrics
+from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from tutorial_lib.rundir.metrics import read_metrics
 
 # Two float32 runs that add the same numbers in a different order differ by a few float32 ulps
 # (eps = 1.2e-7 relative) per step; over tens of steps that stays below this bound, while a real
@@ -236,12 +236,12 @@ def schedule_for(cfg, global_batch: int, warmup_epochs: float | None = None, ste
                  **overrides) -> list[float]:
     """The LR at every iteration of ``cfg`` trained with ``global_batch`` images per step.
 
-    Uses :func:`tutorial_lib.optim.lr_schedule_values` (the trainer's own scheduler). The LR as a
+    Uses :func:`tutorial_lib.engine.optim.lr_schedule_values` (the trainer's own scheduler). The LR as a
     function of the *epoch* does not depend on how many iterations an epoch has, so schedules of
     different batch sizes are sampled at the same ``steps_per_epoch`` and plotted on one epoch axis.
     For the start of warmup, ``overrides`` may set e.g. ``warmup_start_factor``.
     """
-    from tutorial_lib.optim import lr_schedule_values
+    from tutorial_lib.engine.optim import lr_schedule_values
 
     changes = {"batch_size": global_batch, **overrides}
     if warmup_epochs is not None:
@@ -265,9 +265,9 @@ def lr_table(schedules: Mapping[str, Sequence[float]], steps_per_epoch: int, epo
 
 
 def frontend_present() -> bool:
-    """True when a person is looking at a widget-capable frontend: :func:`tutorial_lib.monitor.live_frontend`
+    """True when a person is looking at a widget-capable frontend: :func:`tutorial_lib.lessons.monitor.live_frontend`
     (False under papermill, nbval, plain Python; ``TUTORIAL_MONITOR_CONTROLS=1/0`` forces it)."""
-    from tutorial_lib.monitor import live_frontend
+    from tutorial_lib.lessons.monitor import live_frontend
 
     return live_frontend()
 
@@ -292,7 +292,7 @@ def lr_explorer(cfg, global_batch: int = 256, warmup_epochs: float = 1.0, batche
     batches = list(batches) or [2**k for k in range(6, 16)]
 
     def draw(global_batch: int, warmup_epochs: float):
-        from tutorial_lib.plots import plot_lr_schedules
+        from tutorial_lib.lessons.plots import plot_lr_schedules
 
         ax = plt.subplots(figsize=(7, 3.5), layout="constrained")[1]
         schedules = {}

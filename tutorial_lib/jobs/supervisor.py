@@ -1,6 +1,6 @@
 """Runs a local job detached from the notebook: starts torchrun agents, records the outcome.
 
-``python -m tutorial_lib.local_supervisor RUN_DIR`` reads ``RUN_DIR/job.json`` (written by
+``python -m tutorial_lib.jobs.supervisor RUN_DIR`` reads ``RUN_DIR/job.json`` (written by
 :mod:`tutorial_lib.jobs`), starts one torchrun agent per emulated node in its own process group,
 and writes ``RUN_DIR/job_state.json`` as the state changes: RUNNING, then COMPLETED, FAILED,
 CANCELLED (SIGTERM from Job.cancel) or TIMEOUT (the job's time limit). Output goes to
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from tutorial_lib.job_spec import JOB_FILE, time_limit_seconds
+from tutorial_lib.jobs.spec import JOB_FILE, time_limit_seconds
 
 STATE_FILE = "job_state.json"
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
@@ -114,7 +114,7 @@ class Supervisor:
 
 
 def main() -> int:
-    """Entry point: ``python -m tutorial_lib.local_supervisor RUN_DIR``."""
+    """Entry point: ``python -m tutorial_lib.jobs.supervisor RUN_DIR``."""
     return Supervisor(Path(sys.argv[1])).run()
 
 

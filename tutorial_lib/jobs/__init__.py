@@ -1,11 +1,11 @@
 """Submit training jobs to Slurm or to this machine, and follow them through a :class:`Job` handle.
 
-    from tutorial_lib.config import make_config
+    from tutorial_lib.engine.config import make_config
     from tutorial_lib import jobs
     job = jobs.submit(make_config("smoke", name="ddp2"), nodes=2, gpus_per_node=1)
     job.wait(); job.metrics("epoch")
 
-Both backends run the same torchrun command (see :func:`tutorial_lib.job_spec.torchrun_command`);
+Both backends run the same torchrun command (see :func:`tutorial_lib.jobs.spec.torchrun_command`);
 Slurm through ``cluster_scripts/train.sbatch``. The run directory holds ``job.json``, so
 ``attach(run_dir)`` gives the handle back after a kernel restart.
 """
@@ -21,8 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from tutorial_lib.config import TrainConfig
-from tutorial_lib.job_spec import (
+from tutorial_lib import REPO_ROOT
+from tutorial_lib.engine.config import TrainConfig
+from tutorial_lib.jobs.spec import (
     JobError,
     JobSpec,
     absolute_config,
@@ -31,11 +32,10 @@ from tutorial_lib.job_spec import (
     torchrun_command,
     write_job_file,
 )
-from tutorial_lib.local_supervisor import FINAL_STATES, STATE_FILE, read_state
-from tutorial_lib.metrics import metrics_table, read_metrics
-from tutorial_lib.run_lock import RunLock, pid_alive
+from tutorial_lib.jobs.supervisor import FINAL_STATES, STATE_FILE, read_state
+from tutorial_lib.rundir.lock import RunLock, pid_alive
+from tutorial_lib.rundir.metrics import metrics_table, read_metrics
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
 STATES = ("PENDING", "RUNNING", *FINAL_STATES)
 _SLURM_STATE_MAP = {"CONFIGURING": "PENDING", "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING",
@@ -226,7 +226,7 @@ def _submit_local(spec: JobSpec, after: Job | None) -> str:
               "after": str(after.run_dir) if after else None, "submitted": time.time()}
     (spec.run_dir / STATE_FILE).unlink(missing_ok=True)
     write_job_file(spec.run_dir, {**record, "id": "local-pending"})
-    supervisor = subprocess.Popen([sys.executable, "-m", "tutorial_lib.local_supervisor", str(spec.run_dir)],
+    supervisor = subprocess.Popen([sys.executable, "-m", "tutorial_lib.jobs.supervisor", str(spec.run_dir)],
                                   cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=open(spec.run_dir / "supervisor.log", "ab"), start_new_session=True)

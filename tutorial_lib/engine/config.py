@@ -294,7 +294,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     for key, allowed in choices.items():
         if getattr(cfg, key) not in allowed:
             _fail(key, f"unknown value {getattr(cfg, key)!r}", f"use one of {', '.join(allowed)}")
-    from tutorial_lib.models import available_archs  # local: torchvision import is slow
+    from tutorial_lib.engine.models import available_archs  # local: torchvision import is slow
 
     if cfg.arch not in available_archs():
         close = [a for a in available_archs() if a.startswith(cfg.arch[:3])][:5]
@@ -316,7 +316,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     if cfg.compile != "none" and cfg.compile == "reduce-overhead" and not on_gpu:
         _fail("compile", "reduce-overhead uses CUDA graphs and needs a GPU", "use --compile default or none")
     if check_paths and cfg.dataset == "imagefolder":
-        from tutorial_lib.data import DataError, check_imagefolder
+        from tutorial_lib.engine.data import DataError, check_imagefolder
 
         try:
             check_imagefolder(cfg.data_dir)

@@ -13,7 +13,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tutorial_lib.config import ConfigError, TrainConfig, to_cli_args, validate, validate_name
+from tutorial_lib.engine.config import ConfigError, TrainConfig, to_cli_args, validate, validate_name
 
 JOB_FILE = "job.json"
 _TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
@@ -112,7 +112,8 @@ def make_spec(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, time:
     ``on_cluster``: the job runs on Slurm compute nodes, which may have GPUs this machine lacks.
     """
     if not isinstance(config, TrainConfig):
-        raise ConfigError("config: expected a TrainConfig. Fix: build one with tutorial_lib.config.make_config().")
+        raise ConfigError("config: expected a TrainConfig. "
+                          "Fix: build one with tutorial_lib.engine.config.make_config().")
     gpus_elsewhere = True if on_cluster and config.device != "cpu" else None
     validate(config, check_paths=check_data, cuda_available=gpus_elsewhere)
     validate_name(config.name, "name")

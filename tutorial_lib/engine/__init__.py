@@ -1,0 +1,3 @@
+"""The training engine: configuration, data, models, optimisers, distributed setup, the trainer.
+
+It knows nothing of who launched it: nothing here imports jobs, bench or lessons."""

@@ -1,0 +1,444 @@
+"""The training program: the large-minibatch ImageNet recipe, from one CPU process to many nodes.
+
+Run it the same way everywhere (distributed settings come from torchrun's environment)::
+
+    python -m tutorial_lib.train --profile smoke --name demo              # one process
+    torchrun --nproc-per-node 2 -m tutorial_lib.train --profile smoke --name ddp2
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HEAD:29500 \\
+        -m tutorial_lib.train --profile hal --data-dir /path/to/imagenet --name hal-8gpu
+
+Everything a watcher needs lands in the run directory (``output_root/name``): ``config.json``,
+``metrics.jsonl``, ``checkpoint.pt`` and, once training is finished, ``DONE``. Started again on
+the same run directory it resumes from the checkpoint. A ``STOP`` file in the run directory, or
+SIGUSR1/SIGTERM, makes it finish the current step, checkpoint and exit (used before time limits).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import signal
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from tutorial_lib.engine import distributed as dist_utils
+from tutorial_lib.engine.config import TrainConfig, config_from_args, derived, validate
+from tutorial_lib.engine.data import Batch, build_loaders, prepare_dataset
+from tutorial_lib.engine.models import build_model, count_parameters
+from tutorial_lib.engine.optim import build_optimizer, build_scheduler
+from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint, remove_stale_temp_files, save_atomic
+from tutorial_lib.rundir.lock import RunLock
+from tutorial_lib.rundir.metrics import MetricsWriter, ThroughputMeter
+
+STOP_FILE = "STOP"
+DONE_FILE = "DONE"
+AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class StopRequest:
+    """Set by SIGUSR1/SIGTERM or a STOP file; all ranks agree on it at the next check."""
+
+    run_dir: Path
+    signalled: bool = False
+    reason: str = ""
+    previous: dict = field(default_factory=dict)
+
+    def install(self) -> None:
+        """Turn SIGUSR1 and SIGTERM into a graceful stop request (until :meth:`uninstall`)."""
+        for sig in (signal.SIGUSR1, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._on_signal)
+
+    def uninstall(self) -> None:
+        """Give the signals back to whoever handled them before (a notebook kernel, pytest)."""
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous.clear()
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.signalled, self.reason = True, signal.Signals(signum).name
+
+    def local(self) -> bool:
+        """True if this process was asked to stop."""
+        if not self.signalled and (self.run_dir / STOP_FILE).exists():
+            self.reason = "STOP file"
+            return True
+        return self.signalled
+
+
+def launcher_owns_stop_file(run_dir: Path) -> bool:
+    """True when a launcher (train.sbatch, the local supervisor) manages ``run_dir/STOP``.
+
+    It clears a stale file before starting the ranks, so a STOP present now is this run's request
+    (e.g. Slurm's warning signal arrived while the ranks were still starting): honour it, never delete it.
+    """
+    owned = os.environ.get("TUTORIAL_STOP_FILE")
+    return bool(owned) and Path(owned).resolve() == (Path(run_dir) / STOP_FILE).resolve()
+
+
+@dataclass
+class Progress:
+    """Where training is: the next epoch and how many of its batches are already done."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    best_top1: float = 0.0
+    history: list = field(default_factory=list)
+
+
+def set_precision_flags(precision: str) -> None:
+    """TF32 matmuls only when asked: fp32 means true fp32 (cuDNN would otherwise use TF32)."""
+    allow = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+    torch.backends.cudnn.benchmark = True
+
+
+def seed_epoch(seed: int, epoch: int, rank: int) -> None:
+    """Seed every RNG from (seed, epoch, rank) so each epoch's augmentation is reproducible."""
+    value = (seed * 1_000_003 + epoch * 1_009 + rank) % (2**31)
+    random.seed(value)
+    np.random.seed(value)
+    torch.manual_seed(value)
+
+
+def rng_state() -> dict:
+    """This process's RNG states (saved in checkpoints for exact mid-epoch resume)."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore states saved by :func:`rng_state`."""
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def environment_facts(device: torch.device) -> dict:
+    """Library versions and device names recorded in config.json."""
+    import torchvision
+
+    facts = {"python": platform.python_version(), "torch": torch.__version__,
+             "torchvision": torchvision.__version__, "device": str(device),
+             "device_name": platform.processor() or platform.machine(), "cuda": torch.version.cuda}
+    if device.type == "cuda":
+        facts["device_name"] = torch.cuda.get_device_name(device)
+        facts["cudnn"] = torch.backends.cudnn.version()
+    return facts
+
+
+def evaluate(model, loader, device, info, channels_last: bool, amp_context) -> dict:
+    """Validation loss, top-1 and top-5 over all ranks; every image counted exactly once."""
+    model.eval()
+    # loss sum, top-1 hits, top-5 hits, images, skipped images; kept on the device (no sync per batch)
+    sums = torch.zeros(5, dtype=torch.float64, device=device)
+    with torch.no_grad():
+        for batch in loader:
+            sums[4] += batch.skipped
+            if batch.images.numel() == 0:
+                continue
+            images, targets = _to_device(batch, device, channels_last)
+            with amp_context():
+                logits = model(images).float()
+            hits = logits.topk(min(5, logits.shape[1]), dim=1).indices.eq(targets[:, None])
+            sums[0] += F.cross_entropy(logits, targets, reduction="sum")
+            sums[1] += hits[:, :1].sum()
+            sums[2] += hits.sum()
+            sums[3] += len(targets)
+    loss, top1, top5, count, skipped = dist_utils.all_reduce_sum(sums.tolist(), info, device)
+    model.train()
+    images = int(count)
+    count = max(count, 1)
+    return {"val_loss": loss / count, "top1": 100 * top1 / count, "top5": 100 * top5 / count,
+            "val_images": images, "val_skipped_images": int(skipped)}
+
+
+def _to_device(batch: Batch, device, channels_last: bool):
+    images = batch.images.to(device, non_blocking=True)
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    return images, batch.targets.to(device, non_blocking=True)
+
+
+class Trainer:
+    """One rank's share of a training run. Build it, then call :meth:`fit`."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        rank, _, local_rank, _ = dist_utils.env_rank_info()
+        self.device = dist_utils.pick_device(cfg.device, local_rank)
+        self.info = dist_utils.init_distributed(self.device)
+        self.run_dir = cfg.run_dir
+        self.main = self.info.is_main
+        self.stop = StopRequest(self.run_dir)
+        self.lock = RunLock(self.run_dir)
+        self.derived = derived(cfg, self.info.world_size)
+        set_precision_flags(cfg.precision)
+
+    # ----------------------------------------------------------------- setup
+    def setup(self) -> None:
+        """Prepare the run directory, data, model, optimiser, schedule and (if any) the checkpoint."""
+        cfg, info = self.cfg, self.info
+        if self.main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.lock.acquire()
+            if not launcher_owns_stop_file(self.run_dir):  # a STOP left by an earlier run of ours
+                (self.run_dir / STOP_FILE).unlink(missing_ok=True)
+            if remove_stale_temp_files(self.run_dir / CHECKPOINT_FILE):  # safe: we hold the lock
+                print("removed the temporary file of a checkpoint save that was interrupted", flush=True)
+        if info.local_rank == 0:
+            prepare_dataset(cfg)
+        dist_utils.barrier(info)
+        self.stop.install()
+        self.metrics = MetricsWriter(self.run_dir, enabled=self.main)
+        self.loaders = build_loaders(cfg, info.rank, info.world_size, self.device)
+        self.steps_per_epoch = len(self.loaders.train)
+        if cfg.max_steps_per_epoch:
+            self.steps_per_epoch = min(self.steps_per_epoch, cfg.max_steps_per_epoch)
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+        self.model = build_model(cfg.arch, self.loaders.num_classes, cfg.zero_init_residual, cfg.norm,
+                                 cfg.channels_last).to(self.device)
+        self.ddp = (DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type == "cuda"
+                                            else None, bucket_cap_mb=cfg.bucket_cap_mb)
+                    if info.distributed else self.model)
+        self.train_model, self.eval_model = self.ddp, self.model
+        if cfg.compile != "none":
+            self.train_model = torch.compile(self.ddp, mode=cfg.compile)
+            self.eval_model = torch.compile(self.model, mode=cfg.compile)
+        self.optimizer = build_optimizer(self.model, cfg, self.derived["scaled_lr"],
+                                         fused=self.device.type == "cuda")
+        self.scheduler = build_scheduler(self.optimizer, cfg, self.steps_per_epoch)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
+        self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        self.progress = Progress()
+        self.resume_rng = None
+        self._resume()
+
+    def amp_context(self):
+        """Autocast for fp16/bf16, nothing for fp32/tf32."""
+        dtype = AMP_DTYPES.get(self.cfg.precision)
+        return torch.autocast(self.device.type, dtype=dtype) if dtype else nullcontext()
+
+    def _resume(self) -> None:
+        state = load_checkpoint(self.run_dir / CHECKPOINT_FILE, map_location=self.device)
+        hosts = dist_utils.all_gather_objects(dist_utils.node_name(), self.info)
+        facts = {**environment_facts(self.device), "hosts": hosts, "parameters": count_parameters(self.model),
+                 "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "steps_per_epoch": self.steps_per_epoch,
+                 "train_images": self.loaders.train_images, "val_images": self.loaders.val_images,
+                 "num_classes": self.loaders.num_classes}
+        if self.main:
+            resolved = {**self.cfg.to_dict(), **self.derived, **facts}
+            (self.run_dir / "config.json").write_text(json.dumps(resolved, indent=2, default=str))
+        if state is None:
+            self.metrics.write("start", **self.derived, hosts=hosts, steps_per_epoch=self.steps_per_epoch,
+                               epochs=self.cfg.epochs, arch=self.cfg.arch, precision=self.cfg.precision)
+            return
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.progress = Progress(**state["progress"])
+        rng = state.get("rng") or []
+        if self.progress.step_in_epoch > 0 and self.info.rank < len(rng):  # mid-epoch: continue its RNG
+            self.resume_rng = rng[self.info.rank]
+        if state.get("world_size") != self.info.world_size and self.main:
+            print(f"warning: checkpoint was written by {state.get('world_size')} ranks, resuming on "
+                  f"{self.info.world_size}: the global batch and scaled LR change", file=sys.stderr)
+        self.metrics.write("resume", epoch=self.progress.epoch, step_in_epoch=self.progress.step_in_epoch,
+                           global_step=self.progress.global_step, **self.derived, hosts=hosts)
+        self._say(f"resumed from {self.run_dir / CHECKPOINT_FILE} at epoch {self.progress.epoch + 1}, "
+                  f"step {self.progress.step_in_epoch}")
+
+    def _say(self, message: str) -> None:
+        if self.main:
+            print(message, flush=True)
+
+    # --------------------------------------------------------------- training
+    def save_checkpoint(self) -> None:
+        """Write checkpoint.pt atomically (rank 0), with every rank's RNG state."""
+        if not self.cfg.checkpoint:
+            return
+        rngs = dist_utils.all_gather_objects(rng_state(), self.info)
+        if self.main:
+            save_atomic({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                         "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
+                         "progress": vars(self.progress), "rng": rngs, "world_size": self.info.world_size,
+                         "config": self.cfg.to_dict()}, self.run_dir / CHECKPOINT_FILE)
+
+    def train_step(self, batch: Batch) -> torch.Tensor:
+        """Forward, backward (all-reduce overlapped by DDP's buckets), optimiser and LR step."""
+        images, targets = _to_device(batch, self.device, self.cfg.channels_last)
+        with self.amp_context():
+            if images.numel() == 0:  # every image of this batch was unreadable: join the all-reduce
+                loss = sum(p.sum() for p in self.train_model.parameters()) * 0.0
+            else:
+                loss = self.criterion(self.train_model(images), targets)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return loss.detach()
+
+    def _agree_to_stop(self, loss_sum: torch.Tensor, steps: int) -> tuple[float, bool]:
+        """All-reduce the recent loss and the stop flags: every rank stops at the same step."""
+        loss_total, step_total, stops = dist_utils.all_reduce_sum(
+            [float(loss_sum), float(steps), float(self.stop.local())], self.info, self.device)
+        return loss_total / max(step_total, 1), stops > 0
+
+    def train_epoch(self, epoch: int) -> dict | None:
+        """Run (the rest of) one epoch. Returns its summary, or None if a stop was requested."""
+        cfg, progress = self.cfg, self.progress
+        seed_epoch(cfg.seed, epoch, self.info.rank)
+        loader = self.loaders.train_epoch(epoch, skip_batches=progress.step_in_epoch)
+        batches = iter(loader)
+        if self.resume_rng is not None:  # after the iterator drew its seed, as the first run did
+            set_rng_state(self.resume_rng)
+            self.resume_rng = None
+        todo = self.steps_per_epoch - progress.step_in_epoch
+        bar = self._progress_bar(todo, epoch)
+        meter, epoch_start = ThroughputMeter(), time.perf_counter()
+        loss_sum, since_log, epoch_loss, epoch_steps, skipped = torch.zeros((), device=self.device), 0, 0.0, 0, 0
+        for _ in range(todo):
+            batch = next(batches)
+            loss_sum += self.train_step(batch)
+            since_log += 1
+            skipped += batch.skipped
+            meter.update(len(batch.targets) * self.info.world_size)
+            progress.step_in_epoch += 1
+            progress.global_step += 1
+            if bar is not None:
+                bar.update(1)
+            if since_log == cfg.log_every or progress.step_in_epoch == self.steps_per_epoch:
+                mean_loss, stop = self._agree_to_stop(loss_sum, since_log)
+                epoch_loss += mean_loss * since_log
+                epoch_steps += since_log
+                self.metrics.write("step", epoch=epoch + 1, step=progress.global_step, loss=mean_loss,
+                                   lr=self.optimizer.param_groups[0]["lr"], images_per_sec=meter.rate())
+                if bar is not None:
+                    bar.set_postfix(loss=f"{mean_loss:.3f}", img_s=f"{meter.rate():.0f}")
+                loss_sum.zero_()
+                since_log = 0
+                meter.reset()
+                if stop and progress.step_in_epoch < self.steps_per_epoch:
+                    if bar is not None:
+                        bar.close()
+                    return None
+        if bar is not None:
+            bar.close()
+        epoch_time = time.perf_counter() - epoch_start
+        skipped_total, = dist_utils.all_reduce_sum([float(skipped)], self.info, self.device)
+        images = todo * cfg.batch_size * self.info.world_size
+        return {"train_loss": epoch_loss / max(epoch_steps, 1), "epoch_time": epoch_time,
+                "images_per_sec": images / epoch_time, "skipped_images": int(skipped_total)}
+
+    def _progress_bar(self, total: int, epoch: int):
+        if not (self.main and self.cfg.progress):
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=f"epoch {epoch + 1}/{self.cfg.epochs}", leave=False,
+                    mininterval=0.5 if sys.stderr.isatty() else 10, file=sys.stderr)
+
+    def fit(self) -> dict:
+        """Train to ``epochs`` (or until a stop request / ``stop_after_epochs``); return a summary."""
+        cfg, progress = self.cfg, self.progress
+        started, epochs_now = time.perf_counter(), 0
+        self.train_model.train()
+        while progress.epoch < cfg.epochs:
+            summary = self.train_epoch(progress.epoch)
+            if summary is None:
+                return self._stopped(started)
+            summary.update(evaluate(self.eval_model, self.loaders.val, self.device, self.info,
+                                    cfg.channels_last, self.amp_context))
+            progress.epoch += 1
+            progress.step_in_epoch = 0
+            progress.best_top1 = max(progress.best_top1, summary["top1"])
+            record = {"epoch": progress.epoch, "lr": self.optimizer.param_groups[0]["lr"], **summary}
+            progress.history.append({k: record[k] for k in ("epoch", "top1", "top5", "train_loss")})
+            # Checkpoint first, then log: a crash while saving repeats this epoch after the resume,
+            # and its `epoch` event is still written exactly once.
+            self.save_checkpoint()
+            self.metrics.write("epoch", **record)
+            self._say(f"epoch {progress.epoch}/{cfg.epochs}: train loss {summary['train_loss']:.3f}  "
+                      f"val loss {summary['val_loss']:.3f}  top-1 {summary['top1']:.1f}%  "
+                      f"top-5 {summary['top5']:.1f}%  {summary['images_per_sec']:.0f} img/s")
+            epochs_now += 1
+            stop_now = self._agree_to_stop(torch.zeros(()), 0)[1]
+            if progress.epoch < cfg.epochs and (stop_now or epochs_now == cfg.stop_after_epochs):
+                return self._stopped(started, saved=True)
+        total = time.perf_counter() - started
+        self.metrics.write("end", total_time=total, best_top1=progress.best_top1, epochs=progress.epoch,
+                           global_step=progress.global_step)
+        if self.main:
+            (self.run_dir / DONE_FILE).write_text(json.dumps({"best_top1": progress.best_top1}))
+        self._say(f"finished: best top-1 {progress.best_top1:.1f}%  run directory {self.run_dir.resolve()}")
+        return {"status": "completed", "best_top1": progress.best_top1, "run_dir": str(self.run_dir),
+                "total_time": total}
+
+    def _stopped(self, started: float, saved: bool = False) -> dict:
+        if not saved:
+            self.save_checkpoint()
+        reason = self.stop.reason or f"stop_after_epochs={self.cfg.stop_after_epochs}"
+        self.metrics.write("stop", epoch=self.progress.epoch, step_in_epoch=self.progress.step_in_epoch,
+                           global_step=self.progress.global_step, reason=reason)
+        self._say(f"stopped ({reason}) at epoch {self.progress.epoch + 1} step {self.progress.step_in_epoch}; "
+                  f"checkpoint saved, run again on {self.run_dir} to resume")
+        return {"status": "stopped", "best_top1": self.progress.best_top1, "run_dir": str(self.run_dir),
+                "total_time": time.perf_counter() - started}
+
+    def close(self) -> None:
+        """Release the run lock, restore signal handlers and leave the process group."""
+        self.stop.uninstall()
+        if self.main:
+            self.lock.release()
+        dist_utils.shutdown(self.info)
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Validate ``cfg``, then train this rank's share; returns a summary dict."""
+    validate(cfg)
+    trainer = Trainer(cfg)
+    try:
+        trainer.setup()
+        return trainer.fit()
+    finally:
+        trainer.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; prints a clear message and exits 2 on a bad configuration."""
+    from tutorial_lib.engine.config import ConfigError
+    from tutorial_lib.engine.data import DataError
+    from tutorial_lib.rundir.lock import RunLockedError
+
+    try:
+        cfg = config_from_args(argv)
+        train(cfg)
+    except (ConfigError, DataError, RunLockedError) as exc:
+        message = str(exc)
+        if "Original Traceback" in message:  # re-raised by a DataLoader worker: keep the worker's own message
+            message = message.rstrip().splitlines()[-1].split(": ", 1)[-1]
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""What the notebooks call: course runner, live monitor, plots, analyses, studies, figures, demos."""

@@ -1,0 +1,166 @@
+"""The course as a whole: notebook setup, closing summaries, and the headless papermill run.
+
+``python -m tutorial_lib.course [--params FILE] [--only 03 ...] [--out executed]`` executes the
+notebook sequence with papermill into a git-ignored folder and writes ``SUMMARY.md`` there: each
+notebook's key numbers (as measured in that run) and its saved figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from tutorial_lib import REPO_ROOT
+
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+SUMMARY_ENV = "TUTORIAL_SUMMARY_DIR"
+DEFAULT_OUT = REPO_ROOT / "executed"
+
+
+def setup_notebook(quiet: bool = False) -> Path:
+    """Call first in every notebook: work from the repository root so relative paths (data/, runs/)
+    mean the same under JupyterLab, papermill and nbval; set readable plot defaults."""
+    import matplotlib
+
+    if (REPO_ROOT / "notebooks").is_dir():
+        os.chdir(REPO_ROOT)
+    matplotlib.rcParams.update({"figure.dpi": 80, "figure.figsize": (9, 4), "axes.grid": True,
+                                "grid.alpha": 0.3})
+    if not quiet:
+        print(f"working directory: {Path.cwd()}")
+    return Path.cwd()
+
+
+def _summary_dir() -> Path | None:
+    target = os.environ.get(SUMMARY_ENV)
+    return Path(target) if target else None
+
+
+def save_figure(fig, name: str) -> Path | None:
+    """Save ``fig`` as ``<name>.png`` into the course run's summary folder (if one is running)."""
+    folder = _summary_dir()
+    if folder is None:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    fig.savefig(path, bbox_inches="tight")
+    return path
+
+
+def summarize(notebook: str, numbers: dict, figures: dict | None = None):
+    """Show a notebook's closing numbers as a table and record them for the course summary.
+
+    ``numbers`` maps a description to a value measured in this run (never typed in);
+    ``figures`` maps a short name to a matplotlib figure to save beside the summary.
+    """
+    import pandas as pd
+
+    table = pd.DataFrame({"value": [_plain(v) for v in numbers.values()]}, index=list(numbers))
+    folder = _summary_dir()
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        saved = [str(save_figure(fig, f"{notebook}_{key}").name) for key, fig in (figures or {}).items()]
+        record = {"notebook": notebook, "numbers": {k: _plain(v) for k, v in numbers.items()}, "figures": saved}
+        (folder / f"{notebook}.json").write_text(json.dumps(record, indent=2))
+    return table
+
+
+def _plain(value):
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float):
+        return round(value, 4)
+    return value
+
+
+def notebooks(only: list[str] | None = None) -> list[Path]:
+    """The course notebooks in order (optionally only those whose names start with ``only``)."""
+    found = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        found = [p for p in found if any(p.name.startswith(prefix) for prefix in only)]
+    return found
+
+
+def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None, only: list[str] | None = None,
+               kernel: str | None = None) -> Path:
+    """Execute the notebooks headless with papermill into ``out``; write and return SUMMARY.md.
+
+    ``params`` are passed to every notebook (papermill ignores those a notebook does not declare
+    and warns). A failing notebook stops the run with papermill's error, after the summary of the
+    notebooks before it has been written.
+    """
+    import papermill
+
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ[SUMMARY_ENV] = str(out / "summary")
+    timings: dict[str, float] = {}
+    try:
+        for notebook in notebooks(only):
+            print(f"== {notebook.name}", flush=True)
+            started = time.perf_counter()
+            papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=params or {},
+                                       cwd=str(REPO_ROOT), kernel_name=kernel, progress_bar=False,
+                                       log_output=False)
+            timings[notebook.stem] = time.perf_counter() - started
+            print(f"   done in {timings[notebook.stem]:.0f} s", flush=True)
+    finally:
+        summary = write_summary(out, timings)
+    print(f"executed notebooks and summary: {summary}")
+    return summary
+
+
+def write_summary(out: Path, timings: dict[str, float]) -> Path:
+    """Collect each notebook's recorded numbers and figures into ``out/SUMMARY.md``."""
+    lines = ["# Course run summary", "", f"Executed notebooks are in `{out}`.", "",
+             "| notebook | run time (s) |", "|---|---|"]
+    lines += [f"| {name} | {seconds:.0f} |" for name, seconds in timings.items()]
+    lines.append(f"| total | {sum(timings.values()):.0f} |")
+    for record_path in sorted((out / "summary").glob("*.json")):
+        record = json.loads(record_path.read_text())
+        lines += ["", f"## {record['notebook']}", "", "| what | value |", "|---|---|"]
+        lines += [f"| {key} | {value} |" for key, value in record["numbers"].items()]
+        lines += [f"\n![{name}](summary/{name})" for name in record.get("figures", [])]
+    path = out / "SUMMARY.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def load_params(path: str | os.PathLike) -> dict:
+    """Notebook parameters from a YAML file (the same file works with ``papermill -f``)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise SystemExit(f"error: parameter file {path} does not exist. Fix: pass a YAML file, e.g. "
+                         "notebooks/params/gpu.yaml")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise SystemExit(f"error: parameter file {path} must hold a mapping of name: value")
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: run the course headless."""
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.course", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", help="YAML file of notebook parameters (e.g. notebooks/params/gpu.yaml)")
+    parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                        help="one parameter (YAML value), like papermill -p")
+    parser.add_argument("--only", nargs="*", help="notebook number prefixes to run, e.g. 00 03")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="folder for executed notebooks")
+    args = parser.parse_args(argv)
+    import yaml
+
+    params = load_params(args.params) if args.params else {}
+    params.update({name: yaml.safe_load(value) for name, value in args.p})
+    run_course(args.out, params, args.only)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m tutorial_lib.scaling --preset NAME [--json]``: the model beside a published run."""
+
+import sys
+
+from tutorial_lib.scaling.presets import cli
+
+sys.exit(cli())
