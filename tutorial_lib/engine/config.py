@@ -24,6 +24,7 @@ SCHEDULES = ("step", "cosine")
 NORMS = ("batch", "group")
 BAD_DATA_POLICIES = ("skip", "error")
 DEVICES = ("auto", "cpu", "cuda")
+INPUT_PIPELINES = ("cpu", "gpu")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 IMAGENET_TRAIN_IMAGES = 1_281_167
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -49,6 +50,7 @@ class TrainConfig:
     min_crop_scale: float = 0.08  # smallest crop area fraction of RandomResizedCrop (ImageNet: 0.08)
     hflip: bool = True  # random horizontal flips (off for digits: a mirrored 3 is not a 3)
     workers: int = 0  # DataLoader worker processes per rank
+    input_pipeline: str = "cpu"  # cpu (workers decode + augment) | gpu (workers read bytes; decode, crop on device)
     bad_data: str = "skip"  # unreadable image: skip (and count) | error (stop, naming the file)
     synthetic_images: int = 2048  # images per epoch for the synthetic dataset
     num_classes: int = 0  # 0 = from the dataset (folder count; 1000 for synthetic)
@@ -108,12 +110,13 @@ PROFILES: dict[str, dict] = {
     "gpu": dict(
         dataset="imagefolder", arch="resnet50", image_size=224, epochs=90, batch_size=256,
         base_lr=0.1, warmup_epochs=5.0, lr_schedule="cosine", precision="bf16", device="cuda",
-        channels_last=True, compile="default", workers=8, label_smoothing=0.1, log_every=50,
+        channels_last=True, compile="default", workers=8, input_pipeline="gpu", label_smoothing=0.1,
+        log_every=50,
     ),
     "hal": dict(
         dataset="imagefolder", arch="resnet50", image_size=224, epochs=90, batch_size=208,
         base_lr=0.1, warmup_epochs=5.0, lr_schedule="step", lr_milestones=[30, 60, 80],
-        precision="fp16", device="cuda", channels_last=True, workers=8, log_every=50,
+        precision="fp16", device="cuda", channels_last=True, workers=8, input_pipeline="gpu", log_every=50,
     ),
 }
 
@@ -290,7 +293,8 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
         _fail("label_smoothing", f"must be in [0, 1), got {cfg.label_smoothing}",
               "pass e.g. --label-smoothing 0.1")
     choices = dict(precision=PRECISIONS, dataset=DATASETS, optimizer=OPTIMIZERS, lr_schedule=SCHEDULES,
-                   norm=NORMS, bad_data=BAD_DATA_POLICIES, device=DEVICES, compile=COMPILE_MODES)
+                   norm=NORMS, bad_data=BAD_DATA_POLICIES, device=DEVICES, compile=COMPILE_MODES,
+                   input_pipeline=INPUT_PIPELINES)
     for key, allowed in choices.items():
         if getattr(cfg, key) not in allowed:
             _fail(key, f"unknown value {getattr(cfg, key)!r}", f"use one of {', '.join(allowed)}")

@@ -119,14 +119,18 @@ class CountingImageFolder(datasets.ImageFolder):
                 image = Image.open(handle)
                 image = image.convert("RGB")
         except (OSError, ValueError, Image.DecompressionBombError) as exc:
-            if self.bad_data == "error":
-                raise DataError(f"cannot read image {path}: {exc}. Fix: replace or delete the file, "
-                                "or pass --bad-data skip to skip and count unreadable images.") from exc
-            print(f"warning: skipping unreadable image {path}: {exc}", file=sys.stderr, flush=True)
-            return None
+            return self.unreadable(path, exc)
         if self.transform is not None:
             image = self.transform(image)
         return image, target
+
+    def unreadable(self, path: str, exc: Exception) -> None:
+        """Name an unreadable image: raise DataError (``bad_data="error"``) or warn and return None."""
+        if self.bad_data == "error":
+            raise DataError(f"cannot read image {path}: {exc}. Fix: replace or delete the file, "
+                            "or pass --bad-data skip to skip and count unreadable images.") from exc
+        print(f"warning: skipping unreadable image {path}: {exc}", file=sys.stderr, flush=True)
+        return None
 
 
 @dataclass
@@ -274,6 +278,12 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device) -> Load
                                                                  cfg.min_crop_scale, cfg.hflip),
                                     cfg.bad_data)
     val_set = CountingImageFolder(root / "val", val_transform(cfg.image_size), cfg.bad_data)
+    return folder_loaders(cfg, root, train_set, val_set, collate_skipping, rank, world_size, device)
+
+
+def folder_loaders(cfg, root: Path, train_set, val_set, collate_fn, rank: int, world_size: int,
+                   device: torch.device) -> Loaders:
+    """Check two ImageFolder splits agree, then shard them: DistributedSampler (train), ShardSampler (val)."""
     if train_set.classes != val_set.classes:  # labels are folder positions: they would silently disagree
         only_train = sorted(set(train_set.classes) - set(val_set.classes))
         only_val = sorted(set(val_set.classes) - set(train_set.classes))
@@ -285,7 +295,7 @@ def build_loaders(cfg, rank: int, world_size: int, device: torch.device) -> Load
                         f"{len(train_set)} training images in {root}/train. Fix: lower --batch-size.")
     sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True,
                                  seed=cfg.seed, drop_last=True)
-    common = dict(num_workers=cfg.workers, collate_fn=collate_skipping, pin_memory=device.type == "cuda",
+    common = dict(num_workers=cfg.workers, collate_fn=collate_fn, pin_memory=device.type == "cuda",
                   persistent_workers=False)
     if cfg.workers > 0:
         common["prefetch_factor"] = 4

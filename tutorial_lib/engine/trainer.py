@@ -33,7 +33,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from tutorial_lib.engine import distributed as dist_utils
 from tutorial_lib.engine.config import TrainConfig, config_from_args, derived, validate
-from tutorial_lib.engine.data import Batch, build_loaders, prepare_dataset
+from tutorial_lib.engine.data import Batch, prepare_dataset
+from tutorial_lib.engine.gpu_input import loaders_for
 from tutorial_lib.engine.models import build_model, count_parameters
 from tutorial_lib.engine.optim import build_optimizer, build_scheduler
 from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint, remove_stale_temp_files, save_atomic
@@ -207,7 +208,7 @@ class Trainer:
         dist_utils.barrier(info)
         self.stop.install()
         self.metrics = MetricsWriter(self.run_dir, enabled=self.main)
-        self.loaders = build_loaders(cfg, info.rank, info.world_size, self.device)
+        self.loaders = loaders_for(cfg, info.rank, info.world_size, self.device)  # cfg.input_pipeline
         self.steps_per_epoch = len(self.loaders.train)
         if cfg.max_steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.max_steps_per_epoch)
