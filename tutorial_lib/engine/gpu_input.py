@@ -189,6 +189,12 @@ def _axis_weights(plan: torch.Tensor, out: int, length: int, flip: torch.Tensor 
     return weights
 
 
+def _on_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A small host array on ``device``: from pinned memory, so the copy does not block the host."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    return tensor.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else tensor
+
+
 def resample(images: list[torch.Tensor], plan_y: np.ndarray, plan_x: np.ndarray, out: int,
              flip: np.ndarray | None = None) -> torch.Tensor:
     """Crop and resize each uint8 CHW image by its plans, as float (N, 3, out, out) values 0-255.
@@ -215,10 +221,10 @@ def resample(images: list[torch.Tensor], plan_y: np.ndarray, plan_x: np.ndarray,
         for slot, i in enumerate(chunk):  # one copy per image: the decoder hands back separate tensors
             y0, ny, x0, nx = windows[i]
             padded[slot, :, :ny, :nx] = images[i][:, y0:y0 + ny, x0:x0 + nx]
-        index = torch.as_tensor(chunk, device=device)
-        py = torch.as_tensor(plan_y[chunk], dtype=torch.float64).to(device, torch.float32)
-        px = torch.as_tensor(plan_x[chunk], dtype=torch.float64).to(device, torch.float32)
-        fl = None if flip is None else torch.as_tensor(flip[chunk]).to(device)
+        index = _on_device(np.asarray(chunk, dtype=np.int64), device)
+        py = _on_device(plan_y[chunk].astype(np.float32), device)
+        px = _on_device(plan_x[chunk].astype(np.float32), device)
+        fl = None if flip is None else _on_device(flip[chunk], device)
         wy = _axis_weights(py, out, rows, None).to(dtype)
         wx = _axis_weights(px, out, cols, fl).to(dtype)
         columns = (padded.to(dtype).view(len(chunk), 3 * rows, cols) @ wx.transpose(1, 2)).view(
@@ -249,7 +255,7 @@ class DeviceTransform:
         if not images:
             return Batch(torch.empty(0, device=self.device), targets[:0], skipped)
         if not all(keep):
-            targets = targets[torch.as_tensor(keep, device=self.device)]
+            targets = targets[_on_device(np.flatnonzero(keep), self.device)]
         indices = [i for i, k in zip(batch.indices, keep, strict=True) if k]
         heights = np.array([im.shape[1] for im in images], dtype=np.float64)
         widths = np.array([im.shape[2] for im in images], dtype=np.float64)
@@ -267,9 +273,9 @@ class DeviceTransform:
             plan_y = _center_plan(heights, new_h, self.image_size)
             plan_x = _center_plan(widths, new_w, self.image_size)
         pixels = resample(images, plan_y, plan_x, self.image_size, flip)
-        mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1)
-        std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1)
-        out = torch.addcmul(-mean / std, pixels.float(), 1 / (255 * std))  # (x/255 - mean) / std
+        mean, std = np.array(IMAGENET_MEAN, np.float32), np.array(IMAGENET_STD, np.float32)
+        shift, scale = (_on_device(v.reshape(1, 3, 1, 1), self.device) for v in (-mean / std, 1 / (255 * std)))
+        out = torch.addcmul(shift, pixels.float(), scale)  # (x/255 - mean) / std
         if self.channels_last:
             out = out.contiguous(memory_format=torch.channels_last)
         return Batch(out, targets, skipped)
