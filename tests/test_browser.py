@@ -17,6 +17,7 @@ missing, when they are absent, except in CI where ``.ci/run`` sets TUTORIAL_REQU
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -180,12 +181,38 @@ class Page:
         self.page.wait_for_function(  # every cell rendered, its code shown
             f"n => {{ const e = [...document.querySelectorAll('{NOTEBOOK} .jp-CodeCell .jp-InputArea-editor')];"
             " return e.length === n && e.every(x => x.innerText.trim()); }", arg=code_cells, timeout=60_000)
-        self.page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+        deadline = time.monotonic() + 90
+        while not self.page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count():
+            # JupyterLab asks for a kernel when it cannot decide in time (slow kernelspecs): answer as a student
+            # would, with the proposed one (the notebook's own, python3)
+            select = self.page.locator(".jp-Dialog .jp-mod-accept")
+            if select.count() and "Select Kernel" in self.page.locator(".jp-Dialog").inner_text():
+                select.click()
+            if time.monotonic() > deadline:
+                self.page.screenshot(path=str(OUT / f"{path.stem}_no_kernel.png"))
+                pytest.fail(f"the kernel of {path.name} did not become idle in 90 s")
+            time.sleep(0.5)
 
     def run_all(self) -> None:
-        """Run > Run All Cells, from the menu bar."""
-        self.page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        self.page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        """Run > Run All Cells, from the menu bar; returns once the first cell has started."""
+        for _ in range(2):  # a click while the page is still settling can be lost: check, try once more
+            self.page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            self.page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if self.cells()[0]["prompt"].strip() not in ("[ ]:", ""):
+                    return
+                time.sleep(0.5)
+        pytest.fail("Run > Run All Cells did not start the notebook")
+
+    @contextlib.contextmanager
+    def screenshot_on_failure(self, name: str):
+        """On a failure, save the whole page (what a person would have seen) before reporting it."""
+        try:
+            yield
+        except BaseException:
+            self.page.screenshot(path=str(OUT / name))
+            raise
 
     def cells(self) -> list[dict]:
         return self.page.evaluate(CELLS_JS)
@@ -244,49 +271,52 @@ def test_notebook_05_live_figure_and_cancel_button(browser, lab):
     base, token = lab
     paths = _write_notebooks()
     page = Page(browser, base, token, paths["05"])
-    page.run_all()
-    watch, seen, mid_run = "monitor.watch(job, timeout", [], None
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:  # the live figure, while the watch cell runs
+    with page.screenshot_on_failure("05_failure.png"):
+        page.run_all()
+        watch, seen, mid_run = "monitor.watch(job, timeout", [], None
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # the live figure, while the watch cell runs
+            cell = page.cell(watch)
+            if cell["prompt"].strip() not in ("[*]:", "[ ]:", ""):
+                break
+            if cell["images"] and (not seen or cell["images"][-1] != seen[-1]):
+                seen.append(cell["images"][-1])
+                # for a person: a frame of the running job, preferably with some but not all epochs done
+                if len(seen) >= 3 and _job_state("05-multinode") == "RUNNING" and (
+                        mid_run is None or 0 < _epochs_logged("05-multinode") < PARAMS_05["epochs"]):
+                    mid_run = page.shoot(watch, "05_live_figure_mid_run.png")
+            time.sleep(0.25)
         cell = page.cell(watch)
-        if cell["prompt"].strip() not in ("[*]:", "[ ]:", ""):
-            break
-        if cell["images"] and (not seen or cell["images"][-1] != seen[-1]):
-            seen.append(cell["images"][-1])
-            if len(seen) >= 3 and _job_state("05-multinode") == "RUNNING":  # the latest frame of a running job
-                mid_run = page.shoot(watch, "05_live_figure_mid_run.png")
-        time.sleep(0.25)
-    cell = page.cell(watch)
-    assert len(seen) >= 3, f"the live figure changed {len(seen) - 1} time(s) while the job ran"
-    assert mid_run is not None and len(cell["images"]) == 1  # one figure, updated in place
-    assert "05-multinode" in cell["text"] and "COMPLETED" in cell["text"], cell["text"]  # the returned job table
-    assert {"text": "05-multinode: COMPLETED", "disabled": True} in cell["buttons"], cell["buttons"]
-    page.shoot(watch, "05_live_figure_final.png")
+        assert len(seen) >= 3, f"the live figure changed {len(seen) - 1} time(s) while the job ran"
+        assert mid_run is not None and len(cell["images"]) == 1  # one figure, updated in place
+        assert "05-multinode" in cell["text"] and "COMPLETED" in cell["text"], cell["text"]  # the returned job table
+        assert {"text": "05-multinode: COMPLETED", "disabled": True} in cell["buttons"], cell["buttons"]
+        page.shoot(watch, "05_live_figure_final.png")
 
-    button_cell, clicked = "watch_async(button_job", False
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:  # the Cancel button of watch_async, once the job really runs
+        button_cell, clicked = "watch_async(button_job", False
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # the Cancel button of watch_async, once the job really runs
+            cell = page.cell(button_cell)
+            if cell["prompt"].strip() not in ("[*]:", "[ ]:", ""):
+                break
+            button = page.locator(button_cell).get_by_role("button", name="Cancel 05-cancel-button")
+            if not clicked and _job_state("05-cancel-button") == "RUNNING" and button.is_enabled():
+                page.shoot(button_cell, "05_cancel_button_running.png")
+                button.click()
+                clicked = True
+            time.sleep(0.5)
+        assert clicked, "no enabled Cancel button while the job ran"
+        cells = page.wait_all_done(120)
         cell = page.cell(button_cell)
-        if cell["prompt"].strip() not in ("[*]:", "[ ]:", ""):
-            break
-        button = page.locator(button_cell).get_by_role("button", name="Cancel 05-cancel-button")
-        if not clicked and _job_state("05-cancel-button") == "RUNNING" and button.is_enabled():
-            page.shoot(button_cell, "05_cancel_button_running.png")
-            button.click()
-            clicked = True
-        time.sleep(0.5)
-    assert clicked, "no enabled Cancel button while the job ran"
-    cells = page.wait_all_done(120)
-    cell = page.cell(button_cell)
-    assert "watch_async ended: 05-cancel-button CANCELLED" in cell["text"], cell["text"]
-    assert {"text": "05-cancel-button: CANCELLED", "disabled": True} in cell["buttons"], cell["buttons"]
-    page.shoot(button_cell, "05_cancel_button_cancelled.png")
-    page.shoot(None, "05_page_end.png")
-    nb = page.save_and_read()
-    assert not _error_outputs(nb)
-    assert all(c["prompt"].strip().startswith("[") for c in cells)
-    assert not page.errors, page.errors
-    page.page.close()
+        assert "watch_async ended: 05-cancel-button CANCELLED" in cell["text"], cell["text"]
+        assert {"text": "05-cancel-button: CANCELLED", "disabled": True} in cell["buttons"], cell["buttons"]
+        page.shoot(button_cell, "05_cancel_button_cancelled.png")
+        page.shoot(None, "05_page_end.png")
+        nb = page.save_and_read()
+        assert not _error_outputs(nb)
+        assert all(c["prompt"].strip().startswith("[") for c in cells)
+        assert not page.errors, page.errors
+        page.page.close()
 
 
 def _job_state(name: str) -> str:
@@ -297,40 +327,47 @@ def _job_state(name: str) -> str:
     return attach(run_dir).state if (run_dir / "job.json").exists() else ""
 
 
+def _epochs_logged(name: str) -> int:
+    from tutorial_lib.jobs import attach
+
+    return len(attach(REPO_ROOT / PARAMS_05["output_root"] / name).metrics("epoch"))
+
+
 def test_notebook_04_sliders_redraw_the_figure(browser, lab):
     base, token = lab
     path = OUT / "04_sliders.ipynb"
     if not path.exists():
         _write_notebooks()
     page = Page(browser, base, token, path)
-    page.run_all()
-    page.wait_all_done(120)
-    explorer = "lr_explorer("
-    cell = page.locator(explorer).first
-    cell.locator(".widget-slider").first.wait_for(timeout=30_000)
-    labels = cell.locator(".widget-label").evaluate_all(
-        "labels => labels.map(l => ({text: l.innerText, cut: l.scrollWidth > l.clientWidth}))")
-    assert {"text": "global batch", "cut": False} in labels and {"text": "warmup epochs", "cut": False} in labels
-    before = page.cell(explorer)["images"]
-    assert len(before) == 1
-    handles = cell.locator(".noUi-handle")
-    handles.nth(0).focus()  # the batch slider, from the keyboard
-    page.page.keyboard.press("ArrowLeft")
-    _wait_new_image(page, explorer, before[0])
-    after_key = page.cell(explorer)["images"][0]
-    box = handles.nth(1).bounding_box()  # the warmup slider, with the mouse: 2 steps of 0.5 epoch to the right
-    track = cell.locator(".noUi-target").nth(1).bounding_box()
-    step_px = track["width"] / 40  # 0..20 epochs in steps of 0.5
-    page.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    page.page.mouse.down()
-    page.page.mouse.move(box["x"] + box["width"] / 2 + 2 * step_px, box["y"] + box["height"] / 2, steps=5)
-    page.page.mouse.up()
-    _wait_new_image(page, explorer, after_key)
-    readouts = cell.locator(".widget-readout").all_inner_texts()
-    assert float(readouts[1]) == 6.0, readouts  # 5 epochs + 2 x 0.5: each half epoch is reachable by mouse
-    page.shoot(explorer, "04_sliders_moved.png")
-    assert not _error_outputs(page.save_and_read())
-    assert not page.errors, page.errors
+    with page.screenshot_on_failure("04_failure.png"):
+        page.run_all()
+        page.wait_all_done(120)
+        explorer = "lr_explorer("
+        cell = page.locator(explorer).first
+        cell.locator(".widget-slider").first.wait_for(timeout=30_000)
+        labels = cell.locator(".widget-label").evaluate_all(
+            "labels => labels.map(l => ({text: l.innerText, cut: l.scrollWidth > l.clientWidth}))")
+        assert {"text": "global batch", "cut": False} in labels and {"text": "warmup epochs", "cut": False} in labels
+        before = page.cell(explorer)["images"]
+        assert len(before) == 1
+        handles = cell.locator(".noUi-handle")
+        handles.nth(0).focus()  # the batch slider, from the keyboard
+        page.page.keyboard.press("ArrowLeft")
+        _wait_new_image(page, explorer, before[0])
+        after_key = page.cell(explorer)["images"][0]
+        box = handles.nth(1).bounding_box()  # the warmup slider, with the mouse: 2 steps of 0.5 epoch to the right
+        track = cell.locator(".noUi-target").nth(1).bounding_box()
+        step_px = track["width"] / 40  # 0..20 epochs in steps of 0.5
+        page.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.page.mouse.down()
+        page.page.mouse.move(box["x"] + box["width"] / 2 + 2 * step_px, box["y"] + box["height"] / 2, steps=5)
+        page.page.mouse.up()
+        _wait_new_image(page, explorer, after_key)
+        readouts = cell.locator(".widget-readout").all_inner_texts()
+        assert float(readouts[1]) == 6.0, readouts  # 5 epochs + 2 x 0.5: each half epoch is reachable by mouse
+        page.shoot(explorer, "04_sliders_moved.png")
+        assert not _error_outputs(page.save_and_read())
+        assert not page.errors, page.errors
 
 
 def _wait_new_image(page: Page, marker: str, old: str, timeout: float = 20) -> None:
