@@ -47,6 +47,12 @@ button_cfg = make_config(profile, name="05-cancel-button", output_root=output_ro
 button_job = jobs.submit(button_cfg, backend=chosen, fresh=True, **resources)
 button_table = await monitor.watch_async(button_job, timeout=watch_timeout)
 print(f"watch_async ended: {button_job.name} {button_table.loc[0, 'state']}")"""
+INTERRUPT_CELL = """\
+# Added by tests/test_browser.py: a blocking watch that the test stops with Kernel > Interrupt, then cancels.
+stuck_cfg = make_config(profile, name="05-interrupt-me", output_root=output_root, data_dir=data_dir, arch=arch,
+                        image_size=image_size, batch_size=batch_size, epochs=cancel_epochs)
+stuck_job = jobs.submit(stuck_cfg, backend=chosen, fresh=True, **resources)
+monitor.watch(stuck_job, timeout=watch_timeout)"""
 # JupyterLab settings of a fresh user, minus what needs the internet or hides cells from the page.
 LAB_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
@@ -157,7 +163,7 @@ def _write_notebooks() -> dict[str, Path]:
     OUT.mkdir(parents=True)
     nb05 = parameterize_notebook(load_notebook_node(str(REPO_ROOT / "notebooks" / "05_multi_node_slurm.ipynb")),
                                  PARAMS_05)
-    nb05.cells.append(nbformat.v4.new_code_cell(CANCEL_CELL))
+    nb05.cells += [nbformat.v4.new_code_cell(CANCEL_CELL), nbformat.v4.new_code_cell(INTERRUPT_CELL)]
     nb04 = nbformat.read(REPO_ROOT / "notebooks" / "04_large_batches.ipynb", 4)
     end = next(i for i, cell in enumerate(nb04.cells) if "lr_explorer(" in cell.source)
     nb04.cells = nb04.cells[:end + 1]
@@ -176,6 +182,13 @@ class Page:
         self.page.on("console", lambda msg: self.errors.append(msg.text) if msg.type == "error" else None)
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
         self.path = path
+        # The kernel first, through the REST API: JupyterLab then joins this session instead of racing to
+        # start one (seen on a loaded machine: two kernels for one notebook, the cells' requests lost).
+        request = urllib.request.Request(
+            f"{base}/api/sessions", method="POST", headers={"Authorization": f"token {token}"},
+            data=json.dumps({"path": str(path.relative_to(REPO_ROOT)), "type": "notebook", "name": path.name,
+                             "kernel": {"name": "python3"}}).encode())
+        urllib.request.urlopen(request, timeout=60).close()
         self.page.goto(f"{base}/lab/tree/{path.relative_to(REPO_ROOT)}?reset&token={token}")  # only this tab
         code_cells = sum(cell.cell_type == "code" for cell in nbformat.read(path, 4).cells)
         self.page.wait_for_function(  # every cell rendered, its code shown
@@ -198,10 +211,13 @@ class Page:
         for _ in range(2):  # a click while the page is still settling can be lost: check, try once more
             self.page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
             self.page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 90
             while time.monotonic() < deadline:
-                if self.cells()[0]["prompt"].strip() not in ("[ ]:", ""):
+                prompt = self.cells()[0]["prompt"].strip()  # the parameters cell: done at once when it runs
+                if prompt[1:-2].isdigit():
                     return
+                if prompt in ("[ ]:", "") and time.monotonic() > deadline - 60:
+                    break  # not even queued after 30 s
                 time.sleep(0.5)
         pytest.fail("Run > Run All Cells did not start the notebook")
 
@@ -306,6 +322,7 @@ def test_notebook_05_live_figure_and_cancel_button(browser, lab):
                 clicked = True
             time.sleep(0.5)
         assert clicked, "no enabled Cancel button while the job ran"
+        _interrupt_then_cancel(page)
         cells = page.wait_all_done(120)
         cell = page.cell(button_cell)
         assert "watch_async ended: 05-cancel-button CANCELLED" in cell["text"], cell["text"]
@@ -317,6 +334,34 @@ def test_notebook_05_live_figure_and_cancel_button(browser, lab):
         assert all(c["prompt"].strip().startswith("[") for c in cells)
         assert not page.errors, page.errors
         page.page.close()
+
+
+def _interrupt_then_cancel(page: Page) -> None:
+    """Kernel > Interrupt stops a blocking watch; its Cancel button then cancels the job and the output follows."""
+    stuck, name = "monitor.watch(stuck_job", "05-interrupt-me"
+    deadline = time.monotonic() + 240
+    while not (_job_state(name) == "RUNNING" and {"text": f"Cancel {name}", "disabled": True}
+               in page.cell(stuck)["buttons"]):
+        assert time.monotonic() < deadline, f"{name} was not running and watched in time"
+        time.sleep(0.5)
+    page.page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").first.click()
+    page.page.locator(".lm-Menu-itemLabel", has_text="Interrupt Kernel").first.click()
+    page.wait_all_done(60)
+    cell = page.cell(stuck)
+    assert f"watch: interrupted; still running: {name}" in cell["text"], cell["text"]
+    assert _job_state(name) == "RUNNING"  # interrupting stops the watching, not the job
+    before = cell["images"]
+    page.locator(stuck).get_by_role("button", name=f"Cancel {name}").click()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        cell = page.cell(stuck)
+        if {"text": f"{name}: CANCELLED", "disabled": True} in cell["buttons"] and cell["images"] != before:
+            break
+        time.sleep(0.5)
+    assert {"text": f"{name}: CANCELLED", "disabled": True} in cell["buttons"], cell["buttons"]  # not "cancelling"
+    assert cell["images"] != before and len(cell["images"]) == 1  # the figure was redrawn after the click
+    assert _job_state(name) == "CANCELLED" and f"cancel requested for {name}" in cell["text"]
+    page.shoot(stuck, "05_interrupt_then_cancel.png")
 
 
 def _job_state(name: str) -> str:
