@@ -233,5 +233,5 @@ def test_lr_explorer_adds_sliders_with_a_frontend(monkeypatch):
     sliders = {child.description: child for child in shown.widget.children if hasattr(child, "description")}
     assert sliders["global batch"].value == 1024  # the nearest offered batch
     assert sliders["global batch"].options == (256, 1024, 4096)
-    assert sliders["warmup ep"].max == 3.0
-    sliders["warmup ep"].value = 2.0  # moving a slider redraws without error
+    assert sliders["warmup epochs"].max == 3.0
+    sliders["warmup epochs"].value = 2.0  # moving a slider redraws without error

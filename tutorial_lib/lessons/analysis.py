@@ -283,7 +283,7 @@ def lr_explorer(cfg, global_batch: int = 256, warmup_epochs: float = 1.0, batche
     Without a live frontend (papermill, nbval, a script) it draws one static figure and returns its
     axes, so the executed notebook keeps a picture. With one (``interactive`` defaults to
     :func:`frontend_present`) it shows ``ipywidgets.interact`` sliders over ``batches`` (global batch
-    sizes, default powers of two from 64 to 32k) and warmup epochs (0 to ``cfg.epochs``) that redraw
+    sizes, default powers of two from 64 to 32k) and warmup epochs (0 to :func:`warmup_slider_max`) that redraw
     the figure, and returns the widget.
     """
     import matplotlib.pyplot as plt
@@ -315,8 +315,16 @@ def lr_explorer(cfg, global_batch: int = 256, warmup_epochs: float = 1.0, batche
         plt.show()
 
     start = min(batches, key=lambda b: abs(b - global_batch))
+    # whole labels, and a track wide enough to set a half epoch with the mouse
+    look = dict(style={"description_width": "initial"}, layout=ipywidgets.Layout(width="520px"))
     return ipywidgets.interact(
         redraw,
-        global_batch=ipywidgets.SelectionSlider(options=batches, value=start, description="global batch"),
-        warmup_epochs=ipywidgets.FloatSlider(value=warmup_epochs, min=0.0, max=float(cfg.epochs), step=0.5,
-                                             description="warmup ep"))
+        global_batch=ipywidgets.SelectionSlider(options=batches, value=start, description="global batch", **look),
+        warmup_epochs=ipywidgets.FloatSlider(value=warmup_epochs, min=0.0, max=warmup_slider_max(cfg, warmup_epochs),
+                                             step=0.5, description="warmup epochs", **look))
+
+
+def warmup_slider_max(cfg, warmup_epochs: float) -> float:
+    """The warmup slider's end: warmups of interest are short (Goyal et al.: 5 of 90 epochs), so up to
+    4x the larger of the shown and the configured warmup, at least 10 epochs, at most ``cfg.epochs``."""
+    return float(min(cfg.epochs, max(10.0, 4 * max(warmup_epochs, cfg.warmup_epochs))))

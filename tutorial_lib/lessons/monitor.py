@@ -12,7 +12,8 @@ Cancel buttons are shown only where a person is looking (see :func:`live_fronten
 handles button clicks only between cells or while an async cell awaits: during the blocking
 ``watch()`` the buttons stay disabled until watching stops (interrupt the kernel with the stop
 button: the jobs keep running and the buttons then act on them); under ``await watch_async()``
-they act at once.
+they act at once. A click after watching has stopped waits for the job to end and redraws, so the
+figure and the buttons never go stale.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ class Monitor:
         self._dirty, self._last_draw = False, float("-inf")
         self._figure = self._handle = self._buttons = self._note = None
         self._controls_active = False
+        self.watching = False  # True while a watch loop polls and redraws; else a Cancel click redraws
 
     # ----------------------------------------------------------- reading
     def poll(self) -> bool:
@@ -171,9 +173,10 @@ class Monitor:
         axes = fig.axes
         for ax in axes:
             ax.clear()
-        plots.plot_throughput(runs, axes[0])
-        plots.plot_loss(runs, axes[1])
-        plots.plot_accuracy(runs, axes[2])
+        ended = self.all_done()
+        plots.plot_throughput(runs, axes[0], empty_note="no step logged" if ended else "waiting for metrics...")
+        plots.plot_loss(runs, axes[1], empty_note="no step logged" if ended else "waiting for metrics...")
+        plots.plot_accuracy(runs, axes[2], empty_note="no epoch finished" if ended else "waiting for metrics...")
         _draw_table(axes[3], table)
         counts = table["state"].value_counts()
         fig.suptitle(f"{len(self.jobs)} job(s): " + ", ".join(f"{n} {s}" for s, n in counts.items())
@@ -233,19 +236,28 @@ class Monitor:
                 button.description, button.button_style = f"{job.name}: {state}", ""
             button.disabled = state in FINAL_STATES or not self._controls_active
 
-    def _cancel(self, job) -> None:
+    def _cancel(self, job, wait: float = 60.0) -> None:
+        """A Cancel click: while watching, request it (the watch loop redraws); after watching stopped
+        (an interrupted ``watch``), wait up to ``wait`` s for the job to end, then redraw here."""
         self._buttons[job.id].disabled = True
         self._buttons[job.id].description = f"cancelling {job.name}..."
         try:
-            job.cancel(wait=0)
+            job.cancel(wait=0 if self.watching else wait)
             self._note.value = f"cancel requested for {job.name} ({job.id})"
         except Exception as exc:  # shown in the widget: a callback's exception would be lost
             self._note.value = f"could not cancel {job.name}: {exc}"
             self._buttons[job.id].disabled = False
+            return
+        if not self.watching:
+            self.step(force=True)
+            self._update_controls()
+            if self.states.get(job.id) not in FINAL_STATES:
+                self._note.value = f"cancel requested for {job.name} ({job.id}); it has not ended yet"
 
     # ------------------------------------------------------------ ending
     def finish(self, why: str | None, save: str | os.PathLike | None = None) -> pd.DataFrame:
         """Draw the final state, say why watching stopped, save the figure if asked; return the table."""
+        self.watching = False
         self.step(force=True)
         if self._buttons is not None:
             self.set_controls_active(True)
@@ -268,12 +280,14 @@ def _draw_table(ax, table: pd.DataFrame) -> None:
                      loc="upper center", cellLoc="left")
     drawn.auto_set_font_size(False)
     drawn.set_fontsize(9)
+    drawn.auto_set_column_width(list(range(5)))  # long job names are shown whole, not cut
     drawn.scale(1, 1.4)
 
 
 def _loop(monitor: Monitor, timeout: float | None):
     """Yield the seconds to wait between polls; the return value says why it stopped (None: all ended)."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    monitor.watching = True
     while True:
         monitor.step()
         if monitor.all_done():

@@ -57,23 +57,29 @@ def _line_per_run(jobs, event: str, column: str, ax, **style):
     return ax
 
 
-def plot_throughput(jobs, ax=None):
-    """Global training throughput (images/s summed over all ranks) against the step, one line per run."""
+def plot_throughput(jobs, ax=None, empty_note: str = "waiting for metrics..."):
+    """Global training throughput (images/s summed over all ranks) against the step, one line per run.
+
+    ``empty_note`` is written on the axes while no run has a point (e.g. "no step logged" once they ended)."""
     ax = _line_per_run(jobs, "step", "images_per_sec", _axes(ax))
-    _finish(ax, "training step", "throughput (images/s, all GPUs)", "Throughput")
+    _finish(ax, "training step", "throughput (images/s, all GPUs)", "Throughput", empty_note)
     return ax
 
 
-def plot_loss(jobs, ax=None):
+def plot_loss(jobs, ax=None, empty_note: str = "waiting for metrics..."):
     """Training loss (mean over the logging window and all ranks) against the step, one line per run."""
     ax = _line_per_run(jobs, "step", "loss", _axes(ax))
-    _finish(ax, "training step", "training loss (cross-entropy)", "Training loss")
+    _finish(ax, "training step", "training loss (cross-entropy)", "Training loss", empty_note)
     return ax
 
 
-def plot_accuracy(jobs, ax=None):
-    """Validation top-1 (solid) and top-5 (dashed) accuracy against the epoch, one colour per run."""
+def plot_accuracy(jobs, ax=None, empty_note: str = "waiting for metrics..."):
+    """Validation top-1 (solid) and top-5 (dashed) accuracy against the epoch, one colour per run.
+
+    The epoch axis spans the planned epochs (from the runs' ``start`` events when given), so a single
+    epoch is a point at 1 of N, not a point on an axis zoomed to nothing."""
     ax = _axes(ax)
+    last_epoch = 0
     for label, frame in _runs(jobs, "epoch"):
         if not len(frame) or "top1" not in frame.columns:
             continue
@@ -81,10 +87,14 @@ def plot_accuracy(jobs, ax=None):
         if "top5" in frame.columns:
             ax.plot(frame["epoch"], frame["top5"], linestyle="--", marker=".", color=line.get_color(),
                     label=f"{label} top-5")
+        last_epoch = max(last_epoch, int(frame["epoch"].max()))
+    if last_epoch:
+        planned = [frame["epochs"].max() for _, frame in _runs(jobs, "start") if "epochs" in frame.columns]
+        ax.set_xlim(0.5, max([last_epoch] + [int(n) for n in planned if pd.notna(n)]) + 0.5)
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    _finish(ax, "epoch", "validation accuracy (%)", "Accuracy (top-1 solid, top-5 dashed)")
+    _finish(ax, "epoch", "validation accuracy (%)", "Accuracy (top-1 solid, top-5 dashed)", empty_note)
     return ax
 
 
@@ -179,8 +189,11 @@ def job_table(jobs) -> pd.DataFrame:
 
 
 def table_from_rows(rows: list[dict]) -> pd.DataFrame:
-    """The job table of :func:`job_row` rows (counts as nullable integers: missing is <NA>, not NaN)."""
+    """The job table of :func:`job_row` rows (counts as nullable integers: missing is <NA>, not NaN).
+
+    Rounded as shown to a person: top-1 to 0.1 %, throughput to whole images/s."""
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
-    return table.astype({"world_size": "Int64", "epoch": "Int64", "epochs": "Int64", "top1": "float64",
-                         "images_per_sec": "float64"})
+    table = table.astype({"world_size": "Int64", "epoch": "Int64", "epochs": "Int64", "top1": "float64",
+                          "images_per_sec": "float64"})
+    return table.round({"top1": 1, "images_per_sec": 0})
 

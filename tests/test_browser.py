@@ -1,0 +1,425 @@
+"""The live experience, as a student gets it: JupyterLab in a real headless Chromium, driven by Playwright.
+
+nbval and papermill have no frontend, so display updates, widgets and buttons are tested here only.
+One JupyterLab server (127.0.0.1, a random token) serves copies of two notebooks written to build/browser/:
+
+* notebook 05 with small parameters (papermill's parameter injection) plus one extra cell that watches a long
+  job with ``await monitor.watch_async(...)``: Run All Cells from the menu; the live figure must change while the
+  job runs, the final state must be shown, the extra cell's Cancel button is clicked and must end in CANCELLED;
+* the first cells of notebook 04, up to its LR-schedule sliders (its training sweeps are left to nbval):
+  moving each slider must redraw the figure, and the slider labels must not be cut.
+
+No error output, no console error, and a request without the token is refused. Screenshots for a person to look
+at go to build/browser/*.png. Needs Debian's ``chromium`` (apt-get install chromium) and the ``playwright``
+package (pip install -e '.[test]'; no browser download: it drives /usr/bin/chromium). Skipped, naming what is
+missing, when they are absent, except in CI where ``.ci/run`` sets TUTORIAL_REQUIRE_BROWSER=1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+OUT = REPO_ROOT / "build" / "browser"
+CHROMIUM = os.environ.get("TUTORIAL_CHROMIUM", "/usr/bin/chromium")
+REQUIRE_ENV = "TUTORIAL_REQUIRE_BROWSER"
+
+# Small enough for the whole test to take about two minutes, long enough for several redraws (refresh 2 s).
+PARAMS_05 = {"output_root": "build/browser/runs", "epochs": 2, "max_steps_per_epoch": 8, "watch_timeout": 240}
+CANCEL_CELL = """\
+# Added by tests/test_browser.py: a long job watched with its Cancel button (the test clicks it).
+button_cfg = make_config(profile, name="05-cancel-button", output_root=output_root, data_dir=data_dir, arch=arch,
+                         image_size=image_size, batch_size=batch_size, epochs=cancel_epochs)
+button_job = jobs.submit(button_cfg, backend=chosen, fresh=True, **resources)
+button_table = await monitor.watch_async(button_job, timeout=watch_timeout)
+print(f"watch_async ended: {button_job.name} {button_table.loc[0, 'state']}")"""
+INTERRUPT_CELL = """\
+# Added by tests/test_browser.py: a blocking watch that the test stops with Kernel > Interrupt, then cancels.
+stuck_cfg = make_config(profile, name="05-interrupt-me", output_root=output_root, data_dir=data_dir, arch=arch,
+                        image_size=image_size, batch_size=batch_size, epochs=cancel_epochs)
+stuck_job = jobs.submit(stuck_cfg, backend=chosen, fresh=True, **resources)
+monitor.watch(stuck_job, timeout=watch_timeout)"""
+# JupyterLab settings of a fresh user, minus what needs the internet or hides cells from the page.
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                         "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+}
+
+# In-page: per code cell, its input text, prompt, and outputs (image sources, text, buttons).
+NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook"  # the notebook in the visible tab
+CELLS_JS = f"""() => [...document.querySelectorAll('{NOTEBOOK} .jp-CodeCell')].map(cell => ({{
+  input: cell.querySelector('.jp-InputArea-editor')?.innerText ?? '',
+  prompt: cell.querySelector('.jp-InputArea-prompt')?.innerText ?? '',
+  images: [...cell.querySelectorAll('.jp-OutputArea-output img')].map(img => img.src),
+  text: cell.querySelector('.jp-OutputArea')?.innerText ?? '',
+  buttons: [...cell.querySelectorAll('.jp-OutputArea button')].map(b => ({{text: b.innerText.trim(),
+                                                                          disabled: b.disabled}})),
+}}))"""
+
+
+def _missing() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} is missing (Debian/Ubuntu: apt-get install chromium; or set TUTORIAL_CHROMIUM)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is missing (pip install -e '.[test]')"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    missing = _missing()
+    if missing:
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{REQUIRE_ENV}=1 but {missing}")
+        pytest.skip(missing)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM)
+        yield chromium
+        chromium.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url: str, token: str | None = None) -> int:
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except urllib.error.URLError:  # not listening (yet)
+        return 0
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab server on 127.0.0.1 at the repository root, with a token and a fresh user's settings."""
+    home = tmp_path_factory.mktemp("lab")
+    for name, values in LAB_SETTINGS.items():
+        path = home / "settings" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
+    port, token = _free_port(), secrets.token_hex(24)
+    # The kernels inherit this environment: nothing may say "batch run", as in a student's JupyterLab.
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("PAPERMILL") and key not in ("PYTEST_CURRENT_TEST", "TUTORIAL_MONITOR_CONTROLS",
+                                                               "MPLBACKEND")}
+    env.update(PYTHONPATH=str(REPO_ROOT), JUPYTER_CONFIG_DIR=str(home / "config"),
+               JUPYTERLAB_SETTINGS_DIR=str(home / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
+               JUPYTER_RUNTIME_DIR=str(home / "runtime"))
+    log = (home / "lab.log").open("w")
+    server = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+                               f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+                               f"--ServerApp.root_dir={REPO_ROOT}", "--LabApp.extension_manager=readonly"]
+                              + (["--allow-root"] if os.geteuid() == 0 else []),  # CI runs as root
+                              cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while _get(f"{base}/api/status", token) != 200:
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"JupyterLab did not start: {(home / 'lab.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield base, token
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+def _write_notebooks() -> dict[str, Path]:
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    if OUT.exists():
+        shutil.rmtree(OUT)  # only this test writes here: screenshots, notebooks and runs of the last run
+    OUT.mkdir(parents=True)
+    nb05 = parameterize_notebook(load_notebook_node(str(REPO_ROOT / "notebooks" / "05_multi_node_slurm.ipynb")),
+                                 PARAMS_05)
+    nb05.cells += [nbformat.v4.new_code_cell(CANCEL_CELL), nbformat.v4.new_code_cell(INTERRUPT_CELL)]
+    nb04 = nbformat.read(REPO_ROOT / "notebooks" / "04_large_batches.ipynb", 4)
+    end = next(i for i, cell in enumerate(nb04.cells) if "lr_explorer(" in cell.source)
+    nb04.cells = nb04.cells[:end + 1]
+    paths = {"05": OUT / "05_multi_node_slurm.ipynb", "04": OUT / "04_sliders.ipynb"}
+    for key, nb in (("05", nb05), ("04", nb04)):
+        nbformat.write(nb, paths[key])
+    return paths
+
+
+class Page:
+    """One notebook open in JupyterLab, with the console errors the page logged."""
+
+    def __init__(self, browser, base: str, token: str, path: Path):
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.errors: list[str] = []
+        self.page.on("console", lambda msg: self.errors.append(msg.text) if msg.type == "error" else None)
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.path = path
+        # The kernel first, through the REST API: JupyterLab then joins this session instead of racing to
+        # start one (seen on a loaded machine: two kernels for one notebook, the cells' requests lost).
+        request = urllib.request.Request(
+            f"{base}/api/sessions", method="POST", headers={"Authorization": f"token {token}"},
+            data=json.dumps({"path": str(path.relative_to(REPO_ROOT)), "type": "notebook", "name": path.name,
+                             "kernel": {"name": "python3"}}).encode())
+        urllib.request.urlopen(request, timeout=60).close()
+        self.page.goto(f"{base}/lab/tree/{path.relative_to(REPO_ROOT)}?reset&token={token}")  # only this tab
+        code_cells = sum(cell.cell_type == "code" for cell in nbformat.read(path, 4).cells)
+        self.page.wait_for_function(  # every cell rendered, its code shown
+            f"n => {{ const e = [...document.querySelectorAll('{NOTEBOOK} .jp-CodeCell .jp-InputArea-editor')];"
+            " return e.length === n && e.every(x => x.innerText.trim()); }", arg=code_cells, timeout=60_000)
+        deadline = time.monotonic() + 90
+        while not self.page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count():
+            # JupyterLab asks for a kernel when it cannot decide in time (slow kernelspecs): answer as a student
+            # would, with the proposed one (the notebook's own, python3)
+            select = self.page.locator(".jp-Dialog .jp-mod-accept")
+            if select.count() and "Select Kernel" in self.page.locator(".jp-Dialog").inner_text():
+                select.click()
+            if time.monotonic() > deadline:
+                self.page.screenshot(path=str(OUT / f"{path.stem}_no_kernel.png"))
+                pytest.fail(f"the kernel of {path.name} did not become idle in 90 s")
+            time.sleep(0.5)
+
+    def run_all(self) -> None:
+        """Run > Run All Cells, from the menu bar; returns once the first cell has started."""
+        for _ in range(2):  # a click while the page is still settling can be lost: check, try once more
+            self.page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            self.page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                prompt = self.cells()[0]["prompt"].strip()  # the parameters cell: done at once when it runs
+                if prompt[1:-2].isdigit():
+                    return
+                if prompt in ("[ ]:", "") and time.monotonic() > deadline - 60:
+                    break  # not even queued after 30 s
+                time.sleep(0.5)
+        pytest.fail("Run > Run All Cells did not start the notebook")
+
+    @contextlib.contextmanager
+    def screenshot_on_failure(self, name: str):
+        """On a failure, save the whole page (what a person would have seen) before reporting it."""
+        try:
+            yield
+        except BaseException:
+            self.page.screenshot(path=str(OUT / name))
+            raise
+
+    def cells(self) -> list[dict]:
+        return self.page.evaluate(CELLS_JS)
+
+    def cell(self, marker: str) -> dict:
+        cells = self.cells()
+        found = [c for c in cells if marker in c["input"]]
+        assert found, f"no cell with {marker!r} among {[c['input'][:60] for c in cells]}"
+        return found[0]
+
+    def locator(self, marker: str):
+        return self.page.locator(f"{NOTEBOOK} .jp-CodeCell", has=self.page.locator(".jp-InputArea-editor",
+                                                                                     has_text=marker))
+
+    def wait_all_done(self, timeout: float) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            cells = self.cells()
+            if all(c["prompt"].strip() not in ("[*]:", "[ ]:", "") for c in cells):
+                return cells
+            time.sleep(0.5)
+        pytest.fail("cells still running: " + ", ".join(c["input"][:40] for c in self.cells()
+                                                         if c["prompt"].strip() in ("[*]:", "[ ]:", "")))
+
+    def save_and_read(self):
+        self.page.keyboard.press("Control+s")
+        time.sleep(1.5)
+        return nbformat.read(self.path, 4)
+
+    def shoot(self, marker: str | None, name: str) -> Path:
+        path = OUT / name
+        if marker is None:
+            self.page.screenshot(path=str(path))
+            return path
+        target = self.locator(marker).first
+        target.scroll_into_view_if_needed()
+        time.sleep(0.5)  # JupyterLab may still be scrolling to the running cell
+        target.screenshot(path=str(path))
+        return path
+
+
+def _error_outputs(nb) -> list[str]:
+    return [f"{output.ename}: {output.evalue}" for cell in nb.cells if cell.cell_type == "code"
+            for output in cell.outputs if output.output_type == "error"]
+
+
+def test_token_is_required(lab):
+    base, token = lab
+    assert _get(f"{base}/api/kernels", token) == 200
+    assert _get(f"{base}/api/kernels") == 403
+    assert _get(f"{base}/api/kernels", "not-the-token") == 403
+    assert _get(f"{base}/api/contents/notebooks") == 403
+
+
+def test_notebook_05_live_figure_and_cancel_button(browser, lab):
+    base, token = lab
+    paths = _write_notebooks()
+    page = Page(browser, base, token, paths["05"])
+    with page.screenshot_on_failure("05_failure.png"):
+        page.run_all()
+        watch, seen, mid_run = "monitor.watch(job, timeout", [], None
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # the live figure, while the watch cell runs
+            cell = page.cell(watch)
+            if cell["prompt"].strip() not in ("[*]:", "[ ]:", ""):
+                break
+            if cell["images"] and (not seen or cell["images"][-1] != seen[-1]):
+                seen.append(cell["images"][-1])
+                # for a person: a frame of the running job, preferably with some but not all epochs done
+                if len(seen) >= 3 and _job_state("05-multinode") == "RUNNING" and (
+                        mid_run is None or 0 < _epochs_logged("05-multinode") < PARAMS_05["epochs"]):
+                    mid_run = page.shoot(watch, "05_live_figure_mid_run.png")
+            time.sleep(0.25)
+        cell = page.cell(watch)
+        assert len(seen) >= 3, f"the live figure changed {len(seen) - 1} time(s) while the job ran"
+        assert mid_run is not None and len(cell["images"]) == 1  # one figure, updated in place
+        assert "05-multinode" in cell["text"] and "COMPLETED" in cell["text"], cell["text"]  # the returned job table
+        assert {"text": "05-multinode: COMPLETED", "disabled": True} in cell["buttons"], cell["buttons"]
+        page.shoot(watch, "05_live_figure_final.png")
+
+        button_cell, clicked = "watch_async(button_job", False
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # the Cancel button of watch_async, once the job really runs
+            cell = page.cell(button_cell)
+            if cell["prompt"].strip() not in ("[*]:", "[ ]:", ""):
+                break
+            button = page.locator(button_cell).get_by_role("button", name="Cancel 05-cancel-button")
+            if not clicked and _job_state("05-cancel-button") == "RUNNING" and button.is_enabled():
+                page.shoot(button_cell, "05_cancel_button_running.png")
+                button.click()
+                clicked = True
+            time.sleep(0.5)
+        assert clicked, "no enabled Cancel button while the job ran"
+        _interrupt_then_cancel(page)
+        cells = page.wait_all_done(120)
+        cell = page.cell(button_cell)
+        assert "watch_async ended: 05-cancel-button CANCELLED" in cell["text"], cell["text"]
+        assert {"text": "05-cancel-button: CANCELLED", "disabled": True} in cell["buttons"], cell["buttons"]
+        page.shoot(button_cell, "05_cancel_button_cancelled.png")
+        page.shoot(None, "05_page_end.png")
+        nb = page.save_and_read()
+        assert not _error_outputs(nb)
+        assert all(c["prompt"].strip().startswith("[") for c in cells)
+        assert not page.errors, page.errors
+        page.page.close()
+
+
+def _interrupt_then_cancel(page: Page) -> None:
+    """Kernel > Interrupt stops a blocking watch; its Cancel button then cancels the job and the output follows."""
+    stuck, name = "monitor.watch(stuck_job", "05-interrupt-me"
+    deadline = time.monotonic() + 240
+    while not (_job_state(name) == "RUNNING" and {"text": f"Cancel {name}", "disabled": True}
+               in page.cell(stuck)["buttons"]):
+        assert time.monotonic() < deadline, f"{name} was not running and watched in time"
+        time.sleep(0.5)
+    page.page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").first.click()
+    page.page.locator(".lm-Menu-itemLabel", has_text="Interrupt Kernel").first.click()
+    page.wait_all_done(60)
+    cell = page.cell(stuck)
+    assert f"watch: interrupted; still running: {name}" in cell["text"], cell["text"]
+    assert _job_state(name) == "RUNNING"  # interrupting stops the watching, not the job
+    before = cell["images"]
+    page.locator(stuck).get_by_role("button", name=f"Cancel {name}").click()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        cell = page.cell(stuck)
+        if {"text": f"{name}: CANCELLED", "disabled": True} in cell["buttons"] and cell["images"] != before:
+            break
+        time.sleep(0.5)
+    assert {"text": f"{name}: CANCELLED", "disabled": True} in cell["buttons"], cell["buttons"]  # not "cancelling"
+    assert cell["images"] != before and len(cell["images"]) == 1  # the figure was redrawn after the click
+    assert _job_state(name) == "CANCELLED" and f"cancel requested for {name}" in cell["text"]
+    page.shoot(stuck, "05_interrupt_then_cancel.png")
+
+
+def _job_state(name: str) -> str:
+    """The state of the notebook's job ``name`` (its scheduler's answer), "" before it is submitted."""
+    from tutorial_lib.jobs import attach
+
+    run_dir = REPO_ROOT / PARAMS_05["output_root"] / name
+    return attach(run_dir).state if (run_dir / "job.json").exists() else ""
+
+
+def _epochs_logged(name: str) -> int:
+    from tutorial_lib.jobs import attach
+
+    return len(attach(REPO_ROOT / PARAMS_05["output_root"] / name).metrics("epoch"))
+
+
+def test_notebook_04_sliders_redraw_the_figure(browser, lab):
+    base, token = lab
+    path = OUT / "04_sliders.ipynb"
+    if not path.exists():
+        _write_notebooks()
+    page = Page(browser, base, token, path)
+    with page.screenshot_on_failure("04_failure.png"):
+        page.run_all()
+        page.wait_all_done(120)
+        explorer = "lr_explorer("
+        cell = page.locator(explorer).first
+        cell.locator(".widget-slider").first.wait_for(timeout=30_000)
+        labels = cell.locator(".widget-label").evaluate_all(
+            "labels => labels.map(l => ({text: l.innerText, cut: l.scrollWidth > l.clientWidth}))")
+        assert {"text": "global batch", "cut": False} in labels and {"text": "warmup epochs", "cut": False} in labels
+        before = page.cell(explorer)["images"]
+        assert len(before) == 1
+        handles = cell.locator(".noUi-handle")
+        handles.nth(0).focus()  # the batch slider, from the keyboard
+        page.page.keyboard.press("ArrowLeft")
+        _wait_new_image(page, explorer, before[0])
+        after_key = page.cell(explorer)["images"][0]
+        box = handles.nth(1).bounding_box()  # the warmup slider, with the mouse: 2 steps of 0.5 epoch to the right
+        track = cell.locator(".noUi-target").nth(1).bounding_box()
+        step_px = track["width"] / 40  # 0..20 epochs in steps of 0.5
+        page.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.page.mouse.down()
+        page.page.mouse.move(box["x"] + box["width"] / 2 + 2 * step_px, box["y"] + box["height"] / 2, steps=5)
+        page.page.mouse.up()
+        _wait_new_image(page, explorer, after_key)
+        readouts = cell.locator(".widget-readout").all_inner_texts()
+        assert float(readouts[1]) == 6.0, readouts  # 5 epochs + 2 x 0.5: each half epoch is reachable by mouse
+        page.shoot(explorer, "04_sliders_moved.png")
+        assert not _error_outputs(page.save_and_read())
+        assert not page.errors, page.errors
+
+
+def _wait_new_image(page: Page, marker: str, old: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        images = page.cell(marker)["images"]
+        if images and images[0] != old:
+            return
+        time.sleep(0.2)
+    pytest.fail("the slider move did not redraw the figure")
