@@ -19,12 +19,12 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from tutorial_lib import analysis, monitor, plots  # noqa: E402
-from tutorial_lib.config import make_config  # noqa: E402
-from tutorial_lib.job_spec import write_job_file  # noqa: E402
+from tutorial_lib.engine.config import make_config  # noqa: E402
 from tutorial_lib.jobs import Job  # noqa: E402
-from tutorial_lib.local_supervisor import write_state  # noqa: E402
-from tutorial_lib.metrics import MetricsWriter  # noqa: E402
+from tutorial_lib.jobs.spec import write_job_file  # noqa: E402
+from tutorial_lib.jobs.supervisor import write_state  # noqa: E402
+from tutorial_lib.lessons import analysis, monitor, plots  # noqa: E402
+from tutorial_lib.rundir.metrics import MetricsWriter  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,7 +88,7 @@ def test_long_job_names_are_not_cut_in_the_figure_table(tmp_path):
 FAKE_SUPERVISOR = """
 import signal, sys, time
 from pathlib import Path
-from tutorial_lib.local_supervisor import write_state
+from tutorial_lib.jobs.supervisor import write_state
 run_dir = Path(sys.argv[1])
 def cancelled(*_):
     time.sleep(0.5)  # a real job takes a moment to end
