@@ -16,6 +16,48 @@ class RunLockedError(RuntimeError):
     """Another live job holds this run directory."""
 
 
+class RunDirError(ValueError):
+    """The run directory cannot be used (not a folder, not creatable, or a folder that is not a run's)."""
+
+
+# Files only a run of this project writes; a non-empty folder with none of them is someone else's.
+_RUN_FILES = ("job.json", "job_state.json", "metrics.jsonl", "checkpoint.pt", "DONE", LOCK_FILE)
+
+
+def _is_run_dir(run_dir: Path) -> bool:
+    if any((run_dir / name).exists() for name in _RUN_FILES):
+        return True
+    try:  # the trainer writes config.json first: ours holds the derived global batch
+        return "global_batch" in json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def prepare_run_dir(run_dir: str | os.PathLike, create: bool = True) -> Path:
+    """Check ``run_dir`` can be this project's run directory and (``create``) make it; raise RunDirError.
+
+    It may be absent, empty or an earlier run's; a file, an uncreatable path or a folder of other files
+    is refused with a one-line message, and nothing in it is touched.
+    """
+    run_dir = Path(run_dir)
+    try:
+        problem = None
+        if run_dir.is_dir():
+            if any(run_dir.iterdir()) and not _is_run_dir(run_dir):
+                problem = ("already holds files that are not a training run's (no job.json, metrics.jsonl or "
+                           "checkpoint.pt); nothing in it was touched")
+        elif run_dir.exists() or run_dir.is_symlink():
+            problem = "exists but is not a folder"
+        if problem is None and create:
+            run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        problem = f"cannot be created ({exc.strerror or exc})"
+    if problem:
+        raise RunDirError(f"output_root: the run directory {run_dir} (output_root/name) {problem}. Fix: choose "
+                          "an output_root that is a folder you can write to, or another run name.")
+    return run_dir
+
+
 def _slurm_job_alive(job_id: str) -> bool | None:
     """True/False if Slurm knows whether the job still runs; None if Slurm cannot be asked."""
     try:

@@ -38,7 +38,7 @@ from tutorial_lib.data import Batch, build_loaders, prepare_dataset
 from tutorial_lib.metrics import MetricsWriter, ThroughputMeter
 from tutorial_lib.models import build_model, count_parameters
 from tutorial_lib.optim import build_optimizer, build_scheduler
-from tutorial_lib.run_lock import RunLock
+from tutorial_lib.run_lock import RunLock, prepare_run_dir
 
 STOP_FILE = "STOP"
 DONE_FILE = "DONE"
@@ -196,7 +196,7 @@ class Trainer:
         """Prepare the run directory, data, model, optimiser, schedule and (if any) the checkpoint."""
         cfg, info = self.cfg, self.info
         if self.main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            prepare_run_dir(self.run_dir)
             self.lock.acquire()
             if not launcher_owns_stop_file(self.run_dir):  # a STOP left by an earlier run of ours
                 (self.run_dir / STOP_FILE).unlink(missing_ok=True)
@@ -426,12 +426,12 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; prints a clear message and exits 2 on a bad configuration."""
     from tutorial_lib.config import ConfigError
     from tutorial_lib.data import DataError
-    from tutorial_lib.run_lock import RunLockedError
+    from tutorial_lib.run_lock import RunDirError, RunLockedError
 
     try:
         cfg = config_from_args(argv)
         train(cfg)
-    except (ConfigError, DataError, RunLockedError) as exc:
+    except (ConfigError, DataError, RunLockedError, RunDirError) as exc:
         message = str(exc)
         if "Original Traceback" in message:  # re-raised by a DataLoader worker: keep the worker's own message
             message = message.rstrip().splitlines()[-1].split(": ", 1)[-1]
