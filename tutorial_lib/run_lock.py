@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -97,11 +98,17 @@ class RunLock:
     def holder(self) -> dict | None:
         """The current holder's record, or None if the directory is free (or the lock is stale)."""
         try:
-            record = json.loads(self.path.read_text())
-        except FileNotFoundError:
+            return self._live_holder(self.path.read_text())
+        except OSError:
             return None
-        except (OSError, json.JSONDecodeError):
+
+    def _live_holder(self, text: str) -> dict | None:
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
             return None  # a torn lock file cannot belong to a live writer that finished writing it
+        if not isinstance(record, dict):
+            return None
         if record.get("slurm_job_id") and record["slurm_job_id"] == self.owner["slurm_job_id"]:
             return None
         if record.get("host") == self.owner["host"] and not pid_alive(int(record.get("pid", 0))):
@@ -114,7 +121,9 @@ class RunLock:
 
     def check(self) -> None:
         """Raise RunLockedError if a live job holds the directory."""
-        record = self.holder()
+        self._refuse(self.holder())
+
+    def _refuse(self, record: dict | None) -> None:
         if record is not None:
             who = f"pid {record.get('pid')} on {record.get('host')}"
             if record.get("slurm_job_id"):
@@ -123,19 +132,50 @@ class RunLock:
                 f"run directory {self.path.parent} is in use by {who}. Fix: wait for that job or cancel "
                 f"it, or choose another run name; if you are sure it is dead, delete {self.path}.")
 
+    def _locked_file(self, create: bool) -> int | None:
+        """The LOCK file opened and flock-ed exclusively (None if absent and not ``create``).
+
+        Takers queue on the flock, so judging the holder and writing our record is one atomic step;
+        the inode check retries when the file was released (unlinked) while we waited for it."""
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+            except FileNotFoundError:
+                return None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # a file system without flock: fall back to the (racy) plain check
+                return fd
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
     def acquire(self) -> None:
-        """Take the lock (atomically), or raise RunLockedError."""
-        self.check()
+        """Take the lock atomically (many simultaneous takers: exactly one wins), or raise RunLockedError."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{LOCK_FILE}.{os.getpid()}")
-        tmp.write_text(json.dumps(self.owner))
-        os.replace(tmp, self.path)
+        fd = self._locked_file(create=True)
+        try:
+            self._refuse(self._live_holder(os.pread(fd, 1 << 16, 0).decode(errors="replace")))
+            data = json.dumps(self.owner).encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)  # also drops the flock
 
     def release(self) -> None:
         """Drop the lock if this process holds it."""
-        try:
-            record = json.loads(self.path.read_text())
-        except (OSError, json.JSONDecodeError):
+        fd = self._locked_file(create=False)
+        if fd is None:
             return
-        if record.get("pid") == self.owner["pid"] and record.get("host") == self.owner["host"]:
-            self.path.unlink(missing_ok=True)
+        try:
+            record = json.loads(os.pread(fd, 1 << 16, 0))
+            if record.get("pid") == self.owner["pid"] and record.get("host") == self.owner["host"]:
+                self.path.unlink(missing_ok=True)
+        except (OSError, ValueError, AttributeError):
+            return
+        finally:
+            os.close(fd)
