@@ -11,6 +11,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -150,6 +151,8 @@ class CountingImageFolder(datasets.ImageFolder):
     def __getitem__(self, index: int):
         path, target = self.samples[index]
         try:
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or device would block open() or read forever
+                raise OSError("not a regular file (a FIFO, device or socket)")
             with open(path, "rb") as handle:
                 image = Image.open(handle)
                 image = image.convert("RGB")

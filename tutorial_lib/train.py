@@ -16,11 +16,13 @@ SIGUSR1/SIGTERM, makes it finish the current step, checkpoint and exit (used bef
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import platform
 import random
 import signal
 import sys
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -45,25 +47,46 @@ DONE_FILE = "DONE"
 AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+STOP_GRACE_ENV = "TUTORIAL_STOP_GRACE_S"
+DEFAULT_STOP_GRACE_S = 60.0
+
+
 @dataclass
 class StopRequest:
-    """Set by SIGUSR1/SIGTERM or a STOP file; all ranks agree on it at the next check."""
+    """Set by SIGUSR1/SIGTERM or a STOP file; all ranks agree on it at the next check.
+
+    A watchdog thread also sees the request: if the trainer then makes no progress (no batch, no
+    checkpoint) for ``TUTORIAL_STOP_GRACE_S`` seconds (default 60), e.g. because a read never returns,
+    it says so, calls ``on_give_up`` (release the lock) and ends the process with exit code 1. A signal
+    alone cannot: Python runs its handler and goes back into the blocked system call.
+    """
 
     run_dir: Path
     signalled: bool = False
     reason: str = ""
     previous: dict = field(default_factory=dict)
+    on_give_up: object = None
+    last_progress: float = field(default_factory=time.monotonic)
+    _ended: threading.Event = field(default_factory=threading.Event)
 
     def install(self) -> None:
         """Turn SIGUSR1 and SIGTERM into a graceful stop request (until :meth:`uninstall`)."""
         for sig in (signal.SIGUSR1, signal.SIGTERM):
             self.previous[sig] = signal.signal(sig, self._on_signal)
+        self._ended.clear()
+        self.progress()
+        threading.Thread(target=self._watch, name="stop-watchdog", daemon=True).start()
 
     def uninstall(self) -> None:
         """Give the signals back to whoever handled them before (a notebook kernel, pytest)."""
+        self._ended.set()
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         self.previous.clear()
+
+    def progress(self) -> None:
+        """Note that the trainer is still working (a batch done): the watchdog measures from here."""
+        self.last_progress = time.monotonic()
 
     def _on_signal(self, signum, _frame) -> None:
         self.signalled, self.reason = True, signal.Signals(signum).name
@@ -74,6 +97,30 @@ class StopRequest:
             self.reason = "STOP file"
             return True
         return self.signalled
+
+    def _watch(self) -> None:
+        grace = float(os.environ.get(STOP_GRACE_ENV) or DEFAULT_STOP_GRACE_S)
+        asked = None
+        while not self._ended.wait(0.25 if asked else 1.0):
+            if asked is None:
+                if self.signalled or (self.run_dir / STOP_FILE).exists():
+                    asked = time.monotonic()
+                continue
+            if time.monotonic() - max(asked, self.last_progress) > grace:
+                self._give_up(grace)
+
+    def _give_up(self, grace: float) -> None:
+        print(f"error: a stop was requested ({self.reason or 'STOP file'}) but the trainer did not reach a safe "
+              f"point within {grace:g} s (a read or collective that never returns?); exiting without a new "
+              f"checkpoint, the last one is kept. Fix: look for a file or mount that blocks; {STOP_GRACE_ENV} "
+              "sets this wait.", file=sys.stderr, flush=True)
+        try:
+            if callable(self.on_give_up):
+                self.on_give_up()
+            for child in multiprocessing.active_children():  # DataLoader workers may be the ones blocked
+                child.kill()
+        finally:
+            os._exit(1)
 
 
 def launcher_owns_stop_file(run_dir: Path) -> bool:
@@ -143,13 +190,16 @@ def environment_facts(device: torch.device) -> dict:
     return facts
 
 
-def evaluate(model, loader, device, info, channels_last: bool, amp_context) -> dict:
-    """Validation loss, top-1 and top-5 over all ranks; every image counted exactly once."""
+def evaluate(model, loader, device, info, channels_last: bool, amp_context, on_batch=None) -> dict:
+    """Validation loss, top-1 and top-5 over all ranks; every image counted exactly once.
+    ``on_batch`` is called after each batch is loaded (the trainer's progress signal)."""
     model.eval()
     # loss sum, top-1 hits, top-5 hits, images, skipped images; kept on the device (no sync per batch)
     sums = torch.zeros(5, dtype=torch.float64, device=device)
     with torch.no_grad():
         for batch in loader:
+            if on_batch is not None:
+                on_batch()
             sums[4] += batch.skipped
             if batch.images.numel() == 0:
                 continue
@@ -186,8 +236,8 @@ class Trainer:
         self.info = dist_utils.init_distributed(self.device)
         self.run_dir = cfg.run_dir
         self.main = self.info.is_main
-        self.stop = StopRequest(self.run_dir)
         self.lock = RunLock(self.run_dir)
+        self.stop = StopRequest(self.run_dir, on_give_up=self.lock.release if self.main else None)
         self.derived = derived(cfg, self.info.world_size)
         set_precision_flags(cfg.precision)
 
@@ -274,6 +324,7 @@ class Trainer:
         """Write checkpoint.pt atomically (rank 0), with every rank's RNG state."""
         if not self.cfg.checkpoint:
             return
+        self.stop.progress()
         rngs = dist_utils.all_gather_objects(rng_state(), self.info)
         if self.main:
             save_atomic({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -317,6 +368,7 @@ class Trainer:
         loss_sum, since_log, epoch_loss, epoch_steps, skipped = torch.zeros((), device=self.device), 0, 0.0, 0, 0
         for _ in range(todo):
             batch = next(batches)
+            self.stop.progress()
             loss_sum += self.train_step(batch)
             since_log += 1
             skipped += batch.skipped
@@ -366,7 +418,8 @@ class Trainer:
             if summary is None:
                 return self._stopped(started)
             summary.update(evaluate(self.eval_model, self.loaders.val, self.device, self.info,
-                                    cfg.channels_last, self.amp_context))
+                                    cfg.channels_last, self.amp_context, self.stop.progress))
+            self.stop.progress()
             progress.epoch += 1
             progress.step_in_epoch = 0
             progress.best_top1 = max(progress.best_top1, summary["top1"])
