@@ -140,8 +140,10 @@ class RunLock:
         while True:
             try:
                 fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
-            except FileNotFoundError:
-                return None
+            except OSError:
+                if create:
+                    raise
+                return None  # no lock file (or no run directory) to release
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             except OSError:  # a file system without flock: fall back to the (racy) plain check
