@@ -34,6 +34,15 @@ class ConfigError(ValueError):
     """A configuration value is wrong; the message names the field and how to fix it."""
 
 
+def shorten(value, limit: int = 60) -> str:
+    """``repr(value)`` cut to about ``limit`` characters for messages (a 4 KB name stays readable)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, (str, bytes, list, tuple)) else ""
+    return f"{text[:limit // 2]}...{text[-(limit // 4):]}{size}"
+
+
 @dataclass
 class TrainConfig:
     """Everything one training run needs. Field comments double as ``--help`` text."""
@@ -163,7 +172,7 @@ def _coerce(name: str, value):
     except (TypeError, ValueError):
         pretty = getattr(kind, "__name__", str(kind))
         raise ConfigError(
-            f"{name}: expected {pretty}, got {value!r}. Fix: pass a {pretty}, e.g. {flag} "
+            f"{name}: expected {pretty}, got {shorten(value)}. Fix: pass a {pretty}, e.g. {flag} "
             f"{_example(name)}"
         ) from None
     raise ConfigError(f"{name}: unsupported field type {kind}")  # pragma: no cover
@@ -182,7 +191,7 @@ def _check_keys(values: dict, source: str) -> None:
         hints = []
         for key in unknown:
             close = [k for k in _FIELDS if k.startswith(key[:4])][:3]
-            hints.append(f"{key!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+            hints.append(shorten(key) + (f" (did you mean {', '.join(close)}?)" if close else ""))
         raise ConfigError(
             f"unknown setting(s) in {source}: {', '.join(hints)}. "
             f"Fix: use one of the TrainConfig fields (python -m tutorial_lib.train --help)."
@@ -214,7 +223,7 @@ def make_config(profile: str | None = None, yaml_path: str | None = None, **over
     profile = profile or file_values.get("profile") or overrides.get("profile") or "smoke"
     if profile not in PROFILES:
         raise ConfigError(
-            f"profile: unknown profile {profile!r}. Fix: use one of {', '.join(PROFILES)}."
+            f"profile: unknown profile {shorten(profile)}. Fix: use one of {', '.join(PROFILES)}."
         )
     values = {**PROFILES[profile], **file_values, **overrides, "profile": profile}
     coerced = {key: _coerce(key, value) for key, value in values.items()}
@@ -229,7 +238,7 @@ def validate_name(value: str, what: str = "name") -> str:
     """Check a run or job name is a safe single path component; return it."""
     if not isinstance(value, str) or not _SAFE_NAME.match(value) or ".." in value:
         _fail(
-            what, f"{value!r} is not a safe name (path separators, '..', spaces, shell characters "
+            what, f"{shorten(value)} is not a safe name (path separators, '..', spaces, shell characters "
             "and empty names are refused)", "use letters, digits, '.', '_' and '-', e.g. resnet50-8gpu",
         )
     return value
@@ -246,7 +255,7 @@ def _check_type(name: str, value) -> None:
         ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
     if not ok:
         pretty = getattr(kind, "__name__", str(kind))
-        _fail(name, f"expected {pretty}, got {value!r} ({type(value).__name__})",
+        _fail(name, f"expected {pretty}, got {shorten(value)} ({type(value).__name__})",
               f"pass a {pretty}, e.g. {name}={getattr(TrainConfig(), name)!r} (make_config() and the command "
               "line convert text for you)")
 
@@ -297,12 +306,12 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
                    input_pipeline=INPUT_PIPELINES)
     for key, allowed in choices.items():
         if getattr(cfg, key) not in allowed:
-            _fail(key, f"unknown value {getattr(cfg, key)!r}", f"use one of {', '.join(allowed)}")
+            _fail(key, f"unknown value {shorten(getattr(cfg, key))}", f"use one of {', '.join(allowed)}")
     from tutorial_lib.engine.models import available_archs  # local: torchvision import is slow
 
     if cfg.arch not in available_archs():
         close = [a for a in available_archs() if a.startswith(cfg.arch[:3])][:5]
-        _fail("arch", f"unknown torchvision model {cfg.arch!r}",
+        _fail("arch", f"unknown torchvision model {shorten(cfg.arch)}",
               f"use a torchvision classification model name such as {', '.join(close or ['resnet50'])}")
     if cfg.norm == "group" and not cfg.arch.startswith(("resnet", "resnext", "wide_resnet")):
         _fail("norm", "group norm is only wired for ResNet-family models", "use --norm batch")
@@ -324,6 +333,13 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
 
         try:
             check_imagefolder(cfg.data_dir)
+        except DataError as exc:
+            raise ConfigError(str(exc)) from None
+    if check_paths and cfg.dataset == "digits":  # the export replaces data_dir: only ever a folder of ours
+        from tutorial_lib.engine.data import DataError, check_digits_target
+
+        try:
+            check_digits_target(cfg.data_dir)
         except DataError as exc:
             raise ConfigError(str(exc)) from None
     return cfg

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ def export_digits(root: str | os.PathLike, image_size: int = 32, val_fraction: f
     marker = root / _DIGITS_MARKER
     if marker.is_file() and json.loads(marker.read_text()) == settings:
         return root
+    check_digits_target(root)
     digits = load_digits()
     generator = torch.Generator().manual_seed(seed)
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -64,19 +66,53 @@ def export_digits(root: str | os.PathLike, image_size: int = 32, val_fraction: f
             image = Image.fromarray(pixels, mode="L").resize((image_size, image_size), Image.BICUBIC)
             image.convert("RGB").save(folder / f"{index:04d}.jpg", quality=95)
     (staging / _DIGITS_MARKER).write_text(json.dumps(settings))
-    return publish_tree(staging, root)
+    return publish_tree(staging, root, _DIGITS_MARKER, DIGITS_TARGET_FIX)
 
 
-def publish_tree(staging: Path, root: Path) -> Path:
-    """Move a finished ``staging`` folder to ``root``, replacing an older tree; readers never see half
-    a tree. If another process published an identical tree first, keep theirs."""
-    if root.exists():
+def check_replaceable(root: Path, marker: str, fix: str = "") -> None:
+    """Raise DataError unless ``root`` is absent, an empty folder, or a tree this project wrote (it holds
+    ``marker``): the project never replaces anything it did not create. ``fix`` starts with the field name."""
+    root = Path(root)
+    if root.is_symlink() and not root.exists() or root.exists() and not root.is_dir():
+        problem = "is not a folder"
+    elif root.is_dir() and not (root / marker).is_file() and any(root.iterdir()):
+        problem = f"already holds files that this project did not write (no {marker} in it)"
+    else:
+        return
+    field, _, fix = (fix or "folder: pass a new or empty folder").partition(": ")
+    raise DataError(f"{field}: {root} {problem}; refusing to replace it. Fix: {fix}.")
+
+
+DIGITS_TARGET_FIX = ("data_dir: with --dataset digits, pass --data-dir a new or empty folder for the export "
+                     "(e.g. data/digits); to train on the images in this folder, pass --dataset imagefolder")
+
+
+def check_digits_target(data_dir: str | os.PathLike) -> None:
+    """Raise DataError unless the digits export may be written to ``data_dir`` (see check_replaceable)."""
+    check_replaceable(Path(data_dir), _DIGITS_MARKER, DIGITS_TARGET_FIX)
+
+
+def publish_tree(staging: Path, root: Path, marker: str, fix: str = "") -> Path:
+    """Move a finished ``staging`` folder to ``root``, replacing an older tree that holds ``marker`` (an
+    earlier export of ours) or an empty folder, never anything else; readers never see half a tree.
+    If another process published an identical tree first, keep theirs."""
+    try:
+        check_replaceable(root, marker, fix)
+    except DataError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if root.is_dir() and not (root / marker).is_file():
+        try:
+            root.rmdir()  # empty: rmdir refuses if anything appeared in it meanwhile
+        except OSError:
+            pass
+    elif root.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{root.name}-old-", dir=root.parent))
         os.replace(root, old / "tree")
         shutil.rmtree(old, ignore_errors=True)
     try:
         os.replace(staging, root)
-    except OSError:  # another process won the race with an identical tree
+    except OSError:  # another process won the race with an identical tree (or the folder filled up)
         shutil.rmtree(staging, ignore_errors=True)
     return root
 
@@ -100,6 +136,14 @@ def check_imagefolder(data_dir: str | os.PathLike) -> Path:
     return root
 
 
+def open_regular_file(path: str | os.PathLike):
+    """Open ``path`` for reading, refusing (OSError) anything but a regular file: a FIFO or a device
+    named like an image would block open() or read() forever."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError("not a regular file (a FIFO, device or socket)")
+    return open(path, "rb")
+
+
 class CountingImageFolder(datasets.ImageFolder):
     """ImageFolder that names the file when an image cannot be read, and can skip it.
 
@@ -115,7 +159,7 @@ class CountingImageFolder(datasets.ImageFolder):
     def __getitem__(self, index: int):
         path, target = self.samples[index]
         try:
-            with open(path, "rb") as handle:
+            with open_regular_file(path) as handle:
                 image = Image.open(handle)
                 image = image.convert("RGB")
         except (OSError, ValueError, Image.DecompressionBombError) as exc:

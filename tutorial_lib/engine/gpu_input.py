@@ -39,6 +39,7 @@ from tutorial_lib.engine.data import (
     build_loaders,
     check_imagefolder,
     folder_loaders,
+    open_regular_file,
 )
 
 RATIO = (3 / 4, 4 / 3)  # RandomResizedCrop's default aspect-ratio range
@@ -54,7 +55,7 @@ class EncodedImageFolder(CountingImageFolder):
     def __getitem__(self, index: int):
         path, target = self.samples[index]
         try:
-            with open(path, "rb") as handle:
+            with open_regular_file(path) as handle:
                 data = handle.read()
             if is_complete_jpeg(data):
                 return index, data, target

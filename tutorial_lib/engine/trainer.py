@@ -16,11 +16,13 @@ SIGUSR1/SIGTERM, makes it finish the current step, checkpoint and exit (used bef
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import platform
 import random
 import signal
 import sys
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -38,7 +40,7 @@ from tutorial_lib.engine.gpu_input import loaders_for
 from tutorial_lib.engine.models import build_model, count_parameters
 from tutorial_lib.engine.optim import build_optimizer, build_scheduler
 from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint, remove_stale_temp_files, save_atomic
-from tutorial_lib.rundir.lock import RunLock
+from tutorial_lib.rundir.lock import RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import MetricsWriter, ThroughputMeter
 
 STOP_FILE = "STOP"
@@ -46,25 +48,46 @@ DONE_FILE = "DONE"
 AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+STOP_GRACE_ENV = "TUTORIAL_STOP_GRACE_S"
+DEFAULT_STOP_GRACE_S = 60.0
+
+
 @dataclass
 class StopRequest:
-    """Set by SIGUSR1/SIGTERM or a STOP file; all ranks agree on it at the next check."""
+    """Set by SIGUSR1/SIGTERM or a STOP file; all ranks agree on it at the next check.
+
+    A watchdog thread also sees the request: if the trainer then makes no progress (no batch, no
+    checkpoint) for ``TUTORIAL_STOP_GRACE_S`` seconds (default 60), e.g. because a read never returns,
+    it says so, calls ``on_give_up`` (release the lock) and ends the process with exit code 1. A signal
+    alone cannot: Python runs its handler and goes back into the blocked system call.
+    """
 
     run_dir: Path
     signalled: bool = False
     reason: str = ""
     previous: dict = field(default_factory=dict)
+    on_give_up: object = None
+    last_progress: float = field(default_factory=time.monotonic)
+    _ended: threading.Event = field(default_factory=threading.Event)
 
     def install(self) -> None:
         """Turn SIGUSR1 and SIGTERM into a graceful stop request (until :meth:`uninstall`)."""
         for sig in (signal.SIGUSR1, signal.SIGTERM):
             self.previous[sig] = signal.signal(sig, self._on_signal)
+        self._ended.clear()
+        self.progress()
+        threading.Thread(target=self._watch, name="stop-watchdog", daemon=True).start()
 
     def uninstall(self) -> None:
         """Give the signals back to whoever handled them before (a notebook kernel, pytest)."""
+        self._ended.set()
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         self.previous.clear()
+
+    def progress(self) -> None:
+        """Note that the trainer is still working (a batch done): the watchdog measures from here."""
+        self.last_progress = time.monotonic()
 
     def _on_signal(self, signum, _frame) -> None:
         self.signalled, self.reason = True, signal.Signals(signum).name
@@ -75,6 +98,30 @@ class StopRequest:
             self.reason = "STOP file"
             return True
         return self.signalled
+
+    def _watch(self) -> None:
+        grace = float(os.environ.get(STOP_GRACE_ENV) or DEFAULT_STOP_GRACE_S)
+        asked = None
+        while not self._ended.wait(0.25 if asked else 1.0):
+            if asked is None:
+                if self.signalled or (self.run_dir / STOP_FILE).exists():
+                    asked = time.monotonic()
+                continue
+            if time.monotonic() - max(asked, self.last_progress) > grace:
+                self._give_up(grace)
+
+    def _give_up(self, grace: float) -> None:
+        print(f"error: a stop was requested ({self.reason or 'STOP file'}) but the trainer did not reach a safe "
+              f"point within {grace:g} s (a read or collective that never returns?); exiting without a new "
+              f"checkpoint, the last one is kept. Fix: look for a file or mount that blocks; {STOP_GRACE_ENV} "
+              "sets this wait.", file=sys.stderr, flush=True)
+        try:
+            if callable(self.on_give_up):
+                self.on_give_up()
+            for child in multiprocessing.active_children():  # DataLoader workers may be the ones blocked
+                child.kill()
+        finally:
+            os._exit(1)
 
 
 def launcher_owns_stop_file(run_dir: Path) -> bool:
@@ -144,13 +191,16 @@ def environment_facts(device: torch.device) -> dict:
     return facts
 
 
-def evaluate(model, loader, device, info, channels_last: bool, amp_context) -> dict:
-    """Validation loss, top-1 and top-5 over all ranks; every image counted exactly once."""
+def evaluate(model, loader, device, info, channels_last: bool, amp_context, on_batch=None) -> dict:
+    """Validation loss, top-1 and top-5 over all ranks; every image counted exactly once.
+    ``on_batch`` is called after each batch is loaded (the trainer's progress signal)."""
     model.eval()
     # loss sum, top-1 hits, top-5 hits, images, skipped images; kept on the device (no sync per batch)
     sums = torch.zeros(5, dtype=torch.float64, device=device)
     with torch.no_grad():
         for batch in loader:
+            if on_batch is not None:
+                on_batch()
             sums[4] += batch.skipped
             if batch.images.numel() == 0:
                 continue
@@ -187,8 +237,8 @@ class Trainer:
         self.info = dist_utils.init_distributed(self.device)
         self.run_dir = cfg.run_dir
         self.main = self.info.is_main
-        self.stop = StopRequest(self.run_dir)
         self.lock = RunLock(self.run_dir)
+        self.stop = StopRequest(self.run_dir, on_give_up=self.lock.release if self.main else None)
         self.derived = derived(cfg, self.info.world_size)
         set_precision_flags(cfg.precision)
 
@@ -197,7 +247,7 @@ class Trainer:
         """Prepare the run directory, data, model, optimiser, schedule and (if any) the checkpoint."""
         cfg, info = self.cfg, self.info
         if self.main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            prepare_run_dir(self.run_dir)
             self.lock.acquire()
             if not launcher_owns_stop_file(self.run_dir):  # a STOP left by an earlier run of ours
                 (self.run_dir / STOP_FILE).unlink(missing_ok=True)
@@ -275,6 +325,7 @@ class Trainer:
         """Write checkpoint.pt atomically (rank 0), with every rank's RNG state."""
         if not self.cfg.checkpoint:
             return
+        self.stop.progress()
         rngs = dist_utils.all_gather_objects(rng_state(), self.info)
         if self.main:
             save_atomic({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -318,6 +369,7 @@ class Trainer:
         loss_sum, since_log, epoch_loss, epoch_steps, skipped = torch.zeros((), device=self.device), 0, 0.0, 0, 0
         for _ in range(todo):
             batch = next(batches)
+            self.stop.progress()
             loss_sum += self.train_step(batch)
             since_log += 1
             skipped += batch.skipped
@@ -367,7 +419,8 @@ class Trainer:
             if summary is None:
                 return self._stopped(started)
             summary.update(evaluate(self.eval_model, self.loaders.val, self.device, self.info,
-                                    cfg.channels_last, self.amp_context))
+                                    cfg.channels_last, self.amp_context, self.stop.progress))
+            self.stop.progress()
             progress.epoch += 1
             progress.step_in_epoch = 0
             progress.best_top1 = max(progress.best_top1, summary["top1"])
@@ -427,12 +480,12 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; prints a clear message and exits 2 on a bad configuration."""
     from tutorial_lib.engine.config import ConfigError
     from tutorial_lib.engine.data import DataError
-    from tutorial_lib.rundir.lock import RunLockedError
+    from tutorial_lib.rundir.lock import RunDirError, RunLockedError
 
     try:
         cfg = config_from_args(argv)
         train(cfg)
-    except (ConfigError, DataError, RunLockedError) as exc:
+    except (ConfigError, DataError, RunLockedError, RunDirError) as exc:
         message = str(exc)
         if "Original Traceback" in message:  # re-raised by a DataLoader worker: keep the worker's own message
             message = message.rstrip().splitlines()[-1].split(": ", 1)[-1]

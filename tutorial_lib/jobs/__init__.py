@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from tutorial_lib import REPO_ROOT
-from tutorial_lib.engine.config import TrainConfig
+from tutorial_lib.engine.config import ConfigError, TrainConfig
 from tutorial_lib.jobs.spec import (
     JobError,
     JobSpec,
@@ -33,7 +33,7 @@ from tutorial_lib.jobs.spec import (
     write_job_file,
 )
 from tutorial_lib.jobs.supervisor import FINAL_STATES, STATE_FILE, read_state
-from tutorial_lib.rundir.lock import RunLock, pid_alive
+from tutorial_lib.rundir.lock import RunDirError, RunLock, pid_alive, prepare_run_dir
 from tutorial_lib.rundir.metrics import metrics_table, read_metrics
 
 SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
@@ -103,8 +103,14 @@ class Job:
         causes = [line for line in self.logs().splitlines() if line.startswith(("error:", "Traceback"))
                   or "Error:" in line.split(" ", 1)[0]][:3]
         cause = "".join(f"\n  {line}" for line in causes)
-        return (f"job {self.id} ({self.name}, {self.backend}) ended {status['state']} with exit code "
-                f"{status.get('exit_code')}.{' First error lines:' + cause if cause else ''}\n"
+        head = (f"job {self.id} ({self.name}, {self.backend}) ended {status['state']} with exit code "
+                f"{status.get('exit_code')}.")
+        no_log = self.backend == "slurm" and not self.log_path.is_file()
+        if no_log and status["state"] == "FAILED" and status.get("slurm_state", "FAILED") == "FAILED":
+            return (f"{head} Slurm could not open its output file {self.log_path} (it does not exist), so the batch "
+                    "script never ran and the exit code says nothing. Fix: make output_root a folder that the "
+                    "compute nodes can reach and write, without '%' or '\\' in its path, and submit again.")
+        return (f"{head}{' First error lines:' + cause if cause else ''}\n"
                 f"Last lines of {self.log_path}:\n{self.logs(tail=20)}")
 
     # ----------------------------------------------------------- observation
@@ -337,6 +343,7 @@ def submit(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, backend:
     spec = make_spec(config, nodes, gpus_per_node, time, partition, account, sbatch_options, max_restarts,
                      check_data and module == "tutorial_lib.train", on_cluster=chosen == "slurm",
                      module=module, module_args=module_args)
+    _prepare_run_dir(spec.run_dir, create=False)
     RunLock(spec.run_dir).check()
     if (spec.run_dir / "job.json").exists():
         try:
@@ -346,15 +353,22 @@ def submit(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, backend:
         if previous is not None and not previous.done():
             raise JobError(f"run directory {spec.run_dir} already has a live job {previous.id} "
                            f"({previous.state}). Fix: wait for it or cancel it, or choose another name.")
-    if fresh and spec.run_dir.exists():
+    if fresh and spec.run_dir.exists():  # a run directory of ours (checked above), never another folder
         shutil.rmtree(spec.run_dir)
-    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    _prepare_run_dir(spec.run_dir)
     job_id = _submit_slurm(spec, after) if chosen == "slurm" else _submit_local(spec, after)
     job = Job(spec.run_dir)
     if verbose:
         print(f"submitted {job.name}: job {job_id} on {chosen}, {nodes} node(s) x {gpus_per_node} rank(s), "
               f"run directory {spec.run_dir}")
     return job
+
+
+def _prepare_run_dir(run_dir: Path, create: bool = True) -> None:
+    try:
+        prepare_run_dir(run_dir, create)
+    except RunDirError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def sweep(config: TrainConfig, over: str, values, sequential: bool = True, **submit_args) -> list[Job]:

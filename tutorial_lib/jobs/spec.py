@@ -13,15 +13,26 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tutorial_lib.engine.config import ConfigError, TrainConfig, to_cli_args, validate, validate_name
+from tutorial_lib.engine.config import ConfigError, TrainConfig, shorten, to_cli_args, validate, validate_name
 
 JOB_FILE = "job.json"
 _TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _SBATCH_OPTION = re.compile(r"^--[a-z][a-z-]{1,30}(=[A-Za-z0-9_.:,@+/-]{1,200})?$")
 JOB_MODULES = ("tutorial_lib.train", "tutorial_lib.bench")
-_FORBIDDEN_SBATCH = ("--wrap", "--output", "--error", "--chdir", "--export", "--job-name", "--nodes",
-                     "--parsable", "--uid", "--gid", "--get-user-env")
+# sbatch_options: only these full sbatch option names (sbatch takes an exact name as itself, while it would
+# resolve an abbreviation such as --outp or --export-f to an option the library must control).
+SBATCH_ALLOWED = ("--begin", "--comment", "--constraint", "--contiguous", "--core-spec", "--cores-per-socket",
+                  "--cpu-freq", "--cpus-per-gpu", "--cpus-per-task", "--deadline", "--delay-boot", "--exclude",
+                  "--exclusive", "--gpu-bind", "--gpu-freq", "--gres", "--gres-flags", "--hint", "--hold",
+                  "--licenses", "--mail-type", "--mail-user", "--mem", "--mem-bind", "--mem-per-cpu",
+                  "--mem-per-gpu", "--mincpus", "--nice", "--nodelist", "--oversubscribe", "--power", "--prefer",
+                  "--priority", "--qos", "--reservation", "--signal", "--sockets-per-node", "--spread-job",
+                  "--switches", "--thread-spec", "--threads-per-core", "--time-min", "--tmp", "--wckey")
+# What tutorial_lib.jobs and train.sbatch set themselves (named in messages, and never passed on).
+SBATCH_SET_HERE = ("--parsable", "--job-name", "--nodes", "--ntasks-per-node", "--time", "--chdir", "--output",
+                   "--export", "--partition", "--account", "--gpus-per-node", "--dependency", "--open-mode",
+                   "--requeue")
 
 
 class JobError(RuntimeError):
@@ -64,7 +75,7 @@ def check_time(value: str | int) -> str:
     """A Slurm time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS."""
     text = str(value).strip()
     if not _TIME.match(text):
-        raise ConfigError(f"time: {value!r} is not a Slurm time limit. Fix: use minutes (30), "
+        raise ConfigError(f"time: {shorten(value)} is not a Slurm time limit. Fix: use minutes (30), "
                           "HH:MM:SS (01:30:00) or D-HH:MM:SS (1-00:00:00).")
     return text
 
@@ -87,20 +98,33 @@ def time_limit_seconds(text: str) -> int:
 
 def _check_word(what: str, value: str | None) -> str | None:
     if value is not None and (not _SLURM_WORD.match(str(value)) or ".." in str(value)):
-        raise ConfigError(f"{what}: {value!r} is not a valid Slurm {what} name (letters, digits, '_', '.', '-'). "
-                          f"Fix: pass the {what} name exactly as `sinfo`/`sacctmgr` show it.")
+        raise ConfigError(f"{what}: {shorten(value)} is not a valid Slurm {what} name (letters, digits, '_', '.', "
+                          f"'-'). Fix: pass the {what} name exactly as `sinfo`/`sacctmgr` show it.")
     return value
 
 
 def _check_sbatch_option(option: str) -> str:
     if not isinstance(option, str) or not _SBATCH_OPTION.match(option):
-        raise ConfigError(f"sbatch_options: {option!r} is refused: only --name or --name=value options made of "
-                          "letters, digits and _.:,@+/- are passed. Fix: e.g. sbatch_options=['--gres=gpu:4', "
+        raise ConfigError(f"sbatch_options: {shorten(option)} is refused: only --name or --name=value options made "
+                          "of letters, digits and _.:,@+/- are passed. Fix: e.g. sbatch_options=['--gres=gpu:4', "
                           "'--exclusive'].")
-    if option.split("=", 1)[0] in _FORBIDDEN_SBATCH:
-        raise ConfigError(f"sbatch_options: {option.split('=', 1)[0]} is set by tutorial_lib.jobs itself. "
-                          "Fix: use submit()'s own arguments (name, nodes, output_root) instead.")
-    return option
+    name = option.split("=", 1)[0]
+    if name in SBATCH_ALLOWED:
+        if name == "--signal" and not re.fullmatch(r"--signal=B:USR1@\d{1,5}", option):
+            raise ConfigError("sbatch_options: train.sbatch needs its warning as --signal=B:USR1@<seconds>. "
+                              "Fix: e.g. '--signal=B:USR1@300' (or leave it out: 120 s).")
+        return option
+    meant = [full for full in SBATCH_SET_HERE + SBATCH_ALLOWED if full.startswith(name)]
+    if name in SBATCH_SET_HERE or any(full in SBATCH_SET_HERE for full in meant):
+        full = name if name in SBATCH_SET_HERE else next(f for f in meant if f in SBATCH_SET_HERE)
+        problem = f"{name} is set by tutorial_lib.jobs itself" + (f" (it abbreviates {full})" if full != name else "")
+        fix = "use submit()'s own arguments (name, nodes, time, partition, account, output_root)"
+    elif len(meant) == 1:
+        problem, fix = f"{name} is an abbreviation", f"write the full option name, {meant[0]}"
+    else:
+        problem = f"{name} is not among the sbatch options passed on"
+        fix = f"use one of tutorial_lib.jobs.spec.SBATCH_ALLOWED, e.g. {', '.join(SBATCH_ALLOWED[15:22])}"
+    raise ConfigError(f"sbatch_options: {problem}. Fix: {fix}.")
 
 
 def make_spec(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, time: str | int = "00:30:00",
@@ -120,12 +144,15 @@ def make_spec(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, time:
     for what, value, low in (("nodes", nodes, 1), ("gpus_per_node", gpus_per_node, 1),
                              ("max_restarts", max_restarts, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(f"{what}: must be an integer >= {low}, got {value!r}. Fix: pass e.g. {what}={low + 1}.")
-    if "%" in config.output_root or "\n" in config.output_root:
-        raise ConfigError(f"output_root: {config.output_root!r} contains '%' or a newline, which Slurm would "
-                          "expand in log paths. Fix: choose a plain folder path.")
+            raise ConfigError(f"{what}: must be an integer >= {low}, got {shorten(value)}. "
+                              f"Fix: pass e.g. {what}={low + 1}.")
+    odd = next((c for c in config.output_root if c in "%\\" or not c.isprintable()), None)
+    if odd is not None:  # Slurm expands % and \\ in --output: the job would fail with no log file
+        raise ConfigError(f"output_root: {shorten(config.output_root)} contains {odd!r}, which Slurm treats "
+                          "specially in log paths. Fix: choose a folder path without '%', '\\' or control characters.")
     if module not in JOB_MODULES:
-        raise ConfigError(f"module: {module!r} cannot be run as a job. Fix: use one of {', '.join(JOB_MODULES)}.")
+        raise ConfigError(f"module: {shorten(module)} cannot be run as a job. "
+                          f"Fix: use one of {', '.join(JOB_MODULES)}.")
     if module_args is not None and not all(isinstance(a, str) and "\n" not in a for a in module_args):
         raise ConfigError("module_args: must be a list of single-line strings. Fix: e.g. ['allreduce', '--out', 'x']")
     options = [_check_sbatch_option(o) for o in (list(sbatch_options) if not isinstance(sbatch_options, str)

@@ -95,8 +95,7 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
     """
     import papermill
 
-    out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_output_folder(out)
     os.environ[SUMMARY_ENV] = str(out / "summary")
     timings: dict[str, float] = {}
     try:
@@ -112,6 +111,24 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
         summary = write_summary(out, timings)
     print(f"executed notebooks and summary: {summary}")
     return summary
+
+
+OUTPUT_MARKER = ".tutorial_course_output"
+
+
+def check_output_folder(out: str | os.PathLike) -> Path:
+    """Make ``out`` the course's output folder, unless it holds files that an earlier course run did not
+    write (executed notebooks would overwrite them): then stop with a message naming the fix."""
+    out = Path(out).resolve()
+    summary = out / "SUMMARY.md"
+    ours = (out / OUTPUT_MARKER).is_file() or (summary.is_file() and summary.read_text(errors="replace")
+                                                 .startswith("# Course run summary"))
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not ours)):
+        raise SystemExit(f"error: out: {out} already holds files that the course did not write; executed "
+                         "notebooks would overwrite them. Fix: pass --out a new or empty folder (default executed/).")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / OUTPUT_MARKER).touch()
+    return out
 
 
 def write_summary(out: Path, timings: dict[str, float]) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -14,6 +15,48 @@ LOCK_FILE = "LOCK"
 
 class RunLockedError(RuntimeError):
     """Another live job holds this run directory."""
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be used (not a folder, not creatable, or a folder that is not a run's)."""
+
+
+# Files only a run of this project writes; a non-empty folder with none of them is someone else's.
+_RUN_FILES = ("job.json", "job_state.json", "metrics.jsonl", "checkpoint.pt", "DONE", LOCK_FILE)
+
+
+def _is_run_dir(run_dir: Path) -> bool:
+    if any((run_dir / name).exists() for name in _RUN_FILES):
+        return True
+    try:  # the trainer writes config.json first: ours holds the derived global batch
+        return "global_batch" in json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def prepare_run_dir(run_dir: str | os.PathLike, create: bool = True) -> Path:
+    """Check ``run_dir`` can be this project's run directory and (``create``) make it; raise RunDirError.
+
+    It may be absent, empty or an earlier run's; a file, an uncreatable path or a folder of other files
+    is refused with a one-line message, and nothing in it is touched.
+    """
+    run_dir = Path(run_dir)
+    try:
+        problem = None
+        if run_dir.is_dir():
+            if any(run_dir.iterdir()) and not _is_run_dir(run_dir):
+                problem = ("already holds files that are not a training run's (no job.json, metrics.jsonl or "
+                           "checkpoint.pt); nothing in it was touched")
+        elif run_dir.exists() or run_dir.is_symlink():
+            problem = "exists but is not a folder"
+        if problem is None and create:
+            run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        problem = f"cannot be created ({exc.strerror or exc})"
+    if problem:
+        raise RunDirError(f"output_root: the run directory {run_dir} (output_root/name) {problem}. Fix: choose "
+                          "an output_root that is a folder you can write to, or another run name.")
+    return run_dir
 
 
 def _slurm_job_alive(job_id: str) -> bool | None:
@@ -55,11 +98,17 @@ class RunLock:
     def holder(self) -> dict | None:
         """The current holder's record, or None if the directory is free (or the lock is stale)."""
         try:
-            record = json.loads(self.path.read_text())
-        except FileNotFoundError:
+            return self._live_holder(self.path.read_text())
+        except OSError:
             return None
-        except (OSError, json.JSONDecodeError):
+
+    def _live_holder(self, text: str) -> dict | None:
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError:
             return None  # a torn lock file cannot belong to a live writer that finished writing it
+        if not isinstance(record, dict):
+            return None
         if record.get("slurm_job_id") and record["slurm_job_id"] == self.owner["slurm_job_id"]:
             return None
         if record.get("host") == self.owner["host"] and not pid_alive(int(record.get("pid", 0))):
@@ -72,7 +121,9 @@ class RunLock:
 
     def check(self) -> None:
         """Raise RunLockedError if a live job holds the directory."""
-        record = self.holder()
+        self._refuse(self.holder())
+
+    def _refuse(self, record: dict | None) -> None:
         if record is not None:
             who = f"pid {record.get('pid')} on {record.get('host')}"
             if record.get("slurm_job_id"):
@@ -81,19 +132,52 @@ class RunLock:
                 f"run directory {self.path.parent} is in use by {who}. Fix: wait for that job or cancel "
                 f"it, or choose another run name; if you are sure it is dead, delete {self.path}.")
 
+    def _locked_file(self, create: bool) -> int | None:
+        """The LOCK file opened and flock-ed exclusively (None if absent and not ``create``).
+
+        Takers queue on the flock, so judging the holder and writing our record is one atomic step;
+        the inode check retries when the file was released (unlinked) while we waited for it."""
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+            except OSError:
+                if create:
+                    raise
+                return None  # no lock file (or no run directory) to release
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # a file system without flock: fall back to the (racy) plain check
+                return fd
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
     def acquire(self) -> None:
-        """Take the lock (atomically), or raise RunLockedError."""
-        self.check()
+        """Take the lock atomically (many simultaneous takers: exactly one wins), or raise RunLockedError."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{LOCK_FILE}.{os.getpid()}")
-        tmp.write_text(json.dumps(self.owner))
-        os.replace(tmp, self.path)
+        fd = self._locked_file(create=True)
+        try:
+            self._refuse(self._live_holder(os.pread(fd, 1 << 16, 0).decode(errors="replace")))
+            data = json.dumps(self.owner).encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)  # also drops the flock
 
     def release(self) -> None:
         """Drop the lock if this process holds it."""
-        try:
-            record = json.loads(self.path.read_text())
-        except (OSError, json.JSONDecodeError):
+        fd = self._locked_file(create=False)
+        if fd is None:
             return
-        if record.get("pid") == self.owner["pid"] and record.get("host") == self.owner["host"]:
-            self.path.unlink(missing_ok=True)
+        try:
+            record = json.loads(os.pread(fd, 1 << 16, 0))
+            if record.get("pid") == self.owner["pid"] and record.get("host") == self.owner["host"]:
+                self.path.unlink(missing_ok=True)
+        except (OSError, ValueError, AttributeError):
+            return
+        finally:
+            os.close(fd)
