@@ -47,6 +47,10 @@ def export_digits(root: str | os.PathLike, image_size: int = 32, val_fraction: f
     marker = root / _DIGITS_MARKER
     if marker.is_file() and json.loads(marker.read_text()) == settings:
         return root
+    if root.is_dir() and not marker.is_file() and any(root.iterdir()):  # publish_tree would replace it
+        raise DataError(f"data_dir: {root} holds files that export_digits did not write; refusing to replace them. "
+                        "Fix: for your own ImageNet-layout folder pass dataset imagefolder, or export the digits "
+                        "to a new folder.")
     digits = load_digits()
     generator = torch.Generator().manual_seed(seed)
     root.parent.mkdir(parents=True, exist_ok=True)
