@@ -72,11 +72,11 @@ def test_collect_orders_by_gpus_and_computes_efficiency_and_projection(sweep):
 
 def test_scaling_table_has_the_reference_columns_and_readable_times(sweep):
     table = study.scaling_table(sweep)
-    assert list(table.columns) == ["GPUs", "nodes", "global batch", "throughput (img/s)", "efficiency (%)",
+    assert list(table.columns) == ["GPUs", "nodes", "global batch", "throughput (img/s)", "throughput efficiency (%)",
                                    "ImageNet epoch (projected)", "90 epochs (projected)", "top-1 (%)", "top-5 (%)"]
     assert list(table.index) == ["s-1", "s-2", "s-4"]
     row = table.loc["s-1"]
-    assert row["efficiency (%)"] == 100.0
+    assert row["throughput efficiency (%)"] == 100.0
     assert row["ImageNet epoch (projected)"] == "3h33m32s"  # 1,281,167 / 100 s = 12,811.67 s
     assert row["90 epochs (projected)"] == "320h17m30s"
     assert study.scaling_table(sweep, epochs=10).columns[6] == "10 epochs (projected)"
@@ -125,6 +125,24 @@ def test_reference_000_rows_match_its_published_numbers():
     table = study.reference_table("hal")
     assert table.loc["hal: 64 GPUs", "90 epochs (published)"] == "1h07m51s"
     assert set(table["top-1 (%)"]) == {76.0} and set(table["top-5 (%)"]) == {93.0}
+    # two different figures, each named for what it measures: per-GPU logged throughput, and published wall time
+    assert table.loc["hal: 64 GPUs", "throughput efficiency (%)"] == round(100 * 33100 / 32 / 1582, 1)
+    published_2, published_64 = 20 * 3600 + 36 * 60 + 51.11, 3600 + 7 * 60 + 51.31
+    assert table.loc["hal: 64 GPUs", "time-to-solution efficiency (%)"] == round(
+        100 * 2 * published_2 / (64 * published_64), 1)
+    assert f"{table.loc['hal: 64 GPUs', 'time-to-solution efficiency (%)']:.1f}%" in study.model_comparison_text("hal")
+
+
+def test_projection_from_one_run_starts_at_its_measured_rate_and_says_projected(sweep):
+    one_gpu = sweep[1]  # s-1: one GPU
+    (one_gpu / "config.json").write_text(json.dumps({**json.loads((one_gpu / "config.json").read_text()),
+                                                     "parameters": 25_557_032, "bucket_cap_mb": 25}))
+    table = study.projection_from_run(one_gpu, [1, 4, 64])
+    assert list(table.index) == [1, 4, 64]
+    assert table.loc[1, "projected throughput (img/s)"] == round(study.run_record(one_gpu)["images_per_sec"])
+    assert table.loc[1, "projected efficiency (%)"] == 100.0
+    assert table.loc[64, "projected efficiency (%)"] <= 100.0
+    assert all("projected" in column for column in table.columns[2:-1])
 
 
 def test_model_comparison_text_is_the_table_without_assumptions():

@@ -343,7 +343,7 @@ def readable(frame: pd.DataFrame, epochs: float = REFERENCE_EPOCHS, time_note: s
         "nodes": frame["nodes"].astype(int),
         "global batch": frame["global_batch"].astype(int),
         "throughput (img/s)": frame["images_per_sec"].round(1),
-        "efficiency (%)": (100 * frame["efficiency"]).round(1),
+        "throughput efficiency (%)": (100 * frame["efficiency"]).round(1),
         f"ImageNet epoch ({time_note})": [_duration(s) for s in frame["epoch_s"]],
         f"{label} epochs ({time_note})": [_duration(s) for s in frame["time_to_train_s"]],
         "top-1 (%)": frame["top1"].round(1),
@@ -380,7 +380,8 @@ def reference_frame(preset: str = "hal") -> pd.DataFrame:
                      "gpus_per_node": min(row["gpus"], cluster.gpus_per_node), "global_batch": row["global_batch"],
                      "images_per_sec": rate, "epoch_s": total / report["epochs"], "time_to_train_s": total,
                      "top1": REFERENCE_000_TOP1 if preset == "hal" else math.nan,
-                     "top5": REFERENCE_000_TOP5 if preset == "hal" else math.nan})
+                     "top5": REFERENCE_000_TOP5 if preset == "hal" else math.nan,
+                     "time_efficiency": row["reference_efficiency"]})
     frame = pd.DataFrame(rows)
     per_gpu = frame["images_per_sec"] / frame["gpus"]
     frame["efficiency"] = per_gpu / per_gpu.iloc[0]
@@ -391,7 +392,41 @@ def reference_table(preset: str = "hal") -> pd.DataFrame:
     """:func:`reference_frame` in the same readable form as :func:`scaling_table` (times as published)."""
     from tutorial_lib.scaling.presets import PRESETS
 
-    return readable(reference_frame(preset), PRESETS[preset].epochs, time_note="published")
+    frame = reference_frame(preset)
+    table = readable(frame, PRESETS[preset].epochs, time_note="published")
+    # the one time-based figure: the same number as the "ref eff" column of model_comparison_text
+    table.insert(5, "time-to-solution efficiency (%)", (100 * frame["time_efficiency"]).round(1).to_numpy())
+    return table
+
+
+def projection_from_run(run, gpus: Sequence[int], preset: str = "hal", epochs: float = REFERENCE_EPOCHS,
+                        dataset_images: int = IMAGENET_TRAIN_IMAGES) -> pd.DataFrame:
+    """What the scaling model projects for ``gpus`` GPUs from one measured run: that run's per-GPU
+    throughput, per-GPU batch and gradient size (fp32 gradients, split into DDP buckets) on
+    ``preset``'s cluster (GPUs per node, links), with no file-system or per-epoch limits.
+    Projected, not measured: use it to say what more GPUs would buy, never as a result."""
+    from dataclasses import replace
+
+    from tutorial_lib.scaling import DataPipeline
+    from tutorial_lib.scaling.presets import PRESETS
+
+    record, config = run_record(run), _read_json(_run_dir(run) / "config.json")
+    gradient_bytes = 4.0 * config["parameters"]
+    bucket_bytes = config.get("bucket_cap_mb", 25) * 2**20
+    base = PRESETS[preset].model
+    workload = replace(base.workload, per_gpu_batch=record["global_batch"] // record["gpus"],
+                       images_per_sec_per_gpu=record["images_per_sec"] / record["gpus"],
+                       gradient_bytes=gradient_bytes, buckets=max(1, math.ceil(gradient_bytes / bucket_bytes)),
+                       backward_time_s=None)
+    model = replace(base, workload=workload, pipeline=DataPipeline())
+    points = model.project(gpus, epochs, dataset_images)
+    return pd.DataFrame({"GPUs": [p.gpus for p in points], "nodes": [p.nodes for p in points],
+                         "global batch": [p.global_batch for p in points],
+                         "projected throughput (img/s)": [round(p.images_per_s) for p in points],
+                         "projected efficiency (%)": [round(100 * p.efficiency, 1) for p in points],
+                         f"{epochs:g} ImageNet epochs (projected)": [format_duration(p.time_to_train_s)
+                                                                     for p in points],
+                         "limited by": [p.limited_by for p in points]}).set_index("GPUs")
 
 
 def model_comparison_text(preset: str = "hal", details: bool = False) -> str:
