@@ -49,7 +49,7 @@ AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 STOP_GRACE_ENV = "TUTORIAL_STOP_GRACE_S"
-DEFAULT_STOP_GRACE_S = 60.0
+DEFAULT_STOP_GRACE_S = 20.0  # below Slurm's default KillWait (30 s): the message and LOCK release come before SIGKILL
 
 
 @dataclass
@@ -57,7 +57,7 @@ class StopRequest:
     """Set by SIGUSR1/SIGTERM or a STOP file; all ranks agree on it at the next check.
 
     A watchdog thread also sees the request: if the trainer then makes no progress (no batch, no
-    checkpoint) for ``TUTORIAL_STOP_GRACE_S`` seconds (default 60), e.g. because a read never returns,
+    checkpoint) for ``TUTORIAL_STOP_GRACE_S`` seconds (default 20), e.g. because a read never returns,
     it says so, calls ``on_give_up`` (release the lock) and ends the process with exit code 1. A signal
     alone cannot: Python runs its handler and goes back into the blocked system call.
     """
