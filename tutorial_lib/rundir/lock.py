@@ -22,7 +22,7 @@ class RunDirError(ValueError):
 
 
 # Files only a run of this project writes; a non-empty folder with none of them is someone else's.
-_RUN_FILES = ("job.json", "job_state.json", "metrics.jsonl", "checkpoint.pt", "DONE", LOCK_FILE)
+_RUN_FILES = ("job.json", "job_state.json", "metrics.jsonl", "checkpoint.pt", "DONE", "STOP", LOCK_FILE)
 
 
 def _is_run_dir(run_dir: Path) -> bool:
