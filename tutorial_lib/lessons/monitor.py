@@ -268,6 +268,7 @@ def _draw_table(ax, table: pd.DataFrame) -> None:
                      loc="upper center", cellLoc="left")
     drawn.auto_set_font_size(False)
     drawn.set_fontsize(9)
+    drawn.auto_set_column_width(list(range(5)))  # columns as wide as their text: job names are not cut
     drawn.scale(1, 1.4)
 
 
