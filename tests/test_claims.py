@@ -131,6 +131,7 @@ def test_02_model_alone_slower_than_trainer_on_files_is_flagged():
     claim = claims.model_vs_files(Spread.of([1.2]), Spread.of([4.0]))
     assert claim.verdict == "inconsistent" and "rerun" in claim.sentence
     assert claims.model_vs_files(Spread.of([4.0, 4.2, 4.4]), Spread.of([3.6, 4.1, 4.3])).verdict == "consistent"
+    assert claims.model_vs_files(Spread.of([14, 15, 16]), Spread.of([1.0, 1.2, 1.5])).verdict == "slower"
 
 
 # --------------------------------------------------------------------------- notebook 07

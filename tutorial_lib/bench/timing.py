@@ -135,7 +135,8 @@ def interleave_records(measurements: dict, repeats: int = DEFAULT_REPEATS,
 
 def step_rate(step, min_time: float) -> float:
     """Calls per second of ``step()``: the median block of ``torch.utils.benchmark``'s
-    ``blocked_autorange``, which runs for at least ``min_time`` seconds."""
+    ``blocked_autorange``, which runs for at least ``min_time`` seconds, on as many threads as torch
+    uses here."""
     import logging
 
     quiet = logging.getLogger("torch.utils.cpp_extension")  # importing benchmark warns "no CUDA runtime" on CPUs
@@ -145,7 +146,11 @@ def step_rate(step, min_time: float) -> float:
         from torch.utils import benchmark
     finally:
         quiet.setLevel(level)
-    measurement = benchmark.Timer(stmt="step()", globals={"step": step}).blocked_autorange(min_run_time=min_time)
+    import torch
+
+    # Timer runs on one thread unless told otherwise; the trainer uses torch's default, so must this
+    timer = benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
+    measurement = timer.blocked_autorange(min_run_time=min_time)
     return 1.0 / measurement.median
 
 
