@@ -107,9 +107,14 @@ def test_02_recorded_contradiction_cannot_say_grows_with_workers():
 def test_02_workers_verdicts():
     growing = [loader(0, [50, 52, 55]), loader(1, [90, 95, 99]), loader(2, [170, 180, 175])]
     assert claims.workers_scaling(growing, 2).verdict == "grows"
-    stops = [loader(0, [50, 52, 55]), loader(1, [90, 95, 99]), loader(2, [60, 120, 180])]
+    stops = [loader(0, [50, 52, 55]), loader(1, [90, 95, 99]), loader(2, [60, 92, 180])]
     claim = claims.workers_scaling(stops, 2)
-    assert claim.verdict == "stops growing" and "up to 1 worker, then not distinguishable here" in claim.sentence
+    assert claim.verdict == "stops growing" and "up to 1 worker (1.83x 0 workers), then" in claim.sentence
+    # a CPU run under load: 1 worker no better than 0, 2 workers clearly faster
+    uneven = [loader(0, [78.0, 116.0, 116.6]), loader(1, [92.7, 105.6, 108.3]), loader(2, [123.8, 191.2, 241.1])]
+    claim = claims.workers_scaling(uneven, 2)
+    assert claim.verdict == "uneven" and "fastest with 2 workers (1.65x 0 workers)" in claim.sentence
+    assert "0 -> 1 worker: matters little" in claim.sentence and "grows with every" not in claim.sentence
     noisy = [loader(0, [40, 90, 60]), loader(1, [50, 100, 75])]
     assert claims.workers_scaling(noisy, 2).verdict == claims.NOT_DISTINGUISHABLE
     assert "1 worker " in claims.workers_scaling(noisy, 2).sentence  # singular
@@ -144,7 +149,7 @@ def test_07_recorded_fit_does_not_reproduce():
 
 
 # --------------------------------------------------------------------------- notebooks and SUMMARY.md use them
-MEASURED_PHRASES = ("grows with worker", "matters little", "reproduces the measured", "the model is the slow part",
+MEASURED_PHRASES = ("grows with worker", "throughput grows with the number", "shows up here as", "matters little", "reproduces the measured", "the model is the slow part",
                     "without losing accuracy here")
 
 

@@ -154,8 +154,20 @@ def _order(length: int, count: int, seed: int = 0) -> list[int]:
 
 
 # --------------------------------------------------------------------------- CPU loader
-def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32) -> dict:
-    """Milliseconds per image to read the file, decode it (PIL) and augment it, in this one process."""
+def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, repeats: int = 1) -> dict:
+    """Milliseconds per image to read the file, decode it (PIL) and augment it, in this one process.
+
+    With ``repeats`` > 1 the same images are timed that many times; each figure is the median
+    round, with its range in ``<figure>_low``/``_high``.
+    """
+    if repeats > 1:
+        from tutorial_lib.bench.timing import Spread, store
+
+        rounds = [decode_cost(data_dir, image_size, images) for _ in range(repeats)]
+        merged = dict(rounds[0])
+        for key in ("read_ms_per_image", "decode_ms_per_image", "augment_ms_per_image"):
+            store(merged, key, Spread.of([r[key] for r in rounds]))
+        return {**merged, "repeats": repeats}
     from PIL import Image
 
     from tutorial_lib.engine.data import train_transform

@@ -127,30 +127,43 @@ def precision_accuracy(top1: dict, tolerance_points: float = 5.0) -> Claim:
 
 # --------------------------------------------------------------------------- notebook 02
 def workers_scaling(loader_records: list[dict], cores: int | None = None) -> Claim:
-    """How loader throughput changes with DataLoader workers, step by step (grows, stops growing at
-    N workers, falls, or not distinguishable here)."""
+    """How loader throughput changes with DataLoader workers: ``grows`` (at every step), ``stops
+    growing`` (grows up to the fastest count, then not), ``uneven`` (the fastest count beats 0 workers
+    but not every step grows), ``falls``, ``matters little`` or not distinguishable here."""
     rows = sorted(((r["workers"], Spread.from_record(r)) for r in loader_records
                    if r.get("status") == "ok" and r.get("pipeline", "cpu-dataloader") == "cpu-dataloader"),
                   key=lambda x: x[0])
-    cores_text = f" on {cores} CPU cores" if cores else ""
     if len(rows) < 2:
         return Claim("workers", "not measured", "fewer than two worker counts were measured")
+
+    def name(count: int) -> str:
+        return f"{count} worker{'s' * (count != 1)}"
+
+    cores_text = f" on {cores} CPU cores" if cores else ""
+    listed = ", ".join(f"{name(w)} {s.text()}" for w, s in rows)
     steps = [_ratio_verdict(b, a, "grows", "falls") for (_, a), (_, b) in zip(rows, rows[1:], strict=False)]
-    listed = ", ".join(f"{w} worker{'s' * (w != 1)} {s.text()}" for w, s in rows)
-    grown = 0
-    while grown < len(steps) and steps[grown] == "grows":
-        grown += 1
-    if grown == len(steps):
+    (_, base), best = rows[0], max(range(len(rows)), key=lambda i: rows[i][1].median)
+    against_base = [_ratio_verdict(s, base, "above", "below") for _, s in rows[1:]]
+    if all(step == "grows" for step in steps):
         verdict, text = "grows", f"loader throughput grows with every added worker{cores_text}"
-    elif grown > 0:
-        verdict = "stops growing"
-        most = rows[grown][0]
-        text = f"loader throughput grows up to {most} worker{'s' * (most != 1)}, then {steps[grown]}{cores_text}"
-    elif steps[0] == "falls":
-        verdict, text = "falls", f"adding a worker made the loader slower{cores_text}: the workers compete with " \
-                                 "this process for the same cores"
-    elif steps[0] == "matters little":
-        verdict, text = "matters little", f"adding a worker changed loader throughput by less than 10%{cores_text}"
+    elif best > 0 and against_base[best - 1] == "above":
+        factor = f"{rows[best][1].median / base.median:.2f}x {name(rows[0][0])}"
+        if all(step == "grows" for step in steps[:best]):
+            verdict = "stops growing"
+            text = (f"loader throughput grows up to {name(rows[best][0])} ({factor}), then {steps[best]}"
+                    f"{cores_text}")
+        else:
+            verdict = "uneven"
+            changes = "; ".join(f"{a} -> {name(b)}: {step}"
+                                for (a, _), (b, _), step in zip(rows, rows[1:], steps, strict=False))
+            text = (f"the loader is fastest with {name(rows[best][0])} ({factor}){cores_text}, but not every added "
+                    f"worker helps ({changes})")
+    elif "below" in against_base and "above" not in against_base:
+        verdict, text = "falls", (f"adding workers made the loader slower{cores_text}: the workers compete with "
+                                  "this process for the same cores")
+    elif all(v == "matters little" for v in against_base):
+        verdict = "matters little"
+        text = f"the number of workers changed loader throughput by less than 10%{cores_text}"
     else:
         verdict, text = NOT_DISTINGUISHABLE, f"loader throughput against workers is {NOT_DISTINGUISHABLE}{cores_text}"
     return Claim("workers", verdict, f"{text} ({listed} img/s; median and range)")
