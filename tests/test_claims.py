@@ -149,8 +149,8 @@ def test_07_recorded_fit_does_not_reproduce():
 
 
 # --------------------------------------------------------------------------- notebooks and SUMMARY.md use them
-MEASURED_PHRASES = ("grows with worker", "throughput grows with the number", "shows up here as", "matters little", "reproduces the measured", "the model is the slow part",
-                    "without losing accuracy here")
+MEASURED_PHRASES = ("grows with worker", "throughput grows with the number", "shows up here as", "matters little",
+                    "reproduces the measured", "the model is the slow part", "without losing accuracy here")
 
 
 @pytest.mark.parametrize("notebook", ["01_mixed_precision", "02_data_pipeline", "07_communication"])
