@@ -150,8 +150,13 @@ def test_loader_is_timed_for_at_least_min_time(fake_set):
     assert record["batches"] * 4 / record["images_per_sec"] >= 0.3  # the timed span, from the record
 
 
-def test_retime_training_interleaves_rounds_and_keeps_memory():
+def test_retime_training_interleaves_rounds_and_keeps_memory(monkeypatch):
+    import torch
+
     from tutorial_lib.bench import timing
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    threads = torch.get_num_threads()
 
     first = bench.measure_training("resnet18", "fp32", False, 4, 16, 1, 0, "none", "cpu", num_classes=10)
     skipped = bench.measure_training("resnet18", "fp16", False, 4, 16, 1, 0, "none", "cpu", num_classes=10)
@@ -161,6 +166,7 @@ def test_retime_training_interleaves_rounds_and_keeps_memory():
     assert retimed["images_per_sec_low"] <= retimed["images_per_sec"] <= retimed["images_per_sec_high"]
     assert retimed["training_memory_bytes"] == first["training_memory_bytes"]
     assert retimed["achieved_tflops"] == pytest.approx(first["flops_per_image"] * retimed["images_per_sec"] / 1e12)
+    assert retimed["torch_threads"] == 1 and torch.get_num_threads() == threads  # a CPU job's threads, then restored
 
 
 def test_allreduce_under_torchrun_feeds_the_scaling_model(tmp_path):

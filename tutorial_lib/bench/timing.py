@@ -18,7 +18,9 @@ round). Two settings are told apart only when their spreads do not overlap
 
 from __future__ import annotations
 
+import os
 import statistics
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 DEFAULT_MIN_TIME = {"cpu": 0.5, "cuda": 2.0}  # seconds per setting per round
@@ -87,6 +89,25 @@ def resolve(device_type: str, min_time: float | None, repeats: int | None) -> tu
     """``min_time`` and ``repeats`` with the device's defaults filled in."""
     return (DEFAULT_MIN_TIME.get(device_type, DEFAULT_MIN_TIME["cpu"]) if min_time is None else float(min_time),
             DEFAULT_REPEATS if repeats is None else max(1, int(repeats)))
+
+
+@contextmanager
+def job_threads(device_type: str):
+    """Run the block on the CPU threads a training job gets, so a benchmark and the course's jobs agree.
+
+    :mod:`tutorial_lib.jobs` starts CPU jobs with ``OMP_NUM_THREADS`` (1 unless set); with torch's
+    default of one thread per core instead, a step on a busy machine can be several times slower
+    (its threads wait for each other). On a GPU nothing changes.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if device_type == "cpu":
+        torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS") or 1)))
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
 
 
 def interleave(measurements: dict, repeats: int = DEFAULT_REPEATS) -> dict[str, Spread]:
@@ -159,7 +180,8 @@ def retime_training(records: list[dict], min_time: float | None = None, repeats:
     """Time the successful ``train`` records' settings again, interleaved, in this process.
 
     Every setting's trainer step (:class:`tutorial_lib.bench.TrainStep`) is built once and warmed
-    up; then the settings take turns, each timed for at least ``min_time`` seconds per round.
+    up; then the settings take turns, each timed for at least ``min_time`` seconds per round, on the
+    threads a training job gets (:func:`job_threads`).
     Returns copies of ``records`` whose ``images_per_sec`` is the median over the rounds, with
     ``images_per_sec_low``/``_high``/``_samples``, and whose step time and TFLOP/s follow from it;
     memory and FLOP counts stay those of the original measurement. Other records are kept as they are.
@@ -172,12 +194,11 @@ def retime_training(records: list[dict], min_time: float | None = None, repeats:
     device = bench.resolve_device(records[ok[0]]["device"])
     min_time, repeats = resolve(device.type, min_time, repeats)
     warmup = bench.defaults(device)["warmup"] if warmup is None else warmup
-    steps = {}
-    for index in ok:
-        steps[index] = _warm_step(records[index], device, warmup)
     labels = {index: bench.setting_label(records[index]) for index in ok}
-    spreads = interleave({labels[i]: (lambda i=i: records[i]["batch_size"] * step_rate(steps[i], min_time))
-                          for i in ok}, repeats)
+    with job_threads(device.type) as threads:
+        steps = {index: _warm_step(records[index], device, warmup) for index in ok}
+        spreads = interleave({labels[i]: (lambda i=i: records[i]["batch_size"] * step_rate(steps[i], min_time))
+                              for i in ok}, repeats)
     steps.clear()
     bench.release_memory(device)
     out = []
@@ -187,7 +208,8 @@ def retime_training(records: list[dict], min_time: float | None = None, repeats:
             spread = spreads[labels[index]]
             store(record, "images_per_sec", spread)
             record.update(step_time_ms=1000 * record["batch_size"] / spread.median, min_time_s=min_time,
-                          repeats=repeats, timer="torch.utils.benchmark blocked_autorange", spread_method=SPREAD_METHOD)
+                          repeats=repeats, timer="torch.utils.benchmark blocked_autorange", spread_method=SPREAD_METHOD,
+                          torch_threads=threads)
             if record.get("flops_per_image"):
                 record["achieved_tflops"] = record["flops_per_image"] * spread.median / 1e12
                 record["fraction_of_matmul"] = record["achieved_tflops"] / record["matmul_tflops"]
@@ -247,7 +269,8 @@ def model_and_files(data_dir, arch: str, precision: str, channels_last, batch_si
     """The model alone (the trainer's step on batches already on the device) and the trainer fed
     from the JPEG files by its own loader (:func:`tutorial_lib.bench.data.measure_e2e`), timed
     interleaved: ``(model_record, e2e_record)``, each with the median and range of its images/s
-    (the e2e record also of ``data_wait_fraction``). ``num_classes``: the data set's classes."""
+    (the e2e record also of ``data_wait_fraction``), both on the threads a training job gets
+    (:func:`job_threads`). ``num_classes``: the data set's classes."""
     from tutorial_lib import bench
     from tutorial_lib.bench import data as bench_data
 
@@ -257,7 +280,6 @@ def model_and_files(data_dir, arch: str, precision: str, channels_last, batch_si
                                    num_classes=num_classes)
     if model.get("status") != "ok":
         return model, {**model, "kind": "e2e"}
-    step = _warm_step(model, device, bench.defaults(device)["warmup"] if warmup is None else warmup)
     rounds: list[dict] = []
 
     def from_files() -> float:
@@ -266,12 +288,14 @@ def model_and_files(data_dir, arch: str, precision: str, channels_last, batch_si
                                              min_time=min_time))
         return rounds[-1].get("images_per_sec", float("nan"))
 
-    spreads = interleave({"model": lambda: batch_size * step_rate(step, min_time), "files": from_files}, repeats)
+    with job_threads(device.type) as threads:
+        step = _warm_step(model, device, bench.defaults(device)["warmup"] if warmup is None else warmup)
+        spreads = interleave({"model": lambda: batch_size * step_rate(step, min_time), "files": from_files}, repeats)
     bench.release_memory(device)
     retimed = dict(model)
     store(retimed, "images_per_sec", spreads["model"])
     retimed.update(step_time_ms=1000 * batch_size / spreads["model"].median, min_time_s=min_time, repeats=repeats,
-                   timer="torch.utils.benchmark blocked_autorange", spread_method=SPREAD_METHOD)
+                   timer="torch.utils.benchmark blocked_autorange", spread_method=SPREAD_METHOD, torch_threads=threads)
     if retimed.get("flops_per_image"):
         retimed["achieved_tflops"] = retimed["flops_per_image"] * spreads["model"].median / 1e12
         retimed["fraction_of_matmul"] = retimed["achieved_tflops"] / retimed["matmul_tflops"]
@@ -280,7 +304,7 @@ def model_and_files(data_dir, arch: str, precision: str, channels_last, batch_si
         store(e2e, "images_per_sec", spreads["files"])
         store(e2e, "data_wait_fraction", Spread.of([r["data_wait_fraction"] for r in rounds]))
         e2e.update(synthetic_images_per_sec=spreads["model"].median, min_time_s=min_time, repeats=repeats,
-                   spread_method=SPREAD_METHOD)
+                   spread_method=SPREAD_METHOD, torch_threads=threads)
     return retimed, e2e
 
 
