@@ -193,14 +193,14 @@ def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, 
 
 def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int = 0, batch_size: int = 8,
                    image_size: int = 64, batches: int = 4, warmup_batches: int | None = None, seed: int = 0,
-                   min_time: float = 0.0) -> dict:
+                   min_time: float = 0.0, with_cost: bool = True) -> dict:
     """Images/s and MB/s of the trainer's CPU JPEG pipeline with ``workers`` DataLoader workers.
 
     The clock starts when the first ``warmup_batches`` batches (default: one per worker, at least
     one) have arrived, so worker start-up is left out (reported as ``startup_s``), and stops at the
     end of ``batches`` more batches, or later, once ``min_time`` seconds have passed; use several
     batches per worker for a steady-state rate. MB/s is the size of the JPEG files those batches
-    read. Also reports :func:`decode_cost`.
+    read. Also reports :func:`decode_cost` (unless ``with_cost`` is False).
     """
     from torch.utils.data import DataLoader
 
@@ -231,7 +231,8 @@ def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int 
               "images_per_sec": count / elapsed, "mb_per_sec": nbytes / 1e6 / elapsed,
               "mean_file_kb": nbytes / 1e3 / max(1, len(timed)), "startup_s": t0 - started,
               "images_per_sec_per_worker": count / elapsed / max(1, workers)}
-    record.update(decode_cost(data_dir, image_size, images=min(32, len(dataset))))
+    if with_cost:
+        record.update(decode_cost(data_dir, image_size, images=min(32, len(dataset))))
     return {**record, "env": bench.environment("cpu"), "timestamp": time.time()}
 
 
