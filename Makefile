@@ -9,8 +9,8 @@ PARAMS ?=
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	$(PY) -m pip install --progress-bar on --upgrade pip
+	$(PY) -m pip install --progress-bar on -c constraints.txt -e '.[test]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (tutorial)" >/dev/null
 	touch $(STAMP)
 

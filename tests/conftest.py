@@ -172,6 +172,9 @@ def runs(make_runs) -> Runs:
     return make_runs()
 
 
+SLURM_HINT = "Start one with `make slurm-up` (as root; Debian/Ubuntu: apt-get install slurm-wlm munge first)."
+
+
 @pytest.fixture(scope="session")
 def slurm():
     """The emulated (or a real) Slurm cluster; in CI (TUTORIAL_REQUIRE_SLURM=1) its absence fails."""
@@ -181,7 +184,7 @@ def slurm():
     if not ok:
         if os.environ.get("TUTORIAL_REQUIRE_SLURM"):
             pytest.fail(f"Slurm is required here (TUTORIAL_REQUIRE_SLURM is set) but not usable: {why}")
-        pytest.skip(f"no Slurm cluster: {why}. Start one with `make slurm-up` (root, Debian slurm-wlm).")
+        pytest.skip(f"no Slurm cluster: {why}. {SLURM_HINT}")
     return "slurm"
 
 

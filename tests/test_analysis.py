@@ -215,7 +215,8 @@ def test_ddp_buckets_match_torchs_own_assignment():
 
     compute = getattr(dist, "_compute_bucket_assignment_by_size", None)
     if compute is None:
-        pytest.skip("this torch has no _compute_bucket_assignment_by_size")
+        pytest.skip("this torch has no _compute_bucket_assignment_by_size; install the pinned torch of "
+                    "constraints.txt (`make setup`)")
     model = build_model("resnet18", num_classes=10)
     params = list(model.parameters())
     for cap_mb in (1, 5, 25):

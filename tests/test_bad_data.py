@@ -19,6 +19,7 @@ import subprocess
 import pytest
 from PIL import Image
 
+from tests.conftest import SLURM_HINT
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config
 from tutorial_lib.engine.data import CountingImageFolder
@@ -112,7 +113,7 @@ def backend(request):
         if not ok:
             if os.environ.get("TUTORIAL_REQUIRE_SLURM"):
                 pytest.fail(f"Slurm is required here (TUTORIAL_REQUIRE_SLURM is set) but not usable: {why}")
-            pytest.skip(f"no Slurm cluster: {why}")
+            pytest.skip(f"no Slurm cluster: {why}. {SLURM_HINT}")
     return request.param
 
 

@@ -144,6 +144,31 @@ def test_e2e_command_trains_from_jpeg_files(tmp_path, fake_set):
     assert 0 <= record["data_wait_fraction"] <= 1
 
 
+def test_loader_is_timed_for_at_least_min_time(fake_set):
+    record = bench_data.measure_loader(fake_set, 0, 4, 32, batches=1, min_time=0.3)
+    assert record["status"] == "ok" and record["batches"] >= 1
+    assert record["batches"] * 4 / record["images_per_sec"] >= 0.3  # the timed span, from the record
+
+
+def test_retime_training_interleaves_rounds_and_keeps_memory(monkeypatch):
+    import torch
+
+    from tutorial_lib.bench import timing
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    threads = torch.get_num_threads()
+
+    first = bench.measure_training("resnet18", "fp32", False, 4, 16, 1, 0, "none", "cpu", num_classes=10)
+    skipped = bench.measure_training("resnet18", "fp16", False, 4, 16, 1, 0, "none", "cpu", num_classes=10)
+    retimed, still_skipped = timing.retime_training([first, skipped], min_time=0.05, repeats=2, warmup=1)
+    assert still_skipped == skipped
+    assert len(retimed["images_per_sec_samples"]) == 2 and retimed["repeats"] == 2
+    assert retimed["images_per_sec_low"] <= retimed["images_per_sec"] <= retimed["images_per_sec_high"]
+    assert retimed["training_memory_bytes"] == first["training_memory_bytes"]
+    assert retimed["achieved_tflops"] == pytest.approx(first["flops_per_image"] * retimed["images_per_sec"] / 1e12)
+    assert retimed["torch_threads"] == 1 and torch.get_num_threads() == threads  # a CPU job's threads, then restored
+
+
 def test_allreduce_under_torchrun_feeds_the_scaling_model(tmp_path):
     out = tmp_path / "allreduce.jsonl"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
@@ -156,9 +181,12 @@ def test_allreduce_under_torchrun_feeds_the_scaling_model(tmp_path):
     check_common(record, "allreduce")
     assert record["backend"] == "gloo" and record["world_size"] == 2 and record["nodes"] == 1
     assert [r["bytes"] for r in record["results"]] == [4096, 262144]
+    assert record["repeats"] == 3
     for row in record["results"]:
-        assert row["seconds"] > 0
+        assert 0 < row["seconds_low"] <= row["seconds"] <= row["seconds_high"]
+        assert len(row["seconds_samples"]) == 3 and row["iters"] >= 3  # sizes interleaved over 3 rounds
         assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 2 * (2 - 1) / 2)
+        assert row["busbw_GBps_low"] <= row["busbw_GBps"] <= row["busbw_GBps_high"]
     from tutorial_lib.scaling import load_allreduce_samples
 
     gpus, samples = load_allreduce_samples(record)

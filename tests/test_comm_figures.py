@@ -155,7 +155,7 @@ def test_staleness_plot_has_steps_and_wall_time_side_by_side():
 
 
 def test_what_if_widget_redraws_when_a_slider_moves():
-    pytest.importorskip("ipywidgets")
+    pytest.importorskip("ipywidgets", reason="ipywidgets is missing: `make setup` (or pip install -e '.[test]')")
     box = cf.what_if_widget(PRESETS["goyal"], [1, 16, 256])
     sliders = box.children[0].children
     assert [s.description for s in sliders] == ["Gbit/s", "overlap", "batch/GPU"]

@@ -33,6 +33,8 @@ from tutorial_lib.rundir.metrics import MetricsWriter  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+JUPYTER_HINT = "the Jupyter test tools are missing: `make setup` (or pip install -e '.[test]')"
+
 
 def add_epoch(run_dir: Path, epoch: int, top1: float, steps_per_epoch: int = 4, rate: float = 100.0) -> None:
     """Append one epoch's step events and its epoch event, as train.py writes them."""
@@ -300,8 +302,8 @@ def _kernel_env(monkeypatch):
 
 def test_notebook_keeps_exactly_one_figure_output(tmp_path, monkeypatch):
     """Executed headless (nbclient), the figure is one display output updated in place, with no widgets."""
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
+    nbformat = pytest.importorskip("nbformat", reason=JUPYTER_HINT)
+    nbclient = pytest.importorskip("nbclient", reason=JUPYTER_HINT)
     _kernel_env(monkeypatch)
     # looks like papermill started from inside JupyterLab: detection must still see the batch runner
     monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "course.ipynb"))
@@ -338,7 +340,7 @@ time.sleep(120)
 
 def test_cancel_button_cancels_a_job_while_watch_async_awaits(tmp_path, monkeypatch):
     """A real kernel: clicking the job's Cancel button during ``await watch_async`` cancels the job."""
-    jupyter_client = pytest.importorskip("jupyter_client")
+    jupyter_client = pytest.importorskip("jupyter_client", reason=JUPYTER_HINT)
     _kernel_env(monkeypatch)
     monkeypatch.setenv(monitor.CONTROLS_ENV, "1")  # stands in for JupyterLab's widget frontend
     run_dir = tmp_path / "c"

@@ -14,7 +14,7 @@ from packaging.version import Version
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
-    tomllib = pytest.importorskip("tomli")
+    tomllib = pytest.importorskip("tomli", reason="Python 3.10 needs tomli to read pyproject.toml: pip install tomli")
 
 ROOT = Path(__file__).resolve().parents[1]
 CONDA_NAMES = {"torch": "pytorch"}  # PyPI name -> conda-forge name where they differ

@@ -164,25 +164,10 @@ def _matmul_peak_cached(device: str, dtype: str, size: int, min_time: float) -> 
     flops = 2.0 * size**3
     for _ in range(3):
         a @ b
-    synchronize(dev)
-    iters, elapsed = 1, 0.0
-    while True:  # double the count until one timed run lasts min_time
-        if dev.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                a @ b
-            end.record()
-            end.synchronize()
-            elapsed = start.elapsed_time(end) / 1000
-        else:
-            begin = time.perf_counter()
-            for _ in range(iters):
-                a @ b
-            elapsed = time.perf_counter() - begin
-        if elapsed >= min_time or iters >= 4096:
-            return flops * iters / elapsed / 1e12
-        iters *= 2
+    from tutorial_lib.bench.timing import step_rate
+
+    rounds = [step_rate(lambda: a @ b, min_time) for _ in range(3)]  # a ceiling: the least disturbed round
+    return flops * max(rounds) / 1e12
 
 
 def matmul_peak(device: str | torch.device | None = "auto", dtype: str | None = None,
@@ -459,13 +444,16 @@ def sweep_training(archs=None, precisions=None, channels_last=None, compile_mode
 
 # --------------------------------------------------------------------------- all-reduce
 def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, warmup: int | None = None,
-                      dtype: str = "float32", device: str = "auto") -> dict | None:
+                      dtype: str = "float32", device: str = "auto", repeats: int = 3,
+                      min_time: float = 0.05) -> dict | None:
     """All-reduce time and bandwidth per message size, across the ranks of this torchrun job.
 
     Call it in every rank (joins the process group from torchrun's environment: nccl on GPUs,
     gloo on the CPU). Returns the record on rank 0 and None elsewhere. ``results`` lists
     ``{"bytes", "seconds", "algbw_GBps", "busbw_GBps"}`` with busbw = algbw x 2(n-1)/n (nccl-tests);
-    the time is the slowest rank's mean over ``iters`` calls. ``device="auto"`` uses the GPUs when
+    the time is the slowest rank's mean over at least ``iters`` calls and ``min_time`` seconds, the
+    median of ``repeats`` rounds in which the sizes take turns (``seconds_low``/``_high``, see
+    :func:`tutorial_lib.bench.timing.allreduce_rounds`). ``device="auto"`` uses the GPUs when
     every local rank has one, else the CPU (gloo), so two ranks can measure on a one-GPU machine.
     """
     import torch.distributed as dist
@@ -489,25 +477,20 @@ def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, 
     hosts = dist_utils.all_gather_objects(dist_utils.node_name(), info)
     torch_dtype = getattr(torch, dtype)
     element = torch.tensor([], dtype=torch_dtype).element_size()
-    results = []
-    for size in sizes:
-        tensor = torch.ones(max(1, size // element), dtype=torch_dtype, device=device)
-        for _ in range(warmup):
-            dist.all_reduce(tensor)
-        synchronize(device)
-        dist.barrier()
-        seconds = timed_windows(lambda n, t=tensor: [dist.all_reduce(t) for _ in range(n)], iters, 1, device)[0]
-        slowest = torch.tensor([seconds / iters], dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        nbytes, secs = tensor.numel() * element, float(slowest.item())
-        results.append({"bytes": nbytes, "seconds": secs, "algbw_GBps": nbytes / secs / 1e9,
-                        "busbw_GBps": bus_bandwidth_bytes_s(nbytes, secs, info.world_size) / 1e9})
-        del tensor
+    from tutorial_lib.bench.timing import allreduce_rounds
+
+    results = allreduce_rounds([torch.ones(max(1, size // element), dtype=torch_dtype, device=device)
+                                for size in sizes], iters, warmup, repeats, min_time, device)
+    for result in results:
+        result["busbw_GBps"] = bus_bandwidth_bytes_s(result["bytes"], result["seconds"], info.world_size) / 1e9
+        for end, other in (("low", "high"), ("high", "low")):  # the fastest round gives the highest bandwidth
+            result[f"busbw_GBps_{end}"] = bus_bandwidth_bytes_s(result["bytes"], result[f"seconds_{other}"],
+                                                                info.world_size) / 1e9
     record = None
     if info.is_main:
         record = {"kind": "allreduce", "status": "ok", "backend": info.backend, "world_size": info.world_size,
                   "gpus": info.world_size, "nodes": len(set(hosts)), "hosts": hosts, "dtype": dtype,
-                  "iters": iters, "warmup": warmup, "device": device.type,
+                  "iters": iters, "warmup": warmup, "repeats": repeats, "min_time_s": min_time, "device": device.type,
                   "timer": "torch.cuda.Event" if device.type == "cuda" else "time.perf_counter",
                   "results": results, "env": environment(device), "timestamp": time.time()}
     if owned:
@@ -623,17 +606,21 @@ def describe(record: dict) -> str:
 TABLE_COLUMNS = {
     "train": [("arch", "arch", 0), ("precision", "precision", 0), ("channels_last", "channels_last", 0),
               ("compile", "compile", 0), ("batch_size", "batch", 0), ("image_size", "px", 0),
-              ("images_per_sec", "img/s", 1), ("step_time_ms", "step ms", 1), ("peak_memory_gib", "peak GiB", 2),
+              ("images_per_sec", "img/s", 1), ("images_per_sec_low", "img/s low", 1),
+              ("images_per_sec_high", "img/s high", 1), ("step_time_ms", "step ms", 1),
+              ("peak_memory_gib", "peak GiB", 2),
               ("training_memory_gib", "training GiB", 2),
               ("achieved_tflops", "TFLOP/s", 3), ("matmul_tflops", "matmul TFLOP/s", 2),
               ("fraction_of_matmul", "of matmul", 3), ("note", "note", 0)],
     "data": [("pipeline", "pipeline", 0), ("workers", "workers", 0), ("batch_size", "batch", 0),
-             ("image_size", "px", 0), ("images_per_sec", "img/s", 1), ("mb_per_sec", "MB/s", 1),
+             ("image_size", "px", 0), ("images_per_sec", "img/s", 1), ("images_per_sec_low", "img/s low", 1),
+             ("images_per_sec_high", "img/s high", 1), ("mb_per_sec", "MB/s", 1),
              ("decode_ms_per_image", "decode ms/img", 2), ("augment_ms_per_image", "augment ms/img", 2),
              ("note", "note", 0)],
     "e2e": [("arch", "arch", 0), ("precision", "precision", 0), ("channels_last", "channels_last", 0),
             ("workers", "workers", 0), ("batch_size", "batch", 0), ("image_size", "px", 0),
-            ("images_per_sec", "img/s from JPEG", 1), ("synthetic_images_per_sec", "img/s synthetic", 1),
+            ("images_per_sec", "img/s from JPEG", 1), ("images_per_sec_low", "low", 1),
+            ("images_per_sec_high", "high", 1), ("synthetic_images_per_sec", "img/s synthetic", 1),
             ("data_wait_fraction", "waiting for data", 2), ("note", "note", 0)],
     "matmul": [("device", "device", 0), ("matmul_dtype", "dtype", 0), ("matmul_size", "size", 0),
                ("matmul_tflops", "TFLOP/s", 3)],
@@ -804,7 +791,9 @@ def build_parser() -> argparse.ArgumentParser:
     reduce = sub.add_parser("allreduce", parents=[common], help="all-reduce bandwidth (run under torchrun)")
     reduce.add_argument("--sizes", type=lambda t: [parse_size(v) for v in _parse_list(t)],
                         help="comma list of message sizes, e.g. 4K,1M,256M")
-    reduce.add_argument("--iters", type=int)
+    reduce.add_argument("--iters", type=int, help="all-reduces per size per round, at least")
+    reduce.add_argument("--repeats", type=int, default=3, help="rounds; the sizes take turns in every round")
+    reduce.add_argument("--min-time", type=float, default=0.05, help="seconds per size per round, at least")
     reduce.add_argument("--warmup", type=int)
     reduce.add_argument("--dtype", default="float32")
     add_data_arguments(sub, common)
@@ -836,7 +825,8 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         return 0
     if args.command == "allreduce":
-        record = measure_allreduce(args.sizes, args.iters, args.warmup, args.dtype, args.device)
+        record = measure_allreduce(args.sizes, args.iters, args.warmup, args.dtype, args.device, args.repeats,
+                                   args.min_time)
         if record is not None:
             _emit([record], args)
         return 0

@@ -150,8 +150,20 @@ def _order(length: int, count: int, seed: int = 0) -> list[int]:
 
 
 # --------------------------------------------------------------------------- CPU loader
-def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32) -> dict:
-    """Milliseconds per image to read the file, decode it (PIL) and augment it, in this one process."""
+def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, repeats: int = 1) -> dict:
+    """Milliseconds per image to read the file, decode it (PIL) and augment it, in this one process.
+
+    With ``repeats`` > 1 the same images are timed that many times; each figure is the median
+    round, with its range in ``<figure>_low``/``_high``.
+    """
+    if repeats > 1:
+        from tutorial_lib.bench.timing import Spread, store
+
+        rounds = [decode_cost(data_dir, image_size, images) for _ in range(repeats)]
+        merged = dict(rounds[0])
+        for key in ("read_ms_per_image", "decode_ms_per_image", "augment_ms_per_image"):
+            store(merged, key, Spread.of([r[key] for r in rounds]))
+        return {**merged, "repeats": repeats}
     from PIL import Image
 
     from tutorial_lib.engine.data import train_transform
@@ -176,13 +188,15 @@ def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32) 
 
 
 def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int = 0, batch_size: int = 8,
-                   image_size: int = 64, batches: int = 4, warmup_batches: int | None = None, seed: int = 0) -> dict:
+                   image_size: int = 64, batches: int = 4, warmup_batches: int | None = None, seed: int = 0,
+                   min_time: float = 0.0, with_cost: bool = True) -> dict:
     """Images/s and MB/s of the trainer's CPU JPEG pipeline with ``workers`` DataLoader workers.
 
     The clock starts when the first ``warmup_batches`` batches (default: one per worker, at least
     one) have arrived, so worker start-up is left out (reported as ``startup_s``), and stops at the
-    end of ``batches`` more batches; use several batches per worker for a steady-state rate. MB/s
-    is the size of the JPEG files those batches read. Also reports :func:`decode_cost`.
+    end of ``batches`` more batches, or later, once ``min_time`` seconds have passed; use several
+    batches per worker for a steady-state rate. MB/s is the size of the JPEG files those batches
+    read. Also reports :func:`decode_cost` (unless ``with_cost`` is False).
     """
     from torch.utils.data import DataLoader
 
@@ -190,7 +204,8 @@ def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int 
 
     dataset = CountingImageFolder(_split_dir(data_dir), train_transform(image_size))
     warmup_batches = max(1, workers) if warmup_batches is None else warmup_batches
-    order = _order(len(dataset), (warmup_batches + batches) * batch_size, seed)
+    most = batches if min_time <= 0 else max(batches, 100_000 // batch_size)  # open-ended when timed
+    order = _order(len(dataset), (warmup_batches + most) * batch_size, seed)
     loader = DataLoader(dataset, batch_size=batch_size, sampler=order, num_workers=workers,
                         collate_fn=collate_skipping, prefetch_factor=4 if workers else None)
     started = time.perf_counter()
@@ -198,10 +213,13 @@ def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int 
     for _ in range(warmup_batches):
         next(iterator)
     t0 = time.perf_counter()
-    count = sum(len(next(iterator).targets) for _ in range(batches))
+    count = done = 0
+    while done < most and (done < batches or time.perf_counter() - t0 < min_time):
+        count, done = count + len(next(iterator).targets), done + 1
     elapsed = time.perf_counter() - t0
     del iterator
-    timed = order[warmup_batches * batch_size:]
+    batches = done
+    timed = order[warmup_batches * batch_size:(warmup_batches + done) * batch_size]
     nbytes = sum(os.path.getsize(dataset.samples[i][0]) for i in timed)
     record = {"kind": "data", "status": "ok", "pipeline": "cpu-dataloader", "workers": workers,
               "batch_size": batch_size, "image_size": image_size, "batches": batches,
@@ -209,7 +227,8 @@ def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int 
               "images_per_sec": count / elapsed, "mb_per_sec": nbytes / 1e6 / elapsed,
               "mean_file_kb": nbytes / 1e3 / max(1, len(timed)), "startup_s": t0 - started,
               "images_per_sec_per_worker": count / elapsed / max(1, workers)}
-    record.update(decode_cost(data_dir, image_size, images=min(32, len(dataset))))
+    if with_cost:
+        record.update(decode_cost(data_dir, image_size, images=min(32, len(dataset))))
     return {**record, "env": bench.environment("cpu"), "timestamp": time.time()}
 
 
@@ -299,12 +318,13 @@ def _gpu_decode(data_dir, batch_size, image_size, batches, warmup_batches, devic
 def measure_e2e(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, arch: str | None = None, precision: str = "fp32",
                 channels_last: bool = False, batch_size: int | None = None, image_size: int | None = None,
                 steps: int | None = None, warmup: int | None = None, workers: int = 2, compile_mode: str = "none",
-                device: str | torch.device | None = "auto", reference: bool = True) -> dict:
+                device: str | torch.device | None = "auto", reference: bool = True, min_time: float = 0.0) -> dict:
     """Training images/s when the trainer's own loader feeds its step from the JPEG files.
 
     Every step is synchronised, so ``data_wait_fraction`` is the share of wall time the step waited
     for ``next(loader)``. With ``reference`` the same step on synthetic batches (no input pipeline)
-    is measured too (``synthetic_images_per_sec``).
+    is measured too (``synthetic_images_per_sec``). The timed steps go on past ``steps`` until
+    ``min_time`` seconds have passed.
     """
     from tutorial_lib.engine.data import build_loaders
     from tutorial_lib.engine.trainer import _to_device
@@ -337,8 +357,9 @@ def measure_e2e(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, arch: str | None
     for _ in range(s["warmup"]):
         step(*_to_device(next(stream), device, cfg.channels_last))
     bench.synchronize(device)
-    started = time.perf_counter()
-    for _ in range(s["steps"]):
+    started, done = time.perf_counter(), 0
+    while done < s["steps"] or time.perf_counter() - started < min_time:
+        done += 1
         t0 = time.perf_counter()
         batch = next(stream)
         wait += time.perf_counter() - t0
@@ -348,7 +369,7 @@ def measure_e2e(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, arch: str | None
     elapsed = time.perf_counter() - started
     stream.close()
     record.update(status="ok", images_per_sec=images / elapsed, data_wait_fraction=wait / elapsed,
-                  step_time_ms=1000 * elapsed / s["steps"], train_images=loaders.train_images,
+                  step_time_ms=1000 * elapsed / done, timed_steps=done, train_images=loaders.train_images,
                   num_classes=loaders.num_classes)
     del step, loaders, batch
     bench.release_memory(device)
@@ -438,6 +459,15 @@ def plot_loader_vs_model(loader_records: list[dict], model_record: dict, ax=None
         ax.set_ylim(top=max(ax.get_ylim()[1], rate * 1.15))
         ax.legend(fontsize="small")
     return ax
+
+
+def worker_counts(cores: int | None = None) -> list[int]:
+    """DataLoader worker counts worth trying: 0, 1, 2, 4, ... up to ``cores`` (default: the CPUs
+    this process may use), with ``cores`` itself last."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    counts = [0] + [2**k for k in range(int(math.log2(max(1, cores))) + 1)]
+    return sorted(set(counts + [cores]))
 
 
 def workers_needed(model_images_per_sec: float, images_per_sec_per_worker: float) -> int:

@@ -21,9 +21,11 @@ SUMMARY_ENV = "TUTORIAL_SUMMARY_DIR"
 DEFAULT_OUT = REPO_ROOT / "executed"
 
 
-def setup_notebook(quiet: bool = False) -> Path:
+def setup_notebook(quiet: bool = False) -> None:
     """Call first in every notebook: work from the repository root so relative paths (data/, runs/)
-    mean the same under JupyterLab, papermill and nbval; set readable plot defaults."""
+    mean the same under JupyterLab, papermill and nbval; set readable plot defaults.
+
+    Returns nothing, so that a cell ending with this call shows no stray value."""
     import matplotlib
 
     if (REPO_ROOT / "notebooks").is_dir():
@@ -32,7 +34,6 @@ def setup_notebook(quiet: bool = False) -> Path:
                                 "grid.alpha": 0.3})
     if not quiet:
         print(f"working directory: {Path.cwd()}")
-    return Path.cwd()
 
 
 def _summary_dir() -> Path | None:
@@ -51,11 +52,14 @@ def save_figure(fig, name: str) -> Path | None:
     return path
 
 
-def summarize(notebook: str, numbers: dict, figures: dict | None = None):
+def summarize(notebook: str, numbers: dict, figures: dict | None = None, claims=()):
     """Show a notebook's closing numbers as a table and record them for the course summary.
 
-    ``numbers`` maps a description to a value measured in this run (never typed in);
-    ``figures`` maps a short name to a matplotlib figure to save beside the summary.
+    ``numbers`` maps a description to a value measured in this run (never typed in); a
+    :class:`~tutorial_lib.bench.timing.Spread` is shown as ``median (low-high)``. ``claims`` are
+    the notebook's :class:`~tutorial_lib.lessons.claims.Claim` objects (the sentences chosen from
+    the numbers), written to SUMMARY.md as they are. ``figures`` maps a short name to a matplotlib
+    figure to save beside the summary.
     """
     import pandas as pd
 
@@ -64,17 +68,30 @@ def summarize(notebook: str, numbers: dict, figures: dict | None = None):
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
         saved = [str(save_figure(fig, f"{notebook}_{key}").name) for key, fig in (figures or {}).items()]
-        record = {"notebook": notebook, "numbers": {k: _plain(v) for k, v in numbers.items()}, "figures": saved}
+        record = {"notebook": notebook, "numbers": {k: _plain(v) for k, v in numbers.items()}, "figures": saved,
+                  "claims": [{"topic": c.topic, "verdict": c.verdict, "sentence": c.sentence} for c in claims]}
         (folder / f"{notebook}.json").write_text(json.dumps(record, indent=2))
     return table
 
 
 def _plain(value):
+    """A value as SUMMARY.md shows it: numbers rounded to what a measurement can tell (3-4 digits)."""
+    if hasattr(value, "median") and hasattr(value, "text"):  # a Spread
+        return value.text(_digits(value.median))
     if hasattr(value, "item"):
         value = value.item()
     if isinstance(value, float):
-        return round(value, 4)
+        return round(value, _digits(value))
     return value
+
+
+def _digits(value: float) -> int:
+    """Decimals that keep about three significant digits (at least one place below 100)."""
+    import math
+
+    if not math.isfinite(value) or value == 0:
+        return 1
+    return max(1, 2 - int(math.floor(math.log10(abs(value)))))
 
 
 def notebooks(only: list[str] | None = None) -> list[Path]:
@@ -86,26 +103,32 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
 
 
 def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None, only: list[str] | None = None,
-               kernel: str | None = None) -> Path:
+               kernel: str | None = None, progress: bool = True) -> Path:
     """Execute the notebooks headless with papermill into ``out``; write and return SUMMARY.md.
 
     ``params`` are passed to every notebook (papermill ignores those a notebook does not declare
     and warns). A failing notebook stops the run with papermill's error, after the summary of the
-    notebooks before it has been written.
+    notebooks before it has been written. ``progress`` shows papermill's bar of executed cells.
+    Course runs are never resumed, so once a notebook is done the checkpoints of the runs it
+    finished are deleted (:func:`drop_finished_checkpoints`).
     """
     import papermill
 
     out = check_output_folder(out)
     os.environ[SUMMARY_ENV] = str(out / "summary")
     timings: dict[str, float] = {}
+    started_at = time.time()
     try:
         for notebook in notebooks(only):
             print(f"== {notebook.name}", flush=True)
             started = time.perf_counter()
             papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=params or {},
-                                       cwd=str(REPO_ROOT), kernel_name=kernel, progress_bar=False,
+                                       cwd=str(REPO_ROOT), kernel_name=kernel, progress_bar=progress,
                                        log_output=False)
             timings[notebook.stem] = time.perf_counter() - started
+            freed = drop_finished_checkpoints((params or {}).get("output_root", "runs/course"), started_at)
+            if freed:
+                print(f"   deleted {freed / 2**20:.0f} MiB of checkpoints of finished course runs", flush=True)
             print(f"   done in {timings[notebook.stem]:.0f} s", flush=True)
     finally:
         summary = write_summary(out, timings)
@@ -131,6 +154,28 @@ def check_output_folder(out: str | os.PathLike) -> Path:
     return out
 
 
+def drop_finished_checkpoints(output_root: str | os.PathLike, since: float) -> int:
+    """Delete ``checkpoint.pt`` of the finished runs (``DONE`` written) under ``output_root`` that
+    this course run started (``config.json`` written after ``since``); return the bytes freed.
+
+    Only files the trainer wrote are touched: a run directory the course did not create in this
+    run, or one that did not finish, keeps its checkpoint (it may be resumed).
+    """
+    from tutorial_lib.engine.trainer import DONE_FILE
+    from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE
+
+    root = Path(output_root)
+    root = root if root.is_absolute() else REPO_ROOT / root
+    freed = 0
+    for done in root.glob(f"*/{DONE_FILE}"):
+        run_dir = done.parent
+        config, checkpoint = run_dir / "config.json", run_dir / CHECKPOINT_FILE
+        if checkpoint.is_file() and config.is_file() and config.stat().st_mtime >= since:
+            freed += checkpoint.stat().st_size
+            checkpoint.unlink()
+    return freed
+
+
 def write_summary(out: Path, timings: dict[str, float]) -> Path:
     """Collect each notebook's recorded numbers and figures into ``out/SUMMARY.md``."""
     lines = ["# Course run summary", "", f"Executed notebooks are in `{out}`.", "",
@@ -140,7 +185,10 @@ def write_summary(out: Path, timings: dict[str, float]) -> Path:
     for record_path in sorted((out / "summary").glob("*.json")):
         record = json.loads(record_path.read_text())
         lines += ["", f"## {record['notebook']}", "", "| what | value |", "|---|---|"]
-        lines += [f"| {key} | {value} |" for key, value in record["numbers"].items()]
+        lines += [f"| {key} | {_plain(value)} |" for key, value in record["numbers"].items()]
+        if record.get("claims"):
+            lines += ["", "What the numbers say (chosen from them by `tutorial_lib.lessons.claims`):", ""]
+            lines += [f"- {claim['topic']}: {claim['sentence']}" for claim in record["claims"]]
         lines += [f"\n![{name}](summary/{name})" for name in record.get("figures", [])]
     path = out / "SUMMARY.md"
     path.write_text("\n".join(lines) + "\n")

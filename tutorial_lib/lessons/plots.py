@@ -150,10 +150,18 @@ def plot_efficiency(gpus: Sequence[int], efficiency: Sequence[float], ax=None, l
 
 
 def plot_bars(labels: Sequence[str], values: Sequence[float], ylabel: str, ax=None, title: str = "",
-              fmt: str = "{:,.0f}"):
-    """A labelled bar per value (e.g. throughput per precision); ``ylabel`` should carry the unit."""
+              fmt: str = "{:,.0f}", ranges: Sequence[tuple[float, float]] | None = None):
+    """A labelled bar per value (e.g. throughput per precision); ``ylabel`` should carry the unit.
+
+    ``ranges`` (low, high) per bar draws the spread of repeated measurements as a black whisker.
+    """
     ax = _axes(ax)
     bars = ax.bar([str(label) for label in labels], list(values), color=[f"C{i}" for i in range(len(values))])
+    if ranges:
+        below = [max(0.0, v - low) for v, (low, _) in zip(values, ranges, strict=True)]
+        above = [max(0.0, high - v) for v, (_, high) in zip(values, ranges, strict=True)]
+        ax.errorbar([str(label) for label in labels], list(values), yerr=[below, above], fmt="none", ecolor="black",
+                    capsize=4)
     ax.bar_label(bars, labels=[fmt.format(v) for v in values], padding=2, fontsize="small")
     ax.margins(y=0.12)
     _finish(ax, "", ylabel, title, empty_note="no values")

@@ -1,0 +1,179 @@
+"""The course's closing claims against recorded numbers: a contradiction between text and numbers fails here.
+
+Each notebook's measured claims (01: fastest setting, channels_last, accuracy; 02: workers, waiting for
+data, model vs files; 07: the all-reduce fit) are chosen by :mod:`tutorial_lib.lessons.claims`. These
+tests feed those functions the numbers of real runs, including the contradicting ones found in a
+course run on a loaded 2-core machine (issue 14), and check the verdicts; then they check that the
+notebooks and SUMMARY.md take their sentences from the same functions.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tutorial_lib.bench.timing import Spread, compare, distinguishable, interleave, interleave_records, store
+from tutorial_lib.lessons import claims, course
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+
+def train(precision, rates, channels_last=False):
+    record = {"kind": "train", "status": "ok", "precision": precision, "channels_last": channels_last,
+              "compile": "none"}
+    return store(record, "images_per_sec", Spread.of(rates))
+
+
+def loader(workers, rates):
+    record = {"kind": "data", "status": "ok", "pipeline": "cpu-dataloader", "workers": workers}
+    return store(record, "images_per_sec", Spread.of(rates))
+
+
+# --------------------------------------------------------------------------- the timing machinery
+def test_spread_and_distinguishable():
+    a, b = Spread.of([10, 12, 11]), Spread.of([11.5, 13, 14])
+    assert (a.median, a.low, a.high) == (11, 10, 12)
+    assert not distinguishable(a, b) and "not distinguishable here" in compare(a, b, "a", "b")
+    c = Spread.of([20, 21, 22])
+    assert distinguishable(a, c) and compare(a, c, "a", "c").startswith("c is faster than a: 1.91x")
+
+
+def test_interleave_takes_turns_and_rotates():
+    calls = []
+    spreads = interleave({name: (lambda n=name: calls.append(n) or len(calls)) for name in "abc"}, repeats=3)
+    assert calls == list("abc") + list("bca") + list("cab")
+    assert spreads["a"].samples == (1, 6, 8)
+
+
+def test_interleave_records_keeps_a_skipped_setting_out_of_further_rounds():
+    counts = {"ok": 0, "skipped": 0}
+
+    def ok():
+        counts["ok"] += 1
+        return {"status": "ok", "images_per_sec": float(counts["ok"])}
+
+    def skipped():
+        counts["skipped"] += 1
+        return {"status": "skipped", "reason": "needs a GPU"}
+
+    merged = interleave_records({"ok": ok, "skipped": skipped}, repeats=3)
+    assert counts == {"ok": 3, "skipped": 1}
+    assert merged["ok"]["images_per_sec"] == 2 and merged["ok"]["images_per_sec_low"] == 1
+    assert merged["ok"]["repeats"] == 3 and merged["skipped"]["status"] == "skipped"
+
+
+# --------------------------------------------------------------------------- notebook 01
+def test_01_recorded_contradiction_cannot_say_channels_last_matters_little():
+    """Issue 14's run: fp32 16.8, bf16 389, bf16 + channels_last 9 img/s (one short window each),
+    while the text said channels_last "matters little"."""
+    records = [train("fp32", [16.8]), train("bf16", [389]), train("bf16", [9], channels_last=True)]
+    claim = claims.channels_last_effect(records)
+    assert claim.verdict == "hurts" and "matters little" not in claim.sentence
+    assert "slows training down" in claim.sentence and "0.02x" in claim.sentence
+
+
+def test_01_overlapping_ranges_name_no_winner():
+    records = [train("fp32", [80, 95, 120]), train("bf16", [90, 140, 100]),
+               train("fp32", [70, 80, 110], channels_last=True), train("bf16", [60, 85, 150], channels_last=True)]
+    fastest = claims.fastest_setting(records)
+    assert fastest.verdict == claims.NOT_DISTINGUISHABLE and "not distinguishable from fp32 here" in fastest.sentence
+    layout = claims.channels_last_effect(records)
+    assert layout.verdict == claims.NOT_DISTINGUISHABLE and "is not distinguishable here" in layout.sentence
+
+
+def test_01_a_clear_speed_up_is_named_with_its_factor():
+    records = [train("fp32", [80, 85, 90]), train("bf16", [160, 170, 175]), train("bf16", [168, 171, 180], True)]
+    claim = claims.fastest_setting(records)
+    assert claim.verdict == "faster" and "bf16 +channels_last is the fastest here" in claim.sentence
+    assert "2.01x fp32" in claim.sentence
+    assert claims.channels_last_effect(records).verdict == "matters little"
+
+
+def test_01_accuracy_gap_against_noise():
+    assert claims.precision_accuracy({"fp32": 91.0, "bf16": 89.5}).verdict == "same"
+    differs = claims.precision_accuracy({"fp32": 91.0, "bf16": 70.0})
+    assert differs.verdict == "differs" and "21.0 points apart" in differs.sentence
+    assert claims.precision_accuracy({"fp32": 91.0}).verdict == "not measured"
+
+
+# --------------------------------------------------------------------------- notebook 02
+def test_02_recorded_contradiction_cannot_say_grows_with_workers():
+    """Issue 14's run: 0 workers 101, 1 worker 53, 2 workers 85 img/s, text "grows with worker processes"."""
+    claim = claims.workers_scaling([loader(0, [101]), loader(1, [53]), loader(2, [85])], cores=2)
+    assert claim.verdict == "falls" and "grows" not in claim.sentence
+
+
+def test_02_workers_verdicts():
+    growing = [loader(0, [50, 52, 55]), loader(1, [90, 95, 99]), loader(2, [170, 180, 175])]
+    assert claims.workers_scaling(growing, 2).verdict == "grows"
+    stops = [loader(0, [50, 52, 55]), loader(1, [90, 95, 99]), loader(2, [60, 92, 180])]
+    claim = claims.workers_scaling(stops, 2)
+    assert claim.verdict == "stops growing" and "up to 1 worker (1.83x 0 workers), then" in claim.sentence
+    # a CPU run under load: 1 worker no better than 0, 2 workers clearly faster
+    uneven = [loader(0, [78.0, 116.0, 116.6]), loader(1, [92.7, 105.6, 108.3]), loader(2, [123.8, 191.2, 241.1])]
+    claim = claims.workers_scaling(uneven, 2)
+    assert claim.verdict == "uneven" and "fastest with 2 workers (1.65x 0 workers)" in claim.sentence
+    assert "0 -> 1 worker: matters little" in claim.sentence and "grows with every" not in claim.sentence
+    noisy = [loader(0, [40, 90, 60]), loader(1, [50, 100, 75])]
+    assert claims.workers_scaling(noisy, 2).verdict == claims.NOT_DISTINGUISHABLE
+    assert "1 worker " in claims.workers_scaling(noisy, 2).sentence  # singular
+    assert "1 workers" not in claims.workers_scaling(noisy, 2).sentence
+
+
+def test_02_waiting_for_data_verdict_follows_the_numbers():
+    slow_model, fast_loader = Spread.of([3.5, 4.0, 4.2]), Spread.of([90, 100, 110])
+    keeps_up = claims.data_wait(slow_model, fast_loader, "the best loader (2 workers)", 0.02)
+    assert keeps_up.verdict == "keeps up" and "model is the slow part" in keeps_up.sentence
+    waits = claims.data_wait(Spread.of([3000, 3100, 3050]), Spread.of([400, 410, 420]), "the best loader", 0.6)
+    assert waits.verdict == "waits" and "waited for data 60%" in waits.sentence
+    assert claims.data_wait(Spread.of([90, 120, 100]), Spread.of([95, 105, 130]), "x").verdict == \
+        claims.NOT_DISTINGUISHABLE
+
+
+def test_02_model_alone_slower_than_trainer_on_files_is_flagged():
+    """Issue 14's run: the model alone 1.2 img/s, the trainer reading JPEGs 4.0 img/s."""
+    claim = claims.model_vs_files(Spread.of([1.2]), Spread.of([4.0]))
+    assert claim.verdict == "inconsistent" and "rerun" in claim.sentence
+    assert claims.model_vs_files(Spread.of([4.0, 4.2, 4.4]), Spread.of([3.6, 4.1, 4.3])).verdict == "consistent"
+    assert claims.model_vs_files(Spread.of([14, 15, 16]), Spread.of([1.0, 1.2, 1.5])).verdict == "slower"
+
+
+# --------------------------------------------------------------------------- notebook 07
+def test_07_recorded_fit_does_not_reproduce():
+    """Issue 14's run: median fit error 31%, largest 38%, text "reproduces the measured times"."""
+    claim = claims.fit_quality(0.31, 0.38)
+    assert claim.verdict == "rough" and "reproduces" not in claim.sentence
+    assert claims.fit_quality(0.05, 0.12).verdict == "reproduces"
+    assert claims.fit_quality(0.6, 0.9).verdict == "does not fit"
+
+
+# --------------------------------------------------------------------------- notebooks and SUMMARY.md use them
+MEASURED_PHRASES = ("grows with worker", "throughput grows with the number", "shows up here as", "matters little",
+                    "reproduces the measured", "the model is the slow part", "without losing accuracy here")
+
+
+@pytest.mark.parametrize("notebook", ["01_mixed_precision", "02_data_pipeline", "07_communication"])
+def test_notebooks_word_measured_claims_by_code_and_pass_them_to_the_summary(notebook):
+    cells = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())["cells"]
+    text = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    for phrase in MEASURED_PHRASES:
+        assert not any(phrase in t for t in text), f"{notebook}: '{phrase}' is typed into the text, not measured"
+    assert re.search(r"claims\.\w+\(", code), f"{notebook} does not word its claims with tutorial_lib.lessons.claims"
+    summary_call = code[code.index("course.summarize("):]
+    assert "claims=" in summary_call, f"{notebook}: course.summarize gets no claims, so SUMMARY.md would differ"
+
+
+def test_summary_md_shows_the_claims_spreads_and_rounded_values(tmp_path, monkeypatch):
+    monkeypatch.setenv(course.SUMMARY_ENV, str(tmp_path / "summary"))
+    loaders = [loader(0, [101]), loader(1, [53]), loader(2, [85])]
+    claim = claims.workers_scaling(loaders, cores=2)
+    course.summarize("02_data_pipeline", {"loader images/s, 1 worker": Spread.from_record(loaders[1]),
+                                          "model images/s": Spread.of([3.9, 4.0, 4.45]),
+                                          "RAM (GiB)": 701.9743, "share waiting": 0.0123456}, claims=[claim])
+    text = course.write_summary(tmp_path, {"02_data_pipeline": 12.3}).read_text()
+    assert f"- workers: {claim.sentence}" in text
+    assert "| model images/s | 4.00 (3.90-4.45) |" in text
+    assert "| RAM (GiB) | 702.0 |" in text and "701.9743" not in text
+    assert "| share waiting | 0.0123 |" in text

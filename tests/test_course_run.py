@@ -1,0 +1,38 @@
+"""The headless course runner's housekeeping: no stray cell values, checkpoints of finished runs freed."""
+
+import os
+import time
+
+from tutorial_lib.lessons import course
+
+
+def test_setup_notebook_leaves_no_value_to_display(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # setup_notebook moves to the repository root; monkeypatch moves back
+    assert course.setup_notebook(quiet=True) is None  # a cell ending with it shows no PosixPath(...)
+
+
+def make_run(root, name, done: bool, config_age_s: float = 0.0):
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "checkpoint.pt").write_bytes(b"x" * 1000)
+    (run / "metrics.jsonl").write_text("")
+    if done:
+        (run / "DONE").write_text("{}")
+    if config_age_s:
+        old = time.time() - config_age_s
+        os.utime(run / "config.json", (old, old))
+    return run
+
+
+def test_finished_course_runs_lose_only_their_checkpoints(tmp_path):
+    since = time.time() - 60
+    finished = make_run(tmp_path, "01-amp-fp32", done=True)
+    running = make_run(tmp_path, "03-ddp", done=False)
+    older = make_run(tmp_path, "mine", done=True, config_age_s=3600)  # not started by this course run
+    (finished / "notes.pt").write_bytes(b"keep")
+    assert course.drop_finished_checkpoints(tmp_path, since) == 1000
+    assert not (finished / "checkpoint.pt").exists()
+    assert (finished / "metrics.jsonl").exists() and (finished / "notes.pt").exists()
+    assert (running / "checkpoint.pt").exists() and (older / "checkpoint.pt").exists()
+    assert course.drop_finished_checkpoints(tmp_path / "missing", since) == 0
