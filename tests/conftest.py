@@ -126,7 +126,8 @@ class Runs:
     @staticmethod
     def weights(run_dir: Path) -> dict[str, torch.Tensor]:
         """The model state_dict stored in the run's checkpoint.pt."""
-        from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint
+        from tutorial_lib.rundir.checkpoint import load_checkpoint
+        from tutorial_lib.rundir.layout import CHECKPOINT_FILE
 
         state = load_checkpoint(Path(run_dir) / CHECKPOINT_FILE)
         assert state is not None, f"no checkpoint in {run_dir}"

@@ -9,6 +9,7 @@ import torch
 from PIL import Image
 
 from tutorial_lib.engine.data import ShardSampler
+from tutorial_lib.rundir.layout import CONFIG_FILE, DONE_FILE
 
 B = 8  # per-worker batch of the 2-process run; the 1-process run uses 2 * B
 
@@ -36,10 +37,10 @@ def test_two_workers_equal_one_worker_with_double_batch(runs):
     start, = runs.events(runs.run_dir("ddp2"), "start")
     assert start["world_size"] == 2
     assert start["global_batch"] == 2 * B
-    config = json.loads((runs.run_dir("ddp2") / "config.json").read_text())
+    config = json.loads((runs.run_dir("ddp2") / CONFIG_FILE).read_text())
     assert config["world_size"] == 2 and config["global_batch"] == 2 * B
     assert len(config["hosts"]) == 2
-    assert (runs.run_dir("ddp2") / "DONE").is_file()
+    assert (runs.run_dir("ddp2") / DONE_FILE).is_file()
 
 
 def _initial_weights() -> dict:

@@ -13,6 +13,7 @@ import pytest
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config
 from tutorial_lib.jobs.spec import JobError, make_spec, torchrun_command
+from tutorial_lib.rundir.layout import CONFIG_FILE, DONE_FILE
 
 SMALL = dict(dataset="digits", image_size=32, arch="resnet18", epochs=1, max_steps_per_epoch=4, batch_size=16,
              progress=False, workers=0, device="cpu")
@@ -68,7 +69,7 @@ def test_two_node_job_runs_on_two_nodes(tmp_path, shared_data, backend):
                       backend=backend, verbose=False)
     assert job.wait(timeout=300) == "COMPLETED", job.explain()
     assert job.metrics("start").iloc[0]["world_size"] == 2
-    hosts = json.loads((job.run_dir / "config.json").read_text())["hosts"]
+    hosts = json.loads((job.run_dir / CONFIG_FILE).read_text())["hosts"]
     assert len(hosts) == 2 and len(set(hosts)) == 2, hosts  # each rank ran on its own (Slurm or emulated) node
 
 
@@ -176,7 +177,7 @@ def test_hostile_output_root_runs_inert(tmp_path, shared_data):
     cfg = dataclasses.replace(small_config(tmp_path, shared_data, "inert"), output_root=str(odd_root))
     job = jobs.submit(cfg, backend="local", verbose=False)
     assert job.wait(timeout=300) == "COMPLETED", job.explain()
-    assert (odd_root / "inert" / "DONE").exists()
+    assert (odd_root / "inert" / DONE_FILE).exists()
     assert not list(tmp_path.rglob("CANARY")) and not os.path.exists("CANARY")
 
 

@@ -29,6 +29,7 @@ from tutorial_lib.jobs import Job  # noqa: E402
 from tutorial_lib.jobs.spec import write_job_file  # noqa: E402
 from tutorial_lib.jobs.supervisor import write_state  # noqa: E402
 from tutorial_lib.lessons import monitor, plots  # noqa: E402
+from tutorial_lib.rundir.layout import METRICS_FILE, STATE_FILE  # noqa: E402
 from tutorial_lib.rundir.metrics import MetricsWriter  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -116,7 +117,7 @@ def test_watch_follows_a_job_until_it_completes(tmp_path):
 
 def test_watch_survives_a_torn_last_metrics_line(tmp_path):
     job = make_job(tmp_path, "torn", "COMPLETED", top1s=(10.0, 20.0))
-    with open(job.run_dir / "metrics.jsonl", "a") as handle:
+    with open(job.run_dir / METRICS_FILE, "a") as handle:
         handle.write('{"event": "epoch", "epoch": 3, "top1": 99')  # a writer killed mid-line
     table = monitor.watch(job, timeout=10, refresh=0.05)
     assert table.loc[0, "top1"] == 20.0 and table.loc[0, "epoch"] == 2
@@ -140,7 +141,7 @@ def test_redraw_only_when_metrics_or_state_change(tmp_path):
     assert mon.step() and mon.draws == 2  # metrics appended between polls
     assert mon.table().loc[0, "top1"] == 15.0
     assert not mon.step() and mon.draws == 2
-    with open(job.run_dir / "metrics.jsonl", "a") as handle:
+    with open(job.run_dir / METRICS_FILE, "a") as handle:
         handle.write('{"event": "step", "ep')  # torn line: the file changed, the metrics read fine
     assert mon.step() and mon.table().loc[0, "top1"] == 15.0
     write_state(job.run_dir, "CANCELLED")
@@ -386,7 +387,7 @@ def test_cancel_button_cancels_a_job_while_watch_async_awaits(tmp_path, monkeypa
         assert "final CANCELLED" in printed
         assert time.monotonic() - clicked < 30  # acted during the watch, not after its 60 s timeout
         assert supervisor.wait(timeout=10) == 0
-        assert json.loads((run_dir / "job_state.json").read_text())["state"] == "CANCELLED"
+        assert json.loads((run_dir / STATE_FILE).read_text())["state"] == "CANCELLED"
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)

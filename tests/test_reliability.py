@@ -26,10 +26,8 @@ import torch
 
 from tests.conftest import REPO_ROOT, subprocess_env
 from tutorial_lib import jobs
-from tutorial_lib.engine.trainer import STOP_FILE
-from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint
-from tutorial_lib.rundir.lock import LOCK_FILE
-from tutorial_lib.rundir.metrics import METRICS_FILE
+from tutorial_lib.rundir.checkpoint import load_checkpoint
+from tutorial_lib.rundir.layout import CHECKPOINT_FILE, DONE_FILE, LOCK_FILE, METRICS_FILE, STOP_FILE
 
 TINY = dict(image_size=16, batch_size=16, log_every=1)  # log_every 1: stop requests are honoured after any step
 DETECT_BOUND_S = 90  # generous: measured 5-15 s on a loaded 2-core machine
@@ -94,7 +92,7 @@ def position(event: dict) -> tuple[int, int, int]:
 
 def assert_each_epoch_once(run_dir: Path, epochs: int) -> None:
     assert [e["epoch"] for e in events(run_dir, "epoch")] == list(range(1, epochs + 1))
-    assert len(events(run_dir, "end")) == 1 and (run_dir / "DONE").is_file()
+    assert len(events(run_dir, "end")) == 1 and (run_dir / DONE_FILE).is_file()
 
 
 def trainer_step_seconds(runs) -> float:

@@ -8,8 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tutorial_lib.engine.config import IMAGENET_TRAIN_IMAGES
 from tutorial_lib.lessons import study
+from tutorial_lib.rundir.layout import CONFIG_FILE, JOB_FILE, JOB_LOG, METRICS_FILE
+from tutorial_lib.scaling import IMAGENET_TRAIN_IMAGES
 
 
 def fake_run(root: Path, name: str, nodes: int, gpus_per_node: int, epochs: list[dict], batch_size: int = 32,
@@ -19,17 +20,17 @@ def fake_run(root: Path, name: str, nodes: int, gpus_per_node: int, epochs: list
     run_dir.mkdir(parents=True)
     world = nodes * gpus_per_node
     hosts = hosts or [f"node{1 + rank // gpus_per_node}" for rank in range(world)]
-    (run_dir / "config.json").write_text(json.dumps({
+    (run_dir / CONFIG_FILE).write_text(json.dumps({
         "name": name, "batch_size": batch_size, "world_size": world, "global_batch": world * batch_size,
         "hosts": hosts}))
     if with_job_file:
-        (run_dir / "job.json").write_text(json.dumps({
+        (run_dir / JOB_FILE).write_text(json.dumps({
             "backend": "local", "id": "local-1", "name": name,
             "spec": {"nodes": nodes, "gpus_per_node": gpus_per_node}}))
     events = [{"event": "start", "world_size": world, "global_batch": world * batch_size, "hosts": hosts}]
     events += [{"event": "step", "step": 5, "loss": 2.0, "images_per_sec": 1.0}]
     events += [{"event": "epoch", "epoch": i + 1, **e} for i, e in enumerate(epochs)]
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events) + '{"event": "ep')
+    (run_dir / METRICS_FILE).write_text("".join(json.dumps(e) + "\n" for e in events) + '{"event": "ep')
     return run_dir
 
 
@@ -216,7 +217,7 @@ class FakeJob:
         self.run_dir, self._events, self._done = Path(run_dir), events, done
         self.name, self.id, self.backend = "fake", "local-7", backend
         self.record = {"spec": {"nodes": 2, "gpus_per_node": 1}}
-        self.log_path = self.run_dir / "job.log"
+        self.log_path = self.run_dir / JOB_LOG
         self.state = "COMPLETED" if done else "RUNNING"
 
     def done(self):

@@ -33,9 +33,9 @@ from pathlib import Path
 import pandas as pd
 
 from tutorial_lib import REPO_ROOT
-from tutorial_lib.engine.config import IMAGENET_TRAIN_IMAGES
+from tutorial_lib.rundir.layout import CONFIG_FILE, JOB_FILE
 from tutorial_lib.rundir.metrics import read_metrics
-from tutorial_lib.scaling import format_duration
+from tutorial_lib.scaling import IMAGENET_TRAIN_IMAGES, format_duration
 
 SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
 REFERENCE_EPOCHS = 90  # reference 000 trains every run for 90 epochs
@@ -211,7 +211,7 @@ def _run_dir(run) -> Path:
 
 def hosts_table(run) -> pd.DataFrame:
     """Which node each rank ran on, from the run's ``config.json`` (``hosts``, in rank order)."""
-    hosts = _read_json(_run_dir(run) / "config.json").get("hosts")
+    hosts = _read_json(_run_dir(run) / CONFIG_FILE).get("hosts")
     if not hosts:
         raise ValueError(f"{_run_dir(run)}: config.json has no 'hosts' yet. Fix: wait until the job has started "
                          "(study.wait_for_event(job, 'start')).")
@@ -272,8 +272,8 @@ def run_record(run) -> dict:
     Raises ValueError naming the run if it logged no epoch (it failed, or has not finished one).
     """
     run_dir = _run_dir(run)
-    config = _read_json(run_dir / "config.json")
-    spec = _read_json(run_dir / "job.json").get("spec", {})
+    config = _read_json(run_dir / CONFIG_FILE)
+    spec = _read_json(run_dir / JOB_FILE).get("spec", {})
     events = read_metrics(run_dir)
     epochs = [r for r in events if r.get("event") == "epoch"]
     if not epochs:

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-LOCK_FILE = "LOCK"
+from tutorial_lib.rundir.layout import LOCK_FILE
 
 
 class RunLockedError(RuntimeError):
