@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tutorial_lib import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,13 +36,6 @@ def as_flags(settings: dict) -> list[str]:
             value = ",".join(str(v) for v in value)
         flags += ["--" + key.replace("_", "-"), str(value)]
     return flags
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (for torchrun's --master-port)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def subprocess_env() -> dict:
@@ -80,7 +74,7 @@ class Runs:
 
     def config(self, name: str, fast: bool = True, **overrides):
         """A TrainConfig of :meth:`settings`, built through the command-line parser."""
-        from tutorial_lib.engine.config import config_from_args
+        from tutorial_lib.engine.cli import config_from_args
 
         return config_from_args(self.flags(name, fast, **overrides))
 

@@ -86,7 +86,7 @@ def test_report_table_lists_each_gpu():
 
 
 def test_slurm_info_without_a_cluster(monkeypatch):
-    monkeypatch.setattr("tutorial_lib.jobs.slurm_available", lambda: (False, "sbatch is not on the PATH"))
+    monkeypatch.setattr("tutorial_lib.jobs.slurm.slurm_available", lambda: (False, "sbatch is not on the PATH"))
     info = environment.slurm_info()
     assert info == {"available": False, "why": "sbatch is not on the PATH", "nodes": []}
     assert environment.slurm_nodes_table({"slurm": info}).empty
@@ -97,7 +97,7 @@ def test_slurm_info_reads_nodes_from_sinfo(monkeypatch, tmp_path):
     fake.write_text("#!/bin/sh\ncat <<'END'\n" + SINFO + "END\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr("tutorial_lib.jobs.slurm_available", lambda: (True, "the controller answers"))
+    monkeypatch.setattr("tutorial_lib.jobs.slurm.slurm_available", lambda: (True, "the controller answers"))
     info = environment.slurm_info()
     assert info["available"] is True
     assert [n["node"] for n in info["nodes"]] == ["node1", "node2", "gpu[01-02]"]
@@ -110,7 +110,7 @@ def test_slurm_info_reports_a_failing_sinfo(monkeypatch, tmp_path):
     fake.write_text("#!/bin/sh\necho 'slurm_load_partitions: Unable to contact slurm controller' >&2\nexit 1\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr("tutorial_lib.jobs.slurm_available", lambda: (True, "ok"))
+    monkeypatch.setattr("tutorial_lib.jobs.slurm.slurm_available", lambda: (True, "ok"))
     info = environment.slurm_info()
     assert info["nodes"] == [] and "Unable to contact" in info["why"]
 

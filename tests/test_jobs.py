@@ -12,7 +12,8 @@ import pytest
 
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config
-from tutorial_lib.jobs.spec import JobError, make_spec, torchrun_command
+from tutorial_lib.jobs.commands import spec_torchrun_command
+from tutorial_lib.jobs.spec import JobError, make_spec
 from tutorial_lib.rundir.layout import CONFIG_FILE, DONE_FILE
 
 SMALL = dict(dataset="digits", image_size=32, arch="resnet18", epochs=1, max_steps_per_epoch=4, batch_size=16,
@@ -52,7 +53,7 @@ def _processes_of(run_name: str) -> list[str]:
 
 
 def test_one_node_two_ranks_completes(tmp_path, shared_data, backend):
-    job = jobs.submit(small_config(tmp_path, shared_data, f"one-{backend}"), nodes=1, gpus_per_node=2,
+    job = jobs.submit(small_config(tmp_path, shared_data, f"one-{backend}"), nodes=1, ranks_per_node=2,
                       backend=backend, verbose=False)
     assert job.backend == backend
     assert job.wait(timeout=300) == "COMPLETED", job.explain()
@@ -65,7 +66,7 @@ def test_one_node_two_ranks_completes(tmp_path, shared_data, backend):
 
 
 def test_two_node_job_runs_on_two_nodes(tmp_path, shared_data, backend):
-    job = jobs.submit(small_config(tmp_path, shared_data, f"two-{backend}"), nodes=2, gpus_per_node=1,
+    job = jobs.submit(small_config(tmp_path, shared_data, f"two-{backend}"), nodes=2, ranks_per_node=1,
                       backend=backend, verbose=False)
     assert job.wait(timeout=300) == "COMPLETED", job.explain()
     assert job.metrics("start").iloc[0]["world_size"] == 2
@@ -76,7 +77,7 @@ def test_two_node_job_runs_on_two_nodes(tmp_path, shared_data, backend):
 def test_cancel_running_job(tmp_path, shared_data, backend):
     name = f"cancel-{backend}"
     job = jobs.submit(small_config(tmp_path, shared_data, name, epochs=50, max_steps_per_epoch=0, log_every=1),
-                      nodes=1, gpus_per_node=1, backend=backend, verbose=False)
+                      nodes=1, ranks_per_node=1, backend=backend, verbose=False)
     _wait_for_event(job, "step")
     assert job.state == "RUNNING"
     assert job.cancel() == "CANCELLED"
@@ -123,9 +124,9 @@ def test_sbatch_rejection_shows_its_message(tmp_path, shared_data, slurm):
 
 
 def test_sweep_runs_one_job_per_value_in_order(tmp_path, shared_data):
-    sweep = jobs.sweep(small_config(tmp_path, shared_data, "sw"), over="gpus_per_node", values=[1, 2],
+    sweep = jobs.sweep(small_config(tmp_path, shared_data, "sw"), over="ranks_per_node", values=[1, 2],
                        backend="local", verbose=False)
-    assert [j.name for j in sweep] == ["sw-gpus_per_node1", "sw-gpus_per_node2"]
+    assert [j.name for j in sweep] == ["sw-ranks_per_node1", "sw-ranks_per_node2"]
     for job in sweep:
         assert job.wait(timeout=300) == "COMPLETED", job.explain()
     first_end = sweep[0].events()[-1]["time"]
@@ -166,7 +167,7 @@ def test_hostile_paths_are_refused_or_inert(tmp_path, shared_data, field, templa
         assert field in str(error)
         return
     flag = "--" + field.replace("_", "-")
-    for command in (torchrun_command(spec), jobs.sbatch_command(spec)):
+    for command in (spec_torchrun_command(spec), jobs.sbatch_command(spec)):
         assert command[command.index(flag) + 1] == value, f"{field} must reach the command as one whole argument"
         assert all(isinstance(arg, str) for arg in command)  # an argv list: no shell ever parses it
 
@@ -183,7 +184,7 @@ def test_hostile_output_root_runs_inert(tmp_path, shared_data):
 
 def test_bad_resources_are_refused(tmp_path, shared_data):
     cfg = small_config(tmp_path, shared_data, "res")
-    for kwargs, field in [({"nodes": 0}, "nodes"), ({"gpus_per_node": -1}, "gpus_per_node"),
+    for kwargs, field in [({"nodes": 0}, "nodes"), ({"ranks_per_node": -1}, "ranks_per_node"),
                           ({"nodes": "2"}, "nodes"), ({"time": "soon"}, "time")]:
         with pytest.raises(ConfigError, match=field):
             make_spec(cfg, **kwargs)

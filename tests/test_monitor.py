@@ -50,7 +50,7 @@ def make_job(root: Path, name: str, state: str = "COMPLETED", top1s=(10.0, 20.0)
     """A fake local job: job.json, job_state.json and metrics.jsonl with one epoch per ``top1s`` value."""
     run_dir = root / name
     write_job_file(run_dir, {"backend": "local", "id": f"local-{name}", "name": name, "time": "00:10:00",
-                             "spec": {"nodes": 1, "gpus_per_node": world_size},
+                             "spec": {"nodes": 1, "ranks_per_node": world_size},
                              "supervisor_pid": supervisor_pid or os.getpid()})
     write_state(run_dir, state, exit_code=0 if state == "COMPLETED" else (1 if state == "FAILED" else None))
     MetricsWriter(run_dir).write("start", world_size=world_size, global_batch=64 * world_size, scaled_lr=0.1,
@@ -266,7 +266,7 @@ from tutorial_lib.rundir.metrics import MetricsWriter
 
 run_dir = Path({run_dir!r})
 write_job_file(run_dir, {{"backend": "local", "id": "local-nb", "name": "nb", "time": "00:10:00",
-                          "supervisor_pid": os.getpid(), "spec": {{"nodes": 1, "gpus_per_node": 2}}}})
+                          "supervisor_pid": os.getpid(), "spec": {{"nodes": 1, "ranks_per_node": 2}}}})
 write_state(run_dir, "RUNNING")
 writer = MetricsWriter(run_dir)
 writer.write("start", world_size=2, global_batch=128, scaled_lr=0.1, hosts=["n0"], steps_per_epoch=2, epochs=2)

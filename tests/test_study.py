@@ -26,7 +26,7 @@ def fake_run(root: Path, name: str, nodes: int, gpus_per_node: int, epochs: list
     if with_job_file:
         (run_dir / JOB_FILE).write_text(json.dumps({
             "backend": "local", "id": "local-1", "name": name,
-            "spec": {"nodes": nodes, "gpus_per_node": gpus_per_node}}))
+            "spec": {"nodes": nodes, "ranks_per_node": gpus_per_node}}))
     events = [{"event": "start", "world_size": world, "global_batch": world * batch_size, "hosts": hosts}]
     events += [{"event": "step", "step": 5, "loss": 2.0, "images_per_sec": 1.0}]
     events += [{"event": "epoch", "epoch": i + 1, **e} for i, e in enumerate(epochs)]
@@ -167,7 +167,8 @@ def test_real_sbatch_script_sections():
     assert "NCCL_SOCKET_IFNAME" in sections["3"].text
     assert "trap on_usr1 USR1" in sections["4"].text
     launch = sections["5"].text
-    assert "srun --ntasks-per-node=1" in launch and "--rdzv-backend c10d" in launch and "is_host=$IS_HOST" in launch
+    assert "srun --ntasks-per-node=1" in launch and "-m tutorial_lib.jobs.launch" in launch
+    assert "--rdzv-backend c10d" in launch and "is_host=" in launch and "--max-restarts" in launch
     assert "scontrol requeue" in sections["7"].text
     # nothing lost or duplicated: the sections together are the whole script
     script = study.SBATCH_SCRIPT.read_text()

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from tutorial_lib.engine import distributed as dist_utils
-from tutorial_lib.engine.config import TrainConfig, config_from_args, scaled_batch_and_lr, validate
+from tutorial_lib.engine.cli import config_from_args
+from tutorial_lib.engine.config import TrainConfig, scaled_batch_and_lr, validate
 from tutorial_lib.engine.data import Batch, build_loaders, prepare_dataset
 from tutorial_lib.engine.device import environment_facts
 from tutorial_lib.engine.models import count_parameters

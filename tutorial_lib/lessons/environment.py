@@ -120,9 +120,9 @@ def gpu_info() -> list[dict]:
 
 def slurm_info(timeout: float = 10) -> dict:
     """Whether a Slurm controller answers (``jobs.slurm_available``) and, if so, its nodes from sinfo."""
-    from tutorial_lib.jobs import slurm_available
+    from tutorial_lib.jobs import slurm
 
-    available, why = slurm_available()
+    available, why = slurm.slurm_available()
     info = {"available": available, "why": why, "nodes": []}
     if available and shutil.which("sinfo"):
         try:

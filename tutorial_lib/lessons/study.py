@@ -2,7 +2,7 @@
 
     from tutorial_lib import jobs
     from tutorial_lib.lessons import study
-    runs = jobs.sweep(cfg, over="gpus_per_node", values=[1, 2])
+    runs = jobs.sweep(cfg, over="ranks_per_node", values=[1, 2])
     ...                                   # wait / monitor.watch(runs)
     study.scaling_table(runs)             # reference 000's table: GPUs, nodes, batch, img/s, times, top-1/5
     study.collect(runs)                   # the same numbers, unformatted (for plots)
@@ -194,6 +194,11 @@ def readable_log(text: str, tail: int | None = None) -> str:
     return "\n".join(lines[-tail:] if tail else lines)
 
 
+def _ranks_per_node(spec: dict, default: int) -> int:
+    """Ranks per node of a job record (``gpus_per_node`` in records written before the rename)."""
+    return spec.get("ranks_per_node", spec.get("gpus_per_node", default))
+
+
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
@@ -282,7 +287,7 @@ def run_record(run) -> dict:
                          "stopped.")
     start = next((r for r in events if r.get("event") in ("start", "resume")), {})
     world = config.get("world_size") or start.get("world_size") or \
-        (spec.get("nodes", 1) * spec.get("gpus_per_node", 1))
+        (spec.get("nodes", 1) * _ranks_per_node(spec, 1))
     hosts = config.get("hosts") or start.get("hosts") or []
     nodes = spec.get("nodes") or len(set(hosts)) or 1
     last = epochs[-1]
@@ -290,7 +295,7 @@ def run_record(run) -> dict:
         "name": config.get("name") or run_dir.name,
         "gpus": int(world),
         "nodes": int(nodes),
-        "gpus_per_node": int(spec.get("gpus_per_node") or max(1, int(world) // int(nodes))),
+        "gpus_per_node": int(_ranks_per_node(spec, 0) or max(1, int(world) // int(nodes))),
         "global_batch": int(config.get("global_batch") or start.get("global_batch")
                             or int(world) * int(config.get("batch_size", 0))),
         "images_per_sec": measured_throughput(epochs),
