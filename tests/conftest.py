@@ -18,9 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tutorial_lib import free_port
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tutorial_lib import REPO_ROOT, free_port
 
 # Settings every quick test run shares (tiny, CPU, no progress bar, no worker processes).
 FAST_SETTINGS = dict(arch="resnet18", device="cpu", precision="fp32", workers=0, progress=False)
@@ -184,3 +182,25 @@ def slurm():
 def backend(request):
     """Each test that takes it runs once per job backend."""
     return request.getfixturevalue("slurm") if request.param == "slurm" else "local"
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Close the matplotlib figures a test left open (figures are only made where pyplot was imported)."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
+def write_image_tree(root: Path, counts: dict[str, dict[str, int]], size: int = 8, suffix: str = ".png") -> None:
+    """An ImageFolder tree of small random RGB images: ``counts[split][class]`` images per class folder."""
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(0)
+    for split, per_class in counts.items():
+        for label, count in per_class.items():
+            folder = root / split / label
+            folder.mkdir(parents=True)
+            for i in range(count):
+                pixels = torch.randint(0, 256, (size, size, 3), dtype=torch.uint8, generator=generator)
+                Image.fromarray(pixels.numpy()).save(folder / f"{i}{suffix}")

@@ -19,14 +19,6 @@ from tutorial_lib.rundir.metrics import MetricsWriter
 matplotlib.use("Agg")
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    import matplotlib.pyplot as plt
-
-    yield
-    plt.close("all")
-
-
 def _weights(shift: float = 0.0, where: tuple = (1, 2)) -> dict:
     weight = torch.arange(12, dtype=torch.float32).reshape(3, 4) / 10  # max |w| = 1.1
     weight[where] += shift

@@ -106,17 +106,6 @@ def test_train_and_val_with_different_class_folders_are_refused(runs, bad_tree, 
 
 
 # ------------------------------------------------------------------------------------ bad configuration
-@pytest.fixture(params=["local", "slurm"])
-def backend(request):
-    if request.param == "slurm":
-        ok, why = jobs.slurm_available()
-        if not ok:
-            if os.environ.get("TUTORIAL_REQUIRE_SLURM"):
-                pytest.fail(f"Slurm is required here (TUTORIAL_REQUIRE_SLURM is set) but not usable: {why}")
-            pytest.skip(f"no Slurm cluster: {why}")
-    return request.param
-
-
 BAD_SETTINGS = {  # what a notebook might do to a valid config -> the field the error must name
     "epochs=2.5": ({"epochs": 2.5}, "epochs"),  # would reach the job as "--epochs 2.5" and fail there
     "batch_size='64'": ({"batch_size": "64"}, "batch_size"),  # a str from a widget

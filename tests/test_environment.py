@@ -8,8 +8,8 @@ import stat
 
 import pytest
 import torch
-from PIL import Image
 
+from tests.conftest import write_image_tree
 from tutorial_lib.engine.data import DataError
 from tutorial_lib.lessons import environment
 
@@ -116,12 +116,7 @@ def test_slurm_info_reports_a_failing_sinfo(monkeypatch, tmp_path):
 
 
 def _tree(root, counts):
-    for split, per_class in counts.items():
-        for label, count in per_class.items():
-            folder = root / split / label
-            folder.mkdir(parents=True)
-            for i in range(count):
-                Image.new("RGB", (8, 8), (40 * i % 255, 0, 0)).save(folder / f"{i}.png")
+    write_image_tree(root, counts)
     (root / "train" / "cat" / "notes.txt").write_text("not an image")
 
 

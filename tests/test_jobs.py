@@ -190,3 +190,29 @@ def test_bad_resources_are_refused(tmp_path, shared_data):
             make_spec(cfg, **kwargs)
     with pytest.raises(ConfigError, match="--output"):
         make_spec(cfg, sbatch_options=["--output=/etc/passwd"])
+
+
+def test_renamed_submit_argument_names_the_new_one(tmp_path, shared_data):
+    cfg = small_config(tmp_path, shared_data, "renamed")
+    with pytest.raises(ConfigError, match="gpus_per_node.*renamed ranks_per_node"):
+        jobs.submit(cfg, backend="local", gpus_per_node=2, verbose=False)
+    with pytest.raises(ConfigError, match="ranks_per_node"):
+        jobs.sweep(cfg, over="gpus_per_node", values=[1], backend="local", verbose=False)
+    with pytest.raises(TypeError, match="nodez"):
+        jobs.submit(cfg, backend="local", nodez=2, verbose=False)
+    assert not cfg.run_dir.exists()  # refused before anything was written
+
+
+def test_slurm_nodes_run_the_local_backends_torchrun_command(tmp_path, shared_data):
+    """train.sbatch's per-node task (jobs.launch) and the local backend build torchrun's argv in one place."""
+    from tutorial_lib.jobs.commands import Rendezvous, job_env
+    from tutorial_lib.jobs.launch import node_command
+
+    spec = make_spec(small_config(tmp_path, shared_data, "same"), nodes=2, ranks_per_node=3, max_restarts=2,
+                     check_data=False)
+    slurm_env = {**job_env(spec), "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_ID": "77", "HEAD": "n1",
+                 "PORT": "20077"}
+    command = node_command(spec.program_args(), slurm_env)
+    assert command == spec_torchrun_command(spec, Rendezvous("n1:20077", "77", is_host=False))
+    assert command[command.index("--max-restarts") + 1] == "2" and command[command.index("--nproc-per-node") + 1] == "3"
+    assert slurm_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # restarted ranks get a fresh rendezvous store

@@ -25,14 +25,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
+from tutorial_lib import REPO_ROOT  # noqa: E402
 from tutorial_lib.jobs import Job  # noqa: E402
 from tutorial_lib.jobs.spec import write_job_file  # noqa: E402
 from tutorial_lib.jobs.supervisor import write_state  # noqa: E402
 from tutorial_lib.lessons import monitor, plots  # noqa: E402
 from tutorial_lib.rundir.layout import METRICS_FILE, STATE_FILE  # noqa: E402
 from tutorial_lib.rundir.metrics import MetricsWriter  # noqa: E402
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def add_epoch(run_dir: Path, epoch: int, top1: float, steps_per_epoch: int = 4, rate: float = 100.0) -> None:

@@ -193,7 +193,7 @@ def test_sections_of_a_small_script(tmp_path):
 
 def test_show_sbatch_joins_sections_and_displays_as_bash():
     shown = study.show_sbatch("1", "2")
-    assert "GPUS_PER_NODE" in shown.text and "HEAD=" in shown.text
+    assert "RANKS_PER_NODE" in shown.text and "HEAD=" in shown.text
     assert shown._repr_markdown_().count("```") == 2 and "```bash" in shown._repr_markdown_()
     assert repr(shown).startswith("1. Inputs")
     with pytest.raises(KeyError, match="it has: header, directives"):
