@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from tutorial_lib import REPO_ROOT, free_port
 
 # Settings every quick test run shares (tiny, CPU, no progress bar, no worker processes).
 FAST_SETTINGS = dict(arch="resnet18", device="cpu", precision="fp32", workers=0, progress=False)
@@ -35,13 +34,6 @@ def as_flags(settings: dict) -> list[str]:
             value = ",".join(str(v) for v in value)
         flags += ["--" + key.replace("_", "-"), str(value)]
     return flags
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (for torchrun's --master-port)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def subprocess_env() -> dict:
@@ -80,7 +72,7 @@ class Runs:
 
     def config(self, name: str, fast: bool = True, **overrides):
         """A TrainConfig of :meth:`settings`, built through the command-line parser."""
-        from tutorial_lib.engine.config import config_from_args
+        from tutorial_lib.engine.cli import config_from_args
 
         return config_from_args(self.flags(name, fast, **overrides))
 
@@ -126,7 +118,8 @@ class Runs:
     @staticmethod
     def weights(run_dir: Path) -> dict[str, torch.Tensor]:
         """The model state_dict stored in the run's checkpoint.pt."""
-        from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint
+        from tutorial_lib.rundir.checkpoint import load_checkpoint
+        from tutorial_lib.rundir.layout import CHECKPOINT_FILE
 
         state = load_checkpoint(Path(run_dir) / CHECKPOINT_FILE)
         assert state is not None, f"no checkpoint in {run_dir}"
@@ -192,3 +185,25 @@ def slurm():
 def backend(request):
     """Each test that takes it runs once per job backend."""
     return request.getfixturevalue("slurm") if request.param == "slurm" else "local"
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Close the matplotlib figures a test left open (figures are only made where pyplot was imported)."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
+def write_image_tree(root: Path, counts: dict[str, dict[str, int]], size: int = 8, suffix: str = ".png") -> None:
+    """An ImageFolder tree of small random RGB images: ``counts[split][class]`` images per class folder."""
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(0)
+    for split, per_class in counts.items():
+        for label, count in per_class.items():
+            folder = root / split / label
+            folder.mkdir(parents=True)
+            for i in range(count):
+                pixels = torch.randint(0, 256, (size, size, 3), dtype=torch.uint8, generator=generator)
+                Image.fromarray(pixels.numpy()).save(folder / f"{i}{suffix}")

@@ -13,17 +13,10 @@ import torch
 from tutorial_lib.engine.config import make_config
 from tutorial_lib.lessons import analysis
 from tutorial_lib.rundir.checkpoint import save_atomic
+from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE
 from tutorial_lib.rundir.metrics import MetricsWriter
 
 matplotlib.use("Agg")
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    import matplotlib.pyplot as plt
-
-    yield
-    plt.close("all")
 
 
 def _weights(shift: float = 0.0, where: tuple = (1, 2)) -> dict:
@@ -34,7 +27,7 @@ def _weights(shift: float = 0.0, where: tuple = (1, 2)) -> dict:
 
 
 def _checkpoint(run_dir, weights: dict):
-    save_atomic({"model": weights, "optimizer": {}, "progress": {}}, run_dir / "checkpoint.pt")
+    save_atomic({"model": weights, "optimizer": {}, "progress": {}}, run_dir / CHECKPOINT_FILE)
     return run_dir
 
 
@@ -86,7 +79,7 @@ def test_compare_checkpoints_accepts_jobs_and_checkpoint_files(tmp_path):
     a = _checkpoint(tmp_path / "a", _weights())
     b = _checkpoint(tmp_path / "b", _weights(shift=-0.25))
     job = SimpleNamespace(run_dir=a, name="job-a")
-    result = analysis.compare_checkpoints(job, b / "checkpoint.pt")
+    result = analysis.compare_checkpoints(job, b / CHECKPOINT_FILE)
     assert result["max_abs_diff"] == pytest.approx(0.25, rel=1e-6)
 
 
@@ -110,7 +103,7 @@ def _fake_run(run_dir, batch_size, world_size, warmup, top1s, losses, optimizer=
     global_batch = batch_size * world_size
     config = {"name": run_dir.name, "batch_size": batch_size, "world_size": world_size, "global_batch": global_batch,
               "scaled_lr": 0.1 * global_batch / 256, "warmup_epochs": warmup, "optimizer": optimizer}
-    (run_dir / "config.json").write_text(json.dumps(config))
+    (run_dir / CONFIG_FILE).write_text(json.dumps(config))
     writer = MetricsWriter(run_dir)
     writer.write("start", world_size=world_size, global_batch=global_batch)
     for step, loss in enumerate(losses, start=1):
@@ -118,7 +111,7 @@ def _fake_run(run_dir, batch_size, world_size, warmup, top1s, losses, optimizer=
     for epoch, top1 in enumerate(top1s, start=1):
         writer.write("epoch", epoch=epoch, top1=top1, top5=99.0, train_loss=losses[-1], epoch_time=2.5)
     if done:
-        (run_dir / "DONE").write_text("{}")
+        (run_dir / DONE_FILE).write_text("{}")
     return run_dir
 
 

@@ -19,10 +19,10 @@ import subprocess
 import pytest
 from PIL import Image
 
-from tests.conftest import SLURM_HINT
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config
 from tutorial_lib.engine.data import CountingImageFolder
+from tutorial_lib.rundir.layout import CONFIG_FILE, DONE_FILE, LOCK_FILE
 
 TINY = dict(image_size=16, batch_size=8)
 BAD_TRAIN = ["train/0/dangling.JPEG", "train/1/truncated.JPEG", "train/2/error_page.JPEG"]
@@ -73,12 +73,12 @@ def test_bad_images_are_skipped_counted_and_named(runs, bad_tree):
         assert epoch["train_loss"] == epoch["train_loss"] and epoch["train_loss"] > 0  # finite: it trained
     start, = runs.events(run_dir, "start")
     assert start["steps_per_epoch"] == 2
-    config = json.loads((run_dir / "config.json").read_text())
+    config = json.loads((run_dir / CONFIG_FILE).read_text())
     assert config["bad_data"] == "skip" and config["train_images"] == 16 and config["num_classes"] == 4
     for name in BAD_TRAIN + BAD_VAL:  # each unreadable file is named in the log
         assert f"skipping unreadable image {bad_tree / name}" in result.stderr
     assert "png_inside.JPEG" not in result.stderr
-    assert (run_dir / "DONE").is_file()
+    assert (run_dir / DONE_FILE).is_file()
 
 
 @pytest.mark.parametrize("workers", [0, 1])
@@ -92,7 +92,7 @@ def test_bad_data_error_stops_naming_the_file(runs, bad_tree, workers):
     assert any(str(bad_tree / bad) in error for bad in BAD_TRAIN), error  # the file, by its full path
     assert "Traceback" not in result.stderr  # also when a DataLoader worker process raised it
     assert not runs.events(runs.run_dir(name), "epoch")
-    assert not (runs.run_dir(name) / "LOCK").exists()
+    assert not (runs.run_dir(name) / LOCK_FILE).exists()
 
 
 def test_train_and_val_with_different_class_folders_are_refused(runs, bad_tree, tmp_path):
@@ -106,17 +106,6 @@ def test_train_and_val_with_different_class_folders_are_refused(runs, bad_tree, 
 
 
 # ------------------------------------------------------------------------------------ bad configuration
-@pytest.fixture(params=["local", "slurm"])
-def backend(request):
-    if request.param == "slurm":
-        ok, why = jobs.slurm_available()
-        if not ok:
-            if os.environ.get("TUTORIAL_REQUIRE_SLURM"):
-                pytest.fail(f"Slurm is required here (TUTORIAL_REQUIRE_SLURM is set) but not usable: {why}")
-            pytest.skip(f"no Slurm cluster: {why}. {SLURM_HINT}")
-    return request.param
-
-
 BAD_SETTINGS = {  # what a notebook might do to a valid config -> the field the error must name
     "epochs=2.5": ({"epochs": 2.5}, "epochs"),  # would reach the job as "--epochs 2.5" and fail there
     "batch_size='64'": ({"batch_size": "64"}, "batch_size"),  # a str from a widget

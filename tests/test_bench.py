@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import REPO_ROOT, subprocess_env
 from tutorial_lib import bench
@@ -121,7 +122,7 @@ def test_data_command_cpu_workers_and_skipped_gpu_decode(tmp_path, fake_set):
         for key in ("images_per_sec", "mb_per_sec", "decode_ms_per_image", "read_ms_per_image",
                     "augment_ms_per_image", "startup_s"):
             assert record[key] > 0, key
-    if not bench.torch.cuda.is_available():
+    if not torch.cuda.is_available():
         assert records[2]["status"] == "skipped"
 
 
@@ -195,7 +196,7 @@ def test_allreduce_under_torchrun_feeds_the_scaling_model(tmp_path):
 
 def test_table_renders_every_kind(tmp_path, capsys):
     path = tmp_path / "results.jsonl"
-    env = bench.environment("cpu")
+    env = bench.environment_facts("cpu")
     bench.append_records(path, [
         {"kind": "train", "status": "skipped", "reason": "fp16 needs a GPU", "arch": "resnet50", "precision": "fp16",
          "channels_last": True, "compile": "none", "batch_size": 256, "image_size": 224, "env": env},
@@ -214,9 +215,11 @@ def test_table_renders_every_kind(tmp_path, capsys):
 
 
 def test_number_formats_and_loss_scaling_demo():
-    formats = bench.number_formats()
+    from tutorial_lib.lessons import precision
+
+    formats = precision.number_formats()
     assert formats.loc["fp16", "largest"] == "6.55e+04" and formats.loc["bf16", "largest"] == "3.39e+38"
-    demo = bench.underflow_demo(1e-8, 65536)
+    demo = precision.underflow_demo(1e-8, 65536)
     assert demo.loc["fp16", "stored"] == "0" and demo.loc["bf16", "stored"] != "0"
     assert demo.loc["fp16"].iloc[-1] != "0"  # scaled up, the gradient survives fp16
 

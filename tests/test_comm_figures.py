@@ -14,12 +14,6 @@ from tutorial_lib.scaling.presets import PRESETS
 matplotlib.use("Agg")
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
 @pytest.mark.parametrize("ranks", [2, 3, 4, 5, 8])
 def test_ring_schedule_is_an_allreduce_with_the_ring_cost(ranks):
     schedule = cf.ring_schedule(ranks)

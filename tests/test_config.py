@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import yaml
 
+from tutorial_lib.engine.cli import config_from_args
 from tutorial_lib.engine.config import (
+    BAD_DATA_POLICIES,
+    COMPILE_MODES,
+    DATASETS,
+    DEVICES,
+    NORMS,
+    OPTIMIZERS,
+    PRECISIONS,
+    PROFILE_NAMES,
     PROFILES,
+    SCHEDULES,
     ConfigError,
     TrainConfig,
-    config_from_args,
+    field_choices,
     make_config,
+    parse_bool,
     to_cli_args,
     validate,
 )
@@ -221,3 +234,56 @@ def test_bad_command_line_exits_2_without_a_run_directory(runs):
     assert "batch_size" in result.stderr and "Fix" in result.stderr
     assert "Traceback" not in result.stderr
     assert not output_root.exists()  # refused before anything was written
+
+
+def test_every_field_has_help_and_closed_sets_come_from_the_validation_tuples(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "10000")  # one line per flag: argparse would break words at hyphens
+    fields = dataclasses.fields(TrainConfig)
+    assert all(f.metadata.get("help", "").strip() for f in fields), [f.name for f in fields if not f.metadata["help"]]
+    assert field_choices() == {"profile": PROFILE_NAMES, "dataset": DATASETS, "norm": NORMS,
+                               "compile": COMPILE_MODES, "lr_schedule": SCHEDULES, "optimizer": OPTIMIZERS,
+                               "precision": PRECISIONS, "device": DEVICES, "bad_data": BAD_DATA_POLICIES}
+    for key, allowed in field_choices().items():  # validate() refuses what the help does not list
+        with pytest.raises(ConfigError, match=key):
+            validate(dataclasses.replace(make_config("smoke"), **{key: "not-" + allowed[0]}), check_paths=False)
+    with pytest.raises(SystemExit):
+        config_from_args(["--profile", "smoke", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for f in fields:
+        assert " ".join(f.metadata["help"].split()) in text, f.name
+    assert "{fp32, tf32, fp16, bf16}" in text and "{sgd, lars}" in text
+
+
+def test_help_shows_the_value_the_chosen_profile_runs(capsys):
+    with pytest.raises(SystemExit):
+        config_from_args(["--profile", "smoke", "--help"])
+    smoke = " ".join(capsys.readouterr().out.split())
+    assert "(with profile smoke: 0.4)" in smoke  # base_lr: the smoke profile's value, not the default 0.1
+    with pytest.raises(SystemExit):
+        config_from_args(["--profile", "hal", "--help"])
+    hal = " ".join(capsys.readouterr().out.split())
+    assert "(with profile hal: 208)" in hal and "(with profile hal: fp16)" in hal
+
+
+def test_a_renamed_key_names_its_new_name(tmp_path):
+    with pytest.raises(ConfigError, match="no_bn_weight_decay.*renamed no_weight_decay_1d"):
+        make_config("smoke", no_bn_weight_decay=False)
+    path = tmp_path / "old.yaml"
+    path.write_text("no_bn_weight_decay: false\n")
+    with pytest.raises(ConfigError, match="renamed no_weight_decay_1d"):
+        make_config("smoke", str(path))
+    with pytest.raises(ConfigError, match="renamed no_weight_decay_1d"):
+        config_from_args(["--no-bn-weight-decay", "false"])
+    assert make_config("smoke", no_weight_decay_1d=False).no_weight_decay_1d is False
+
+
+def test_nesterov_with_lars_is_refused():
+    with pytest.raises(ConfigError, match="nesterov"):
+        validate(make_config("smoke", optimizer="lars", nesterov=True), check_paths=False)
+
+
+@pytest.mark.parametrize("text, value", [("on", True), ("Yes", True), ("1", True), ("false", False), ("OFF", False)])
+def test_parse_bool(text, value):
+    assert parse_bool(text) is value
+    with pytest.raises(ValueError):
+        parse_bool("maybe")

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from tutorial_lib import REPO_ROOT
 from tutorial_lib.lessons import course
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = course.notebooks()
 
 

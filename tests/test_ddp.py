@@ -6,9 +6,10 @@ import json
 
 import pytest
 import torch
-from PIL import Image
 
+from tests.conftest import write_image_tree
 from tutorial_lib.engine.data import ShardSampler
+from tutorial_lib.rundir.layout import CONFIG_FILE, DONE_FILE
 
 B = 8  # per-worker batch of the 2-process run; the 1-process run uses 2 * B
 
@@ -36,10 +37,10 @@ def test_two_workers_equal_one_worker_with_double_batch(runs):
     start, = runs.events(runs.run_dir("ddp2"), "start")
     assert start["world_size"] == 2
     assert start["global_batch"] == 2 * B
-    config = json.loads((runs.run_dir("ddp2") / "config.json").read_text())
+    config = json.loads((runs.run_dir("ddp2") / CONFIG_FILE).read_text())
     assert config["world_size"] == 2 and config["global_batch"] == 2 * B
     assert len(config["hosts"]) == 2
-    assert (runs.run_dir("ddp2") / "DONE").is_file()
+    assert (runs.run_dir("ddp2") / DONE_FILE).is_file()
 
 
 def _initial_weights() -> dict:
@@ -50,21 +51,9 @@ def _initial_weights() -> dict:
     return build_model("resnet18", num_classes=10, norm="group").state_dict()
 
 
-def _tiny_imagefolder(root, counts: dict[str, dict[str, int]]) -> None:
-    """Write small random RGB JPEGs: counts[split][class] images per class folder."""
-    generator = torch.Generator().manual_seed(0)
-    for split, per_class in counts.items():
-        for label, count in per_class.items():
-            folder = root / split / label
-            folder.mkdir(parents=True)
-            for i in range(count):
-                pixels = torch.randint(0, 256, (16, 16, 3), dtype=torch.uint8, generator=generator)
-                Image.fromarray(pixels.numpy()).save(folder / f"{i}.jpg")
-
-
 def test_distributed_validation_counts_each_image_once(runs, tmp_path):
     data = tmp_path / "tiny"
-    _tiny_imagefolder(data, {"train": {"a": 4, "b": 4, "c": 4}, "val": {"a": 3, "b": 2, "c": 2}})
+    write_image_tree(data, {"train": {"a": 4, "b": 4, "c": 4}, "val": {"a": 3, "b": 2, "c": 2}}, 16, ".jpg")
     runs.torchrun(2, runs.flags("oddval", data_dir=data, batch_size=2, image_size=16, epochs=1,
                                 max_steps_per_epoch=2, warmup_epochs=0))
 

@@ -8,8 +8,8 @@ import stat
 
 import pytest
 import torch
-from PIL import Image
 
+from tests.conftest import write_image_tree
 from tutorial_lib.engine.data import DataError
 from tutorial_lib.lessons import environment
 
@@ -86,7 +86,7 @@ def test_report_table_lists_each_gpu():
 
 
 def test_slurm_info_without_a_cluster(monkeypatch):
-    monkeypatch.setattr("tutorial_lib.jobs.slurm_available", lambda: (False, "sbatch is not on the PATH"))
+    monkeypatch.setattr("tutorial_lib.jobs.slurm.slurm_available", lambda: (False, "sbatch is not on the PATH"))
     info = environment.slurm_info()
     assert info == {"available": False, "why": "sbatch is not on the PATH", "nodes": []}
     assert environment.slurm_nodes_table({"slurm": info}).empty
@@ -97,7 +97,7 @@ def test_slurm_info_reads_nodes_from_sinfo(monkeypatch, tmp_path):
     fake.write_text("#!/bin/sh\ncat <<'END'\n" + SINFO + "END\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr("tutorial_lib.jobs.slurm_available", lambda: (True, "the controller answers"))
+    monkeypatch.setattr("tutorial_lib.jobs.slurm.slurm_available", lambda: (True, "the controller answers"))
     info = environment.slurm_info()
     assert info["available"] is True
     assert [n["node"] for n in info["nodes"]] == ["node1", "node2", "gpu[01-02]"]
@@ -110,18 +110,13 @@ def test_slurm_info_reports_a_failing_sinfo(monkeypatch, tmp_path):
     fake.write_text("#!/bin/sh\necho 'slurm_load_partitions: Unable to contact slurm controller' >&2\nexit 1\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr("tutorial_lib.jobs.slurm_available", lambda: (True, "ok"))
+    monkeypatch.setattr("tutorial_lib.jobs.slurm.slurm_available", lambda: (True, "ok"))
     info = environment.slurm_info()
     assert info["nodes"] == [] and "Unable to contact" in info["why"]
 
 
 def _tree(root, counts):
-    for split, per_class in counts.items():
-        for label, count in per_class.items():
-            folder = root / split / label
-            folder.mkdir(parents=True)
-            for i in range(count):
-                Image.new("RGB", (8, 8), (40 * i % 255, 0, 0)).save(folder / f"{i}.png")
+    write_image_tree(root, counts)
     (root / "train" / "cat" / "notes.txt").write_text("not an image")
 
 

@@ -11,9 +11,10 @@ import sys
 import pytest
 import torch
 
-from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_atomic
-from tutorial_lib.rundir.lock import LOCK_FILE, RunLock, RunLockedError
-from tutorial_lib.rundir.metrics import METRICS_FILE, MetricsWriter, read_metrics
+from tutorial_lib.rundir.checkpoint import load_checkpoint, save_atomic
+from tutorial_lib.rundir.layout import CHECKPOINT_FILE, LOCK_FILE, METRICS_FILE
+from tutorial_lib.rundir.lock import RunLock, RunLockedError
+from tutorial_lib.rundir.metrics import MetricsWriter, read_metrics
 
 
 # ------------------------------------------------------------------------------------------ metrics

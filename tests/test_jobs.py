@@ -12,7 +12,9 @@ import pytest
 
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config
-from tutorial_lib.jobs.spec import JobError, make_spec, torchrun_command
+from tutorial_lib.jobs.commands import spec_torchrun_command
+from tutorial_lib.jobs.spec import JobError, make_spec
+from tutorial_lib.rundir.layout import CONFIG_FILE, DONE_FILE
 
 SMALL = dict(dataset="digits", image_size=32, arch="resnet18", epochs=1, max_steps_per_epoch=4, batch_size=16,
              progress=False, workers=0, device="cpu")
@@ -51,7 +53,7 @@ def _processes_of(run_name: str) -> list[str]:
 
 
 def test_one_node_two_ranks_completes(tmp_path, shared_data, backend):
-    job = jobs.submit(small_config(tmp_path, shared_data, f"one-{backend}"), nodes=1, gpus_per_node=2,
+    job = jobs.submit(small_config(tmp_path, shared_data, f"one-{backend}"), nodes=1, ranks_per_node=2,
                       backend=backend, verbose=False)
     assert job.backend == backend
     assert job.wait(timeout=300) == "COMPLETED", job.explain()
@@ -64,18 +66,18 @@ def test_one_node_two_ranks_completes(tmp_path, shared_data, backend):
 
 
 def test_two_node_job_runs_on_two_nodes(tmp_path, shared_data, backend):
-    job = jobs.submit(small_config(tmp_path, shared_data, f"two-{backend}"), nodes=2, gpus_per_node=1,
+    job = jobs.submit(small_config(tmp_path, shared_data, f"two-{backend}"), nodes=2, ranks_per_node=1,
                       backend=backend, verbose=False)
     assert job.wait(timeout=300) == "COMPLETED", job.explain()
     assert job.metrics("start").iloc[0]["world_size"] == 2
-    hosts = json.loads((job.run_dir / "config.json").read_text())["hosts"]
+    hosts = json.loads((job.run_dir / CONFIG_FILE).read_text())["hosts"]
     assert len(hosts) == 2 and len(set(hosts)) == 2, hosts  # each rank ran on its own (Slurm or emulated) node
 
 
 def test_cancel_running_job(tmp_path, shared_data, backend):
     name = f"cancel-{backend}"
     job = jobs.submit(small_config(tmp_path, shared_data, name, epochs=50, max_steps_per_epoch=0, log_every=1),
-                      nodes=1, gpus_per_node=1, backend=backend, verbose=False)
+                      nodes=1, ranks_per_node=1, backend=backend, verbose=False)
     _wait_for_event(job, "step")
     assert job.state == "RUNNING"
     assert job.cancel() == "CANCELLED"
@@ -122,9 +124,9 @@ def test_sbatch_rejection_shows_its_message(tmp_path, shared_data, slurm):
 
 
 def test_sweep_runs_one_job_per_value_in_order(tmp_path, shared_data):
-    sweep = jobs.sweep(small_config(tmp_path, shared_data, "sw"), over="gpus_per_node", values=[1, 2],
+    sweep = jobs.sweep(small_config(tmp_path, shared_data, "sw"), over="ranks_per_node", values=[1, 2],
                        backend="local", verbose=False)
-    assert [j.name for j in sweep] == ["sw-gpus_per_node1", "sw-gpus_per_node2"]
+    assert [j.name for j in sweep] == ["sw-ranks_per_node1", "sw-ranks_per_node2"]
     for job in sweep:
         assert job.wait(timeout=300) == "COMPLETED", job.explain()
     first_end = sweep[0].events()[-1]["time"]
@@ -165,7 +167,7 @@ def test_hostile_paths_are_refused_or_inert(tmp_path, shared_data, field, templa
         assert field in str(error)
         return
     flag = "--" + field.replace("_", "-")
-    for command in (torchrun_command(spec), jobs.sbatch_command(spec)):
+    for command in (spec_torchrun_command(spec), jobs.sbatch_command(spec)):
         assert command[command.index(flag) + 1] == value, f"{field} must reach the command as one whole argument"
         assert all(isinstance(arg, str) for arg in command)  # an argv list: no shell ever parses it
 
@@ -176,15 +178,41 @@ def test_hostile_output_root_runs_inert(tmp_path, shared_data):
     cfg = dataclasses.replace(small_config(tmp_path, shared_data, "inert"), output_root=str(odd_root))
     job = jobs.submit(cfg, backend="local", verbose=False)
     assert job.wait(timeout=300) == "COMPLETED", job.explain()
-    assert (odd_root / "inert" / "DONE").exists()
+    assert (odd_root / "inert" / DONE_FILE).exists()
     assert not list(tmp_path.rglob("CANARY")) and not os.path.exists("CANARY")
 
 
 def test_bad_resources_are_refused(tmp_path, shared_data):
     cfg = small_config(tmp_path, shared_data, "res")
-    for kwargs, field in [({"nodes": 0}, "nodes"), ({"gpus_per_node": -1}, "gpus_per_node"),
+    for kwargs, field in [({"nodes": 0}, "nodes"), ({"ranks_per_node": -1}, "ranks_per_node"),
                           ({"nodes": "2"}, "nodes"), ({"time": "soon"}, "time")]:
         with pytest.raises(ConfigError, match=field):
             make_spec(cfg, **kwargs)
     with pytest.raises(ConfigError, match="--output"):
         make_spec(cfg, sbatch_options=["--output=/etc/passwd"])
+
+
+def test_renamed_submit_argument_names_the_new_one(tmp_path, shared_data):
+    cfg = small_config(tmp_path, shared_data, "renamed")
+    with pytest.raises(ConfigError, match="gpus_per_node.*renamed ranks_per_node"):
+        jobs.submit(cfg, backend="local", gpus_per_node=2, verbose=False)
+    with pytest.raises(ConfigError, match="ranks_per_node"):
+        jobs.sweep(cfg, over="gpus_per_node", values=[1], backend="local", verbose=False)
+    with pytest.raises(TypeError, match="nodez"):
+        jobs.submit(cfg, backend="local", nodez=2, verbose=False)
+    assert not cfg.run_dir.exists()  # refused before anything was written
+
+
+def test_slurm_nodes_run_the_local_backends_torchrun_command(tmp_path, shared_data):
+    """train.sbatch's per-node task (jobs.launch) and the local backend build torchrun's argv in one place."""
+    from tutorial_lib.jobs.commands import Rendezvous, job_env
+    from tutorial_lib.jobs.launch import node_command
+
+    spec = make_spec(small_config(tmp_path, shared_data, "same"), nodes=2, ranks_per_node=3, max_restarts=2,
+                     check_data=False)
+    slurm_env = {**job_env(spec), "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_ID": "77", "HEAD": "n1",
+                 "PORT": "20077"}
+    command = node_command(spec.program_args(), slurm_env)
+    assert command == spec_torchrun_command(spec, Rendezvous("n1:20077", "77", is_host=False))
+    assert command[command.index("--max-restarts") + 1] == "2" and command[command.index("--nproc-per-node") + 1] == "3"
+    assert slurm_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # restarted ranks get a fresh rendezvous store

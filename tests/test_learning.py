@@ -8,6 +8,8 @@ import pytest
 import torch
 import torchvision
 
+from tutorial_lib.rundir.layout import CONFIG_FILE, DONE_FILE
+
 # Measured final top-1 of the smoke profile: 96.7% with 2 threads (lead's run and 3 of ours, in and
 # out of process), 96.1% with OMP_NUM_THREADS=1 (other rounding), 96.7% with --seed 1. Chance is
 # 10%; after 2 of the 3 epochs it is 85-89%, so the bound leaves ~11 points for other CPUs' numerics.
@@ -65,13 +67,13 @@ def test_metrics_events_have_the_documented_fields(smoke_run):
     end = events[-1]
     assert END_FIELDS <= end.keys() and end["total_time"] > 0
     assert end["best_top1"] == pytest.approx(max(e["top1"] for e in epochs))
-    done = json.loads((run_dir / "DONE").read_text())
+    done = json.loads((run_dir / DONE_FILE).read_text())
     assert done["best_top1"] == pytest.approx(end["best_top1"])
 
 
 def test_config_json_records_the_resolved_run(smoke_run):
     cfg, _, run_dir, events = smoke_run
-    config = json.loads((run_dir / "config.json").read_text())
+    config = json.loads((run_dir / CONFIG_FILE).read_text())
     fields = {k: v for k, v in cfg.to_dict().items() if k != "num_classes"}  # 0 = "from the data"
     assert {k: config[k] for k in fields} == fields  # every field as resolved
     assert config["num_classes"] == 10  # resolved from the dataset's class folders

@@ -25,13 +25,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
+from tutorial_lib import REPO_ROOT  # noqa: E402
 from tutorial_lib.jobs import Job  # noqa: E402
 from tutorial_lib.jobs.spec import write_job_file  # noqa: E402
 from tutorial_lib.jobs.supervisor import write_state  # noqa: E402
 from tutorial_lib.lessons import monitor, plots  # noqa: E402
+from tutorial_lib.rundir.layout import METRICS_FILE, STATE_FILE  # noqa: E402
 from tutorial_lib.rundir.metrics import MetricsWriter  # noqa: E402
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 JUPYTER_HINT = "the Jupyter test tools are missing: `make setup` (or pip install -e '.[test]')"
 
@@ -51,7 +51,7 @@ def make_job(root: Path, name: str, state: str = "COMPLETED", top1s=(10.0, 20.0)
     """A fake local job: job.json, job_state.json and metrics.jsonl with one epoch per ``top1s`` value."""
     run_dir = root / name
     write_job_file(run_dir, {"backend": "local", "id": f"local-{name}", "name": name, "time": "00:10:00",
-                             "spec": {"nodes": 1, "gpus_per_node": world_size},
+                             "spec": {"nodes": 1, "ranks_per_node": world_size},
                              "supervisor_pid": supervisor_pid or os.getpid()})
     write_state(run_dir, state, exit_code=0 if state == "COMPLETED" else (1 if state == "FAILED" else None))
     MetricsWriter(run_dir).write("start", world_size=world_size, global_batch=64 * world_size, scaled_lr=0.1,
@@ -118,7 +118,7 @@ def test_watch_follows_a_job_until_it_completes(tmp_path):
 
 def test_watch_survives_a_torn_last_metrics_line(tmp_path):
     job = make_job(tmp_path, "torn", "COMPLETED", top1s=(10.0, 20.0))
-    with open(job.run_dir / "metrics.jsonl", "a") as handle:
+    with open(job.run_dir / METRICS_FILE, "a") as handle:
         handle.write('{"event": "epoch", "epoch": 3, "top1": 99')  # a writer killed mid-line
     table = monitor.watch(job, timeout=10, refresh=0.05)
     assert table.loc[0, "top1"] == 20.0 and table.loc[0, "epoch"] == 2
@@ -142,7 +142,7 @@ def test_redraw_only_when_metrics_or_state_change(tmp_path):
     assert mon.step() and mon.draws == 2  # metrics appended between polls
     assert mon.table().loc[0, "top1"] == 15.0
     assert not mon.step() and mon.draws == 2
-    with open(job.run_dir / "metrics.jsonl", "a") as handle:
+    with open(job.run_dir / METRICS_FILE, "a") as handle:
         handle.write('{"event": "step", "ep')  # torn line: the file changed, the metrics read fine
     assert mon.step() and mon.table().loc[0, "top1"] == 15.0
     write_state(job.run_dir, "CANCELLED")
@@ -267,7 +267,7 @@ from tutorial_lib.rundir.metrics import MetricsWriter
 
 run_dir = Path({run_dir!r})
 write_job_file(run_dir, {{"backend": "local", "id": "local-nb", "name": "nb", "time": "00:10:00",
-                          "supervisor_pid": os.getpid(), "spec": {{"nodes": 1, "gpus_per_node": 2}}}})
+                          "supervisor_pid": os.getpid(), "spec": {{"nodes": 1, "ranks_per_node": 2}}}})
 write_state(run_dir, "RUNNING")
 writer = MetricsWriter(run_dir)
 writer.write("start", world_size=2, global_batch=128, scaled_lr=0.1, hosts=["n0"], steps_per_epoch=2, epochs=2)
@@ -388,7 +388,7 @@ def test_cancel_button_cancels_a_job_while_watch_async_awaits(tmp_path, monkeypa
         assert "final CANCELLED" in printed
         assert time.monotonic() - clicked < 30  # acted during the watch, not after its 60 s timeout
         assert supervisor.wait(timeout=10) == 0
-        assert json.loads((run_dir / "job_state.json").read_text())["state"] == "CANCELLED"
+        assert json.loads((run_dir / STATE_FILE).read_text())["state"] == "CANCELLED"
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)

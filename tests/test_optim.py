@@ -89,7 +89,7 @@ def _names(model: nn.Module, params) -> set[str]:
 @pytest.mark.parametrize("norm", ["batch", "group"])
 def test_no_weight_decay_on_norm_parameters_and_biases(norm):
     model = build_model("resnet18", num_classes=10, norm=norm)
-    decay, no_decay = parameter_groups(model, weight_decay=1e-4, no_bn_weight_decay=True)
+    decay, no_decay = parameter_groups(model, weight_decay=1e-4, no_weight_decay_1d=True)
     assert decay["weight_decay"] == 1e-4 and no_decay["weight_decay"] == 0.0
     norm_types = (nn.BatchNorm2d, nn.GroupNorm)
     norm_params = {f"{module_name}.{p}" for module_name, module in model.named_modules()
@@ -101,9 +101,9 @@ def test_no_weight_decay_on_norm_parameters_and_biases(norm):
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 
 
-def test_one_group_without_no_bn_weight_decay():
+def test_one_group_without_no_weight_decay_1d():
     model = build_model("resnet18", num_classes=10)
-    groups = parameter_groups(model, weight_decay=1e-4, no_bn_weight_decay=False)
+    groups = parameter_groups(model, weight_decay=1e-4, no_weight_decay_1d=False)
     assert len(groups) == 1 and groups[0]["weight_decay"] == 1e-4
     assert _names(model, groups[0]["params"]) == {n for n, _ in model.named_parameters()}
 
@@ -112,7 +112,7 @@ def test_frozen_parameters_are_left_out():
     model = build_model("resnet18", num_classes=10)
     model.fc.weight.requires_grad_(False)
     for flag in (True, False):
-        groups = parameter_groups(model, weight_decay=1e-4, no_bn_weight_decay=flag)
+        groups = parameter_groups(model, weight_decay=1e-4, no_weight_decay_1d=flag)
         assert "fc.weight" not in set().union(*(_names(model, g["params"]) for g in groups))
 
 

@@ -113,10 +113,10 @@ def test_the_gpu_file_fits_one_gpu_without_slurm(digits_root, monkeypatch):
         plan = plan_for(notebook, values_for(notebook, gpu_file), gpus=1)
         for job in plan.jobs:
             if job.config.device != "cpu":
-                assert (job.nodes, job.gpus_per_node) == (1, 1), (notebook.stem, job.name)
+                assert (job.nodes, job.ranks_per_node) == (1, 1), (notebook.stem, job.name)
                 assert job.config.hflip is False and job.config.min_crop_scale >= 0.5, "digits: no flips, big crops"
     ddp = plan_for(NOTEBOOKS[3], values_for(NOTEBOOKS[3], gpu_file), gpus=1)
-    assert ddp["03-group-2w"].gpus_per_node == 2 and ddp["03-group-2w"].config.device == "cpu"
+    assert ddp["03-group-2w"].ranks_per_node == 2 and ddp["03-group-2w"].config.device == "cpu"
     assert ddp["03-group-1w"].config.device == "cpu" and ddp.extras["exact_ranks_on"].startswith("CPU")
     study = plan_for(NOTEBOOKS[6], values_for(NOTEBOOKS[6], gpu_file, scale_values=[1, 2, 4]), gpus=1)
     assert study.extras == {"measured": [1], "not_measured": [2, 4]}
@@ -141,7 +141,7 @@ def test_the_warmup_longer_than_training_of_the_first_gpu_run_is_caught(tmp_path
     monkeypatch.chdir(digits_root)
     first = tmp_path / "first-gpu.yaml"
     first.write_text("profile: gpu\nbackend: local\narch: resnet50\nimage_size: 224\nbatch_size: 256\n"
-                     "gpus_per_node: 1\nnodes: 1\nepochs: 2\nmax_steps_per_epoch: 200\nwatch_timeout: 7200\n")
+                     "ranks_per_node: 1\nnodes: 1\nepochs: 2\nmax_steps_per_epoch: 200\nwatch_timeout: 7200\n")
     failing = []
     for notebook in NOTEBOOKS:
         try:
@@ -163,7 +163,7 @@ def test_plans_refuse_what_the_machine_cannot_run(digits_root, monkeypatch):
     with pytest.raises(ConfigError, match="global batch 2048 is larger than the 1438 digit images"):
         plan_for(nb04, values_for(nb04, None, global_batches=[16, 2048]), gpus=0)
     with pytest.raises(ConfigError, match="global_batches"):
-        plan_for(nb04, values_for(nb04, None, gpus_per_node=3, global_batches=[16, 64]), gpus=0)
+        plan_for(nb04, values_for(nb04, None, ranks_per_node=3, global_batches=[16, 64]), gpus=0)
     nb06 = NOTEBOOKS[6]
     with pytest.raises(ConfigError, match="scale_values"):
         plan_for(nb06, values_for(nb06, REPO_ROOT / "notebooks/params/gpu.yaml", scale_values=[2, 4]), gpus=1)

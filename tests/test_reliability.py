@@ -26,10 +26,8 @@ import torch
 
 from tests.conftest import REPO_ROOT, subprocess_env
 from tutorial_lib import jobs
-from tutorial_lib.engine.trainer import STOP_FILE
-from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint
-from tutorial_lib.rundir.lock import LOCK_FILE
-from tutorial_lib.rundir.metrics import METRICS_FILE
+from tutorial_lib.rundir.checkpoint import load_checkpoint
+from tutorial_lib.rundir.layout import CHECKPOINT_FILE, DONE_FILE, LOCK_FILE, METRICS_FILE, STOP_FILE
 
 TINY = dict(image_size=16, batch_size=16, log_every=1)  # log_every 1: stop requests are honoured after any step
 DETECT_BOUND_S = 90  # generous: measured 5-15 s on a loaded 2-core machine
@@ -94,7 +92,7 @@ def position(event: dict) -> tuple[int, int, int]:
 
 def assert_each_epoch_once(run_dir: Path, epochs: int) -> None:
     assert [e["epoch"] for e in events(run_dir, "epoch")] == list(range(1, epochs + 1))
-    assert len(events(run_dir, "end")) == 1 and (run_dir / "DONE").is_file()
+    assert len(events(run_dir, "end")) == 1 and (run_dir / DONE_FILE).is_file()
 
 
 def trainer_step_seconds(runs) -> float:
@@ -205,7 +203,7 @@ def test_killed_rank_fails_the_job_fast_and_resubmission_resumes(runs, backend):
     rank = 0 if backend == "slurm" else 1
     name = f"kill-{backend}"
     cfg = runs.config(name, epochs=2, max_steps_per_epoch=20, **TINY)
-    job = jobs.submit(cfg, backend=backend, gpus_per_node=2, verbose=False)
+    job = jobs.submit(cfg, backend=backend, ranks_per_node=2, verbose=False)
     run_dir = job.run_dir
     outcome = _kill_rank_mid_epoch(job, name, rank)
     assert outcome["state"] == "FAILED", job.explain()
@@ -216,7 +214,7 @@ def test_killed_rank_fails_the_job_fast_and_resubmission_resumes(runs, backend):
         lock = json.loads((run_dir / LOCK_FILE).read_text())
         assert (lock["pid"], lock["slurm_job_id"]) == (outcome["pid"], job.id)
 
-    again = jobs.submit(cfg, backend=backend, gpus_per_node=2, verbose=False)  # the same run directory
+    again = jobs.submit(cfg, backend=backend, ranks_per_node=2, verbose=False)  # the same run directory
     assert again.wait(timeout=300) == "COMPLETED", again.explain()
     resume, = events(run_dir, "resume")
     assert position(resume) == (1, 0, 20)  # exactly where the last complete checkpoint was
@@ -224,12 +222,13 @@ def test_killed_rank_fails_the_job_fast_and_resubmission_resumes(runs, backend):
     assert events(run_dir, "end")[0]["global_step"] == 40 and len(events(run_dir, "start")) == 1
 
 
-def test_max_restarts_recovers_a_killed_rank_by_itself(runs):
-    name = "kill-restart"
+def test_max_restarts_recovers_a_killed_rank_by_itself(runs, backend):
+    """Both backends pass max_restarts to torchrun (Slurm through train.sbatch and jobs.launch)."""
+    name = f"kill-restart-{backend}"
     cfg = runs.config(name, epochs=2, max_steps_per_epoch=20, **TINY)
     runs.run_dir(name).mkdir(parents=True)
     (runs.run_dir(name) / STOP_FILE).touch()  # stale, from an earlier run: the launcher must clear it
-    job = jobs.submit(cfg, backend="local", gpus_per_node=2, max_restarts=1, verbose=False)
+    job = jobs.submit(cfg, backend=backend, ranks_per_node=2, max_restarts=1, verbose=False)
     outcome = _kill_rank_mid_epoch(job, name, rank=1)
     assert outcome["state"] == "COMPLETED", job.explain()  # torchrun restarted both ranks
     resume, = events(job.run_dir, "resume")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tutorial_lib.engine.trainer import STOP_FILE, Trainer
+from tutorial_lib.engine.trainer import Trainer
+from tutorial_lib.rundir.layout import DONE_FILE, STOP_FILE
 
 # Augmentation stays on (random crops draw from the RNG), so the RNG state must be resumed too.
 SMALL = dict(image_size=16, batch_size=16, epochs=2, max_steps_per_epoch=6, log_every=2)
@@ -35,7 +36,7 @@ def test_resume_at_epoch_boundary_is_exact(runs, straight):
     first = runs.in_process(runs.config("resumed", stop_after_epochs=1, **SMALL))
     assert first["status"] == "stopped"
     run_dir = runs.run_dir("resumed")
-    assert not (run_dir / "DONE").exists()
+    assert not (run_dir / DONE_FILE).exists()
     second = runs.in_process(runs.config("resumed", **SMALL))  # the same command without the stop
     assert second["status"] == "completed"
 
@@ -55,7 +56,7 @@ def test_resume_at_epoch_boundary_is_exact(runs, straight):
     reference, = (e for e in straight_events if e["event"] == "epoch" and e["epoch"] == 2)
     assert last["top1"] == pytest.approx(reference["top1"])
     assert last["train_loss"] == pytest.approx(reference["train_loss"], rel=1e-4)
-    assert (run_dir / "DONE").is_file()
+    assert (run_dir / DONE_FILE).is_file()
 
 
 def test_resume_in_the_middle_of_an_epoch_is_exact(runs, straight, monkeypatch):

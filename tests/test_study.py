@@ -8,8 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tutorial_lib.engine.config import IMAGENET_TRAIN_IMAGES
 from tutorial_lib.lessons import study
+from tutorial_lib.rundir.layout import CONFIG_FILE, JOB_FILE, JOB_LOG, METRICS_FILE
+from tutorial_lib.scaling import IMAGENET_TRAIN_IMAGES
 
 
 def fake_run(root: Path, name: str, nodes: int, gpus_per_node: int, epochs: list[dict], batch_size: int = 32,
@@ -19,17 +20,17 @@ def fake_run(root: Path, name: str, nodes: int, gpus_per_node: int, epochs: list
     run_dir.mkdir(parents=True)
     world = nodes * gpus_per_node
     hosts = hosts or [f"node{1 + rank // gpus_per_node}" for rank in range(world)]
-    (run_dir / "config.json").write_text(json.dumps({
+    (run_dir / CONFIG_FILE).write_text(json.dumps({
         "name": name, "batch_size": batch_size, "world_size": world, "global_batch": world * batch_size,
         "hosts": hosts}))
     if with_job_file:
-        (run_dir / "job.json").write_text(json.dumps({
+        (run_dir / JOB_FILE).write_text(json.dumps({
             "backend": "local", "id": "local-1", "name": name,
-            "spec": {"nodes": nodes, "gpus_per_node": gpus_per_node}}))
+            "spec": {"nodes": nodes, "ranks_per_node": gpus_per_node}}))
     events = [{"event": "start", "world_size": world, "global_batch": world * batch_size, "hosts": hosts}]
     events += [{"event": "step", "step": 5, "loss": 2.0, "images_per_sec": 1.0}]
     events += [{"event": "epoch", "epoch": i + 1, **e} for i, e in enumerate(epochs)]
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events) + '{"event": "ep')
+    (run_dir / METRICS_FILE).write_text("".join(json.dumps(e) + "\n" for e in events) + '{"event": "ep')
     return run_dir
 
 
@@ -184,7 +185,8 @@ def test_real_sbatch_script_sections():
     assert "NCCL_SOCKET_IFNAME" in sections["3"].text
     assert "trap on_usr1 USR1" in sections["4"].text
     launch = sections["5"].text
-    assert "srun --ntasks-per-node=1" in launch and "--rdzv-backend c10d" in launch and "is_host=$IS_HOST" in launch
+    assert "srun --ntasks-per-node=1" in launch and "-m tutorial_lib.jobs.launch" in launch
+    assert "--rdzv-backend c10d" in launch and "is_host=" in launch and "--max-restarts" in launch
     assert "scontrol requeue" in sections["7"].text
     # nothing lost or duplicated: the sections together are the whole script
     script = study.SBATCH_SCRIPT.read_text()
@@ -209,7 +211,7 @@ def test_sections_of_a_small_script(tmp_path):
 
 def test_show_sbatch_joins_sections_and_displays_as_bash():
     shown = study.show_sbatch("1", "2")
-    assert "GPUS_PER_NODE" in shown.text and "HEAD=" in shown.text
+    assert "RANKS_PER_NODE" in shown.text and "HEAD=" in shown.text
     assert shown._repr_markdown_().count("```") == 2 and "```bash" in shown._repr_markdown_()
     assert repr(shown).startswith("1. Inputs")
     with pytest.raises(KeyError, match="it has: header, directives"):
@@ -234,7 +236,7 @@ class FakeJob:
         self.run_dir, self._events, self._done = Path(run_dir), events, done
         self.name, self.id, self.backend = "fake", "local-7", backend
         self.record = {"spec": {"nodes": 2, "gpus_per_node": 1}}
-        self.log_path = self.run_dir / "job.log"
+        self.log_path = self.run_dir / JOB_LOG
         self.state = "COMPLETED" if done else "RUNNING"
 
     def done(self):

@@ -9,3 +9,12 @@ from pathlib import Path
 __version__ = "0.1.0"
 
 REPO_ROOT = Path(__file__).resolve().parent.parent  # the checkout (notebooks/, cluster_scripts/ live here)
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago on this machine (for a rendezvous or a test server)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

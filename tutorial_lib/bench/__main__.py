@@ -1,7 +1,8 @@
-"""``python -m tutorial_lib.bench ...``: the benchmarks' command line (see :mod:`tutorial_lib.bench`)."""
+"""``python -m tutorial_lib.bench ...``: the benchmarks' command line (:mod:`tutorial_lib.bench.cli`)."""
 
 import sys
 
-from tutorial_lib.bench import main
+from tutorial_lib.bench.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

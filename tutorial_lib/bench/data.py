@@ -7,8 +7,8 @@
   augmenting in one process.
 * :func:`measure_gpu_decode`: files read by threads, decoded in batches on the GPU with nvJPEG
   (``torchvision.io.decode_jpeg(device="cuda")``), cropped, resized and flipped on the GPU.
-* :func:`measure_e2e`: the trainer's step fed by the trainer's own loader (``build_loaders`` with
-  ``dataset="imagefolder"``), with the share of time spent waiting for the next batch.
+* :func:`measure_e2e`: the trainer's own step (:class:`tutorial_lib.engine.step.TrainStep`) fed by the
+  trainer's own loader (``build_loaders`` with ``dataset="imagefolder"``), timed as the trainer runs.
 
 Used by ``python -m tutorial_lib.bench data|e2e`` and by notebook 02.
 """
@@ -29,7 +29,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tutorial_lib import bench
+from tutorial_lib.bench.compute import bench_config, defaults, measure_training, release_memory
+from tutorial_lib.engine.device import (
+    compile_support,
+    environment_facts,
+    precision_support,
+    resolve_device,
+    synchronize,
+)
 
 FAKE_MARKER = "fake_imagenet.json"
 DEFAULT_FAKE_DIR = "data/fake_imagenet"
@@ -120,7 +127,7 @@ def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: i
         from tutorial_lib.engine.data import check_imagefolder
 
         return check_imagefolder(root)
-    d = bench.defaults(device)
+    d = defaults(device)
     needed = batch_size * max(loader_batches + 4, d["e2e_steps"] + d["warmup"] + 1)
     return make_fake_imagenet(root, classes, max(per_class, math.ceil(needed / classes)), tuple(size))
 
@@ -229,7 +236,7 @@ def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int 
               "images_per_sec_per_worker": count / elapsed / max(1, workers)}
     if with_cost:
         record.update(decode_cost(data_dir, image_size, images=min(32, len(dataset))))
-    return {**record, "env": bench.environment("cpu"), "timestamp": time.time()}
+    return {**record, "env": environment_facts("cpu"), "timestamp": time.time()}
 
 
 # --------------------------------------------------------------------------- GPU decoding
@@ -282,8 +289,8 @@ def _gpu_decode(data_dir, batch_size, image_size, batches, warmup_batches, devic
               "warmup_batches": warmup_batches, "data_dir": str(data_dir)}
     if device != "cpu" and not torch.cuda.is_available():
         return {**record, "status": "skipped", "reason": "no CUDA GPU here (nvJPEG decoding needs one)",
-                "env": bench.environment("cpu"), "timestamp": time.time()}
-    device = bench.resolve_device(device)
+                "env": environment_facts("cpu"), "timestamp": time.time()}
+    device = resolve_device(device)
     if device.type == "cpu":
         record["pipeline"] = "torchvision-decode-cpu"
     dataset = CountingImageFolder(_split_dir(data_dir))
@@ -295,57 +302,68 @@ def _gpu_decode(data_dir, batch_size, image_size, batches, warmup_batches, devic
         pending = pool.map(read_file, groups[0])
         for index in range(len(groups)):
             if index == warmup_batches:
-                bench.synchronize(device)
+                synchronize(device)
                 t0, decode_s, count = time.perf_counter(), 0.0, 0
             files = list(pending)
             if index + 1 < len(groups):
                 pending = pool.map(read_file, groups[index + 1])
             d0 = time.perf_counter()
             decoded = decode_jpeg(files, mode=ImageReadMode.RGB, device=device)
-            bench.synchronize(device)
+            synchronize(device)
             decode_s += time.perf_counter() - d0
             batch = gpu_augment(decoded, image_size)
-            bench.synchronize(device)
+            synchronize(device)
             count += len(batch)
     elapsed = time.perf_counter() - t0
     nbytes = sum(os.path.getsize(p) for p in paths[warmup_batches * batch_size:])
     return {**record, "status": "ok", "decode_device": str(device), "images_per_sec": count / elapsed,
             "mb_per_sec": nbytes / 1e6 / elapsed, "decode_ms_per_image": 1000 * decode_s / max(1, count),
-            "output_shape": list(batch.shape), "env": bench.environment(device), "timestamp": time.time()}
+            "output_shape": list(batch.shape), "env": environment_facts(device), "timestamp": time.time()}
 
 
 # --------------------------------------------------------------------------- training fed from JPEGs
 def measure_e2e(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, arch: str | None = None, precision: str = "fp32",
                 channels_last: bool = False, batch_size: int | None = None, image_size: int | None = None,
-                steps: int | None = None, warmup: int | None = None, workers: int = 2, compile_mode: str = "none",
-                device: str | torch.device | None = "auto", reference: bool = True, min_time: float = 0.0) -> dict:
-    """Training images/s when the trainer's own loader feeds its step from the JPEG files.
+                steps: int | None = None, warmup: int | None = None, workers: int = 2, compile_mode: str | None = None,
+                device: str | torch.device | None = "auto", reference: bool = True, min_time: float = 0.0,
+                input_pipeline: str | None = None) -> dict:
+    """Training images/s when the trainer's own loader feeds the trainer's own step from the JPEG files.
 
-    Every step is synchronised, so ``data_wait_fraction`` is the share of wall time the step waited
-    for ``next(loader)``. With ``reference`` the same step on synthetic batches (no input pipeline)
-    is measured too (``synthetic_images_per_sec``). The timed steps go on past ``steps`` until
-    ``min_time`` seconds have passed.
+    The same objects the trainer uses (:func:`tutorial_lib.engine.data.build_loaders` with
+    ``dataset="imagefolder"`` and :class:`tutorial_lib.engine.step.TrainStep`), timed the way the
+    trainer runs: the host queues steps without waiting for each one (one synchronisation at the
+    end), so loading the next batch overlaps the device's work. ``data_wait_fraction`` is the share
+    of wall time the loop spent in ``next(loader)``. ``compile_mode`` None takes the device's profile
+    (``gpu``: torch.compile default; ``smoke``: none), as the trainer does. With ``reference`` the same
+    step on synthetic batches (no input pipeline) is measured too (``synthetic_images_per_sec``).
+    The timed steps go on past ``steps`` until ``min_time`` seconds have passed. ``input_pipeline``
+    None takes the profile's (``gpu``: decode and augment on the device, as the trainer does).
     """
-    from tutorial_lib.engine.data import build_loaders
-    from tutorial_lib.engine.trainer import _to_device
+    from tutorial_lib.engine.gpu_input import loaders_for
+    from tutorial_lib.engine.step import TrainStep
 
-    device = bench.resolve_device(device)
-    d = bench.defaults(device)
+    device = resolve_device(device)
+    d = defaults(device)
     if channels_last == "auto":
         channels_last = device.type == "cuda"
+    if compile_mode is None:
+        compile_mode = bench_config(device).compile
+    if input_pipeline is None:
+        input_pipeline = bench_config(device).input_pipeline
     s = dict(arch=arch or d["arch"], precision=precision, channels_last=bool(channels_last), compile=compile_mode,
              batch_size=batch_size or d["batch_size"], image_size=image_size or d["image_size"],
              steps=steps or d["e2e_steps"], warmup=d["warmup"] if warmup is None else warmup, workers=workers,
-             device=device.type, data_dir=str(data_dir))
-    record = {"kind": "e2e", **s, "env": bench.environment(device), "timestamp": time.time()}
-    reason = bench.precision_support(precision, device) or bench.compile_support(compile_mode, device)
+             device=device.type, data_dir=str(data_dir), input_pipeline=input_pipeline)
+    record = {"kind": "e2e", **s, "env": environment_facts(device), "timestamp": time.time()}
+    reason = precision_support(precision, device) or compile_support(compile_mode, device)
     if reason:
         return {**record, "status": "skipped", "reason": reason}
-    cfg = bench.bench_config(device, dataset="imagefolder", data_dir=str(data_dir), arch=s["arch"],
-                             precision=precision, channels_last=s["channels_last"], compile=compile_mode,
-                             batch_size=s["batch_size"], image_size=s["image_size"], workers=workers)
-    loaders = build_loaders(cfg, 0, 1, device)
-    step = bench.TrainStep(cfg, loaders.num_classes, device)
+    cfg = bench_config(device, dataset="imagefolder", data_dir=str(data_dir), arch=s["arch"],
+                       precision=precision, channels_last=s["channels_last"], compile=compile_mode,
+                       batch_size=s["batch_size"], image_size=s["image_size"], workers=workers,
+                       input_pipeline=input_pipeline)
+    loaders = loaders_for(cfg, 0, 1, device)
+    step = TrainStep(cfg, loaders.num_classes, device, steps_per_epoch=len(loaders.train))
 
     def batches(source):
         epoch = 0
@@ -355,90 +373,31 @@ def measure_e2e(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, arch: str | None
 
     stream, wait, images = batches(loaders), 0.0, 0
     for _ in range(s["warmup"]):
-        step(*_to_device(next(stream), device, cfg.channels_last))
-    bench.synchronize(device)
+        loss = step(next(stream))
+    synchronize(device)
     started, done = time.perf_counter(), 0
     while done < s["steps"] or time.perf_counter() - started < min_time:
         done += 1
         t0 = time.perf_counter()
         batch = next(stream)
         wait += time.perf_counter() - t0
-        step(*_to_device(batch, device, cfg.channels_last))
-        bench.synchronize(device)
+        loss = step(batch)
         images += len(batch.targets)
+    float(loss)  # waits for the last step, as the trainer's loss logging does
+    synchronize(device)
     elapsed = time.perf_counter() - started
     stream.close()
     record.update(status="ok", images_per_sec=images / elapsed, data_wait_fraction=wait / elapsed,
                   step_time_ms=1000 * elapsed / done, timed_steps=done, train_images=loaders.train_images,
-                  num_classes=loaders.num_classes)
+                  num_classes=loaders.num_classes, timer="time.perf_counter (one synchronisation at the end)")
     del step, loaders, batch
-    bench.release_memory(device)
+    release_memory(device)
     if reference:
-        synthetic = bench.measure_training(s["arch"], precision, s["channels_last"], s["batch_size"], s["image_size"],
-                                           s["steps"], s["warmup"], compile_mode, device, num_classes=record[
-                                               "num_classes"])
+        synthetic = measure_training(s["arch"], precision, s["channels_last"], s["batch_size"], s["image_size"],
+                                     s["steps"], s["warmup"], compile_mode, device,
+                                     num_classes=record["num_classes"])
         record["synthetic_images_per_sec"] = synthetic.get("images_per_sec")
     return record
-
-
-# --------------------------------------------------------------------------- command line
-def add_data_arguments(sub, common) -> None:
-    """The ``data`` and ``e2e`` subcommands of ``python -m tutorial_lib.bench``."""
-    from tutorial_lib.bench import _parse_bool, _parse_list
-
-    for name, text in (("data", "JPEG loader speed: CPU workers vs GPU decoding"),
-                       ("e2e", "training throughput fed from JPEG files by the trainer's loader")):
-        parser = sub.add_parser(name, parents=[common], help=text)
-        parser.add_argument("--data-dir", default=DEFAULT_FAKE_DIR, help="ImageNet-layout folder (generated if "
-                            "missing; pass a real ImageNet to measure it)")
-        parser.add_argument("--classes", type=int, help="classes of the generated set")
-        parser.add_argument("--per-class", type=int, help="training images per class of the generated set")
-        parser.add_argument("--jpeg-size", default="500x375", help="generated image size WxH")
-        parser.add_argument("--workers", type=lambda t: _parse_list(t, int), help="comma list of worker counts")
-        parser.add_argument("--batch-size", type=int)
-        parser.add_argument("--image-size", type=int)
-        if name == "data":
-            parser.add_argument("--batches", type=int, help="timed batches per measurement")
-            parser.add_argument("--gpu-decode", default="auto", choices=("auto", "yes", "no"))
-            parser.add_argument("--read-threads", type=int, default=8)
-        else:
-            parser.add_argument("--arch")
-            parser.add_argument("--precision", default=None, help="default: bf16 on a GPU, fp32 on the CPU")
-            parser.add_argument("--channels-last", type=_parse_bool, default=None)
-            parser.add_argument("--compile", default="none")
-            parser.add_argument("--steps", type=int)
-            parser.add_argument("--warmup", type=int)
-            parser.add_argument("--no-reference", action="store_true", help="skip the synthetic-data comparison")
-
-
-def _ensure_data(args, d: dict) -> None:
-    root = Path(args.data_dir)
-    if root.is_dir() and not (root / FAKE_MARKER).is_file() and any(root.iterdir()):
-        return  # a real data set: use it as it is
-    width, height = (int(v) for v in args.jpeg_size.lower().split("x"))
-    make_fake_imagenet(root, args.classes or d["classes"], args.per_class or d["per_class"], (width, height))
-
-
-def run_data_command(args, device: torch.device, emit) -> None:
-    """Run ``data`` or ``e2e`` from parsed arguments, passing each record to ``emit``."""
-    d = bench.defaults(device)
-    _ensure_data(args, d)
-    gpu = device.type == "cuda"
-    batch = args.batch_size or d["batch_size"]
-    size = args.image_size or d["image_size"]
-    if args.command == "data":
-        batches = args.batches or d["loader_batches"]
-        for workers in args.workers or d["workers"]:
-            emit(measure_loader(args.data_dir, workers, batch, size, batches))
-        if args.gpu_decode != "no":
-            emit(measure_gpu_decode(args.data_dir, batch, size, batches, device="cuda",
-                                    read_threads=args.read_threads))
-        return
-    precision = args.precision or ("bf16" if gpu else "fp32")
-    channels_last = gpu if args.channels_last is None else args.channels_last
-    for workers in args.workers or [max(d["workers"])]:
-        emit(measure_e2e(args.data_dir, args.arch, precision, channels_last, batch, size, args.steps, args.warmup,
-                         workers, args.compile, device, reference=not args.no_reference))
 
 
 def plot_loader_vs_model(loader_records: list[dict], model_record: dict, ax=None):

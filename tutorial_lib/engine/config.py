@@ -7,7 +7,6 @@ every field and raises :class:`ConfigError` naming the field and the fix.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
@@ -26,8 +25,15 @@ BAD_DATA_POLICIES = ("skip", "error")
 DEVICES = ("auto", "cpu", "cuda")
 INPUT_PIPELINES = ("cpu", "gpu")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-IMAGENET_TRAIN_IMAGES = 1_281_167
+PROFILE_NAMES = ("smoke", "gpu", "hal")  # the keys of PROFILES
+# Config keys that were renamed: loading the old name is refused with a message naming the new one.
+RENAMED_KEYS = {"no_bn_weight_decay": "no_weight_decay_1d"}
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def _field(help: str, choices: tuple | None = None, **kwargs):
+    """A dataclass field with its ``--help`` text and, for a closed set of values, the allowed ``choices``."""
+    return field(metadata={"help": help, "choices": choices}, **kwargs)
 
 
 class ConfigError(ValueError):
@@ -45,58 +51,69 @@ def shorten(value, limit: int = 60) -> str:
 
 @dataclass
 class TrainConfig:
-    """Everything one training run needs. Field comments double as ``--help`` text."""
+    """Everything one training run needs. Each field's ``help`` and ``choices`` are the ``--help`` text and
+    what :func:`validate` accepts."""
 
     # --- run identity and outputs
-    name: str = "run"  # run name: letters, digits, '.', '_', '-'; the run directory is output_root/name
-    output_root: str = "runs"  # folder that holds run directories
-    profile: str = "smoke"  # named preset the other values start from
+    name: str = _field("run name: letters, digits, '.', '_', '-'; the run directory is output_root/name",
+                       default="run")
+    output_root: str = _field("folder that holds run directories", default="runs")
+    profile: str = _field("named preset the other values start from", PROFILE_NAMES, default="smoke")
     # --- data
-    dataset: str = "digits"  # digits | imagefolder | synthetic
-    data_dir: str = "data/digits"  # ImageFolder root with train/ and val/ (digits: exported here)
-    image_size: int = 32  # training crop size in pixels (validation: resize to size*256/224, center crop)
-    train_augment: bool = True  # random resized crop (+ flip) on training images; false: resize only
-    min_crop_scale: float = 0.08  # smallest crop area fraction of RandomResizedCrop (ImageNet: 0.08)
-    hflip: bool = True  # random horizontal flips (off for digits: a mirrored 3 is not a 3)
-    workers: int = 0  # DataLoader worker processes per rank
-    input_pipeline: str = "cpu"  # cpu (workers decode + augment) | gpu (workers read bytes; decode, crop on device)
-    bad_data: str = "skip"  # unreadable image: skip (and count) | error (stop, naming the file)
-    synthetic_images: int = 2048  # images per epoch for the synthetic dataset
-    num_classes: int = 0  # 0 = from the dataset (folder count; 1000 for synthetic)
+    dataset: str = _field("where images come from: the digits set, an ImageNet-layout folder, or random tensors",
+                          DATASETS, default="digits")
+    data_dir: str = _field("ImageFolder root with train/ and val/ (digits: exported here)", default="data/digits")
+    image_size: int = _field("training crop size in pixels (validation: resize to size*256/224, center crop)",
+                             default=32)
+    train_augment: bool = _field("random resized crop (+ flip) on training images; false: resize only", default=True)
+    min_crop_scale: float = _field("smallest crop area fraction of RandomResizedCrop (ImageNet: 0.08)", default=0.08)
+    hflip: bool = _field("random horizontal flips (off for digits: a mirrored 3 is not a 3)", default=True)
+    workers: int = _field("DataLoader worker processes per rank", default=0)
+    input_pipeline: str = _field("cpu: workers decode and augment; gpu: workers read file bytes, the device decodes "
+                                 "(nvJPEG on CUDA) and crops in batches", INPUT_PIPELINES, default="cpu")
+    bad_data: str = _field("an unreadable image: skip it (named in the log, counted) or stop with an error naming it",
+                           BAD_DATA_POLICIES, default="skip")
+    synthetic_images: int = _field("images per epoch for the synthetic dataset", default=2048)
+    num_classes: int = _field("0 = from the dataset (folder count; 1000 for synthetic)", default=0)
     # --- model
-    arch: str = "resnet18"  # any torchvision classification model name, e.g. resnet50
-    norm: str = "batch"  # batch (BatchNorm, per-worker statistics) | group (GroupNorm, ResNets only)
-    zero_init_residual: bool = True  # last BN gamma of each residual block starts at 0 (Goyal et al.)
-    channels_last: bool = False  # NHWC memory format (faster convolutions on tensor-core GPUs)
-    compile: str = "none"  # torch.compile mode: none | default | reduce-overhead | max-autotune ...
+    arch: str = _field("any torchvision classification model name, e.g. resnet50", default="resnet18")
+    norm: str = _field("batch: BatchNorm, statistics per worker; group: GroupNorm (ResNets only)", NORMS,
+                       default="batch")
+    zero_init_residual: bool = _field("last BN gamma of each residual block starts at 0 (Goyal et al.)", default=True)
+    channels_last: bool = _field("NHWC memory format (faster convolutions on tensor-core GPUs)", default=False)
+    compile: str = _field("torch.compile mode (none: eager)", COMPILE_MODES, default="none")
     # --- schedule and optimiser
-    epochs: int = 3
-    batch_size: int = 32  # per worker (per GPU); global batch = batch_size * world size
-    base_lr: float = 0.1  # learning rate per lr_reference_batch images (linear scaling rule)
-    lr_reference_batch: int = 256
-    warmup_epochs: float = 1.0  # gradual warmup, per iteration, to the scaled LR
-    warmup_start_factor: float = 0.1  # warmup starts at this fraction of the scaled LR
-    lr_schedule: str = "step"  # step | cosine (after warmup)
-    lr_milestones: list[int] = field(default_factory=lambda: [30, 60, 80])  # step decay epochs
-    lr_decay: float = 0.1  # factor applied at each milestone
-    optimizer: str = "sgd"  # sgd | lars (layer-wise adaptive rate scaling for very large batches)
-    momentum: float = 0.9
-    nesterov: bool = False
-    weight_decay: float = 1e-4
-    no_bn_weight_decay: bool = True  # no weight decay on normalisation weights and biases
-    lars_trust_coefficient: float = 0.001
-    label_smoothing: float = 0.0
+    epochs: int = _field("epochs to train", default=3)
+    batch_size: int = _field("per worker (per GPU); global batch = batch_size * world size", default=32)
+    base_lr: float = _field("learning rate per lr_reference_batch images (linear scaling rule)", default=0.1)
+    lr_reference_batch: int = _field("the batch size base_lr is given for (Goyal et al.: 256)", default=256)
+    warmup_epochs: float = _field("gradual warmup, per iteration, to the scaled LR", default=1.0)
+    warmup_start_factor: float = _field("warmup starts at this fraction of the scaled LR", default=0.1)
+    lr_schedule: str = _field("LR decay after warmup: step (at lr_milestones) or cosine", SCHEDULES, default="step")
+    lr_milestones: list[int] = _field("step decay epochs", default_factory=lambda: [30, 60, 80])
+    lr_decay: float = _field("factor applied at each milestone", default=0.1)
+    optimizer: str = _field("sgd, or lars (layer-wise adaptive rate scaling for very large batches)", OPTIMIZERS,
+                            default="sgd")
+    momentum: float = _field("SGD/LARS momentum", default=0.9)
+    nesterov: bool = _field("Nesterov momentum (SGD only; refused with LARS)", default=False)
+    weight_decay: float = _field("L2 weight decay", default=1e-4)
+    no_weight_decay_1d: bool = _field("no weight decay on 1-D parameters: normalisation weights and every bias",
+                                      default=True)
+    lars_trust_coefficient: float = _field("LARS trust coefficient: how far each layer's LR follows |w|/|grad w|",
+                                           default=0.001)
+    label_smoothing: float = _field("label smoothing of the cross-entropy loss (0 = off)", default=0.0)
     # --- speed and numerics
-    precision: str = "fp32"  # fp32 | tf32 | fp16 (autocast + GradScaler) | bf16 (autocast)
-    device: str = "auto"  # auto | cpu | cuda
-    bucket_cap_mb: int = 25  # DDP gradient bucket size: all-reduce of a full bucket overlaps backward
-    seed: int = 0
+    precision: str = _field("fp32 (true fp32), tf32 (TF32 matmuls), fp16 (autocast + GradScaler), bf16 (autocast)",
+                            PRECISIONS, default="fp32")
+    device: str = _field("auto: a GPU if one is visible, else the CPU", DEVICES, default="auto")
+    bucket_cap_mb: int = _field("DDP gradient bucket size: all-reduce of a full bucket overlaps backward", default=25)
+    seed: int = _field("seed of weights, shuffling and augmentation", default=0)
     # --- logging, checkpointing, limits
-    log_every: int = 10  # write a `step` event every this many steps
-    max_steps_per_epoch: int = 0  # 0 = the whole epoch; >0 truncates epochs (benchmarks, tests)
-    stop_after_epochs: int = 0  # 0 = run to `epochs`; >0 = checkpoint and stop after this many now
-    checkpoint: bool = True  # write checkpoint.pt after every epoch and on a stop request
-    progress: bool = True  # tqdm progress bar on rank 0
+    log_every: int = _field("write a `step` event every this many steps", default=10)
+    max_steps_per_epoch: int = _field("0 = the whole epoch; >0 truncates epochs (benchmarks, tests)", default=0)
+    stop_after_epochs: int = _field("0 = run to `epochs`; >0 = checkpoint and stop after this many now", default=0)
+    checkpoint: bool = _field("write checkpoint.pt after every epoch and on a stop request", default=True)
+    progress: bool = _field("tqdm progress bar on rank 0", default=True)
 
     @property
     def run_dir(self) -> Path:
@@ -130,11 +147,24 @@ PROFILES: dict[str, dict] = {
 }
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+assert tuple(PROFILES) == PROFILE_NAMES, "PROFILE_NAMES must list the PROFILES"
 
 
 def _field_type(name: str):
     hints = typing.get_type_hints(TrainConfig)
     return hints[name]
+
+
+def parse_bool(value) -> bool:
+    """``true/false``, ``yes/no``, ``on/off``, ``1/0`` (any case) or a bool; ValueError for anything else."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected on/off (true/false, yes/no, 1/0), got {value!r}")
 
 
 def _coerce(name: str, value):
@@ -143,14 +173,7 @@ def _coerce(name: str, value):
     flag = "--" + name.replace("_", "-")
     try:
         if kind is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError
+            return parse_bool(value)
         if kind is int:
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
@@ -186,6 +209,10 @@ def _example(name: str) -> str:
 
 
 def _check_keys(values: dict, source: str) -> None:
+    for old, new in RENAMED_KEYS.items():
+        if old in values:
+            raise ConfigError(f"{old}: this setting was renamed {new} (in {source}). Fix: write {new} instead "
+                              f"(--{new.replace('_', '-')} on the command line).")
     unknown = sorted(set(values) - set(_FIELDS))
     if unknown:
         hints = []
@@ -301,12 +328,12 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     if not 0 <= cfg.label_smoothing < 1:
         _fail("label_smoothing", f"must be in [0, 1), got {cfg.label_smoothing}",
               "pass e.g. --label-smoothing 0.1")
-    choices = dict(precision=PRECISIONS, dataset=DATASETS, optimizer=OPTIMIZERS, lr_schedule=SCHEDULES,
-                   norm=NORMS, bad_data=BAD_DATA_POLICIES, device=DEVICES, compile=COMPILE_MODES,
-                   input_pipeline=INPUT_PIPELINES)
-    for key, allowed in choices.items():
+    for key, allowed in field_choices().items():
         if getattr(cfg, key) not in allowed:
             _fail(key, f"unknown value {shorten(getattr(cfg, key))}", f"use one of {', '.join(allowed)}")
+    if cfg.nesterov and cfg.optimizer == "lars":
+        _fail("nesterov", "LARS has no Nesterov variant here (it would be ignored)",
+              "use --nesterov false with --optimizer lars, or --optimizer sgd")
     from tutorial_lib.engine.models import available_archs  # local: torchvision import is slow
 
     if cfg.arch not in available_archs():
@@ -345,28 +372,9 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     return cfg
 
 
-def build_arg_parser() -> argparse.ArgumentParser:
-    """An argparse parser with one ``--key value`` flag per TrainConfig field, plus ``--config``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m tutorial_lib.train",
-        description="Train an image classifier with the large-minibatch recipe (one process or torchrun).",
-    )
-    parser.add_argument("--config", help="YAML file of field: value pairs")
-    for f in dataclasses.fields(TrainConfig):
-        default = getattr(TrainConfig(), f.name)
-        parser.add_argument(
-            "--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar=type(default).__name__.upper(),
-            help=f"(default {default!r}; profiles may change it)",
-        )
-    return parser
-
-
-def config_from_args(argv: list[str] | None = None) -> TrainConfig:
-    """Parse command-line flags into a TrainConfig (profile, then --config file, then flags)."""
-    args = vars(build_arg_parser().parse_args(argv))
-    yaml_path = args.pop("config")
-    overrides = {k: v for k, v in args.items() if v is not None}
-    return make_config(overrides.pop("profile", None), yaml_path, **overrides)
+def field_choices() -> dict[str, tuple]:
+    """The allowed values of each closed-set field (``precision``: PRECISIONS...), as validate() checks them."""
+    return {f.name: f.metadata["choices"] for f in dataclasses.fields(TrainConfig) if f.metadata.get("choices")}
 
 
 def to_cli_args(cfg: TrainConfig) -> list[str]:
@@ -381,8 +389,8 @@ def to_cli_args(cfg: TrainConfig) -> list[str]:
     return args
 
 
-def derived(cfg: TrainConfig, world_size: int) -> dict:
-    """Values that follow from the config and the world size: global batch and scaled LR."""
+def scaled_batch_and_lr(cfg: TrainConfig, world_size: int) -> dict:
+    """The global batch and the linearly scaled LR of ``cfg`` on ``world_size`` ranks (with the world size)."""
     global_batch = cfg.batch_size * world_size
     return {
         "world_size": world_size,

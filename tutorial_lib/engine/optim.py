@@ -14,13 +14,13 @@ from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, LRScheduler, MultiStepLR, SequentialLR
 
 
-def parameter_groups(model: nn.Module, weight_decay: float, no_bn_weight_decay: bool = True) -> list[dict]:
+def parameter_groups(model: nn.Module, weight_decay: float, no_weight_decay_1d: bool = True) -> list[dict]:
     """Split parameters into a decayed group and, if asked, an undecayed one.
 
     One-dimensional tensors are normalisation scales/shifts and biases: decaying them only shrinks
     the scale of activations and hurts accuracy at large batch, so they get no weight decay.
     """
-    if not no_bn_weight_decay:
+    if not no_weight_decay_1d:
         return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": weight_decay}]
     decay, no_decay = [], []
     for param in model.parameters():
@@ -73,7 +73,7 @@ class LARS(torch.optim.Optimizer):
 
 def build_optimizer(model: nn.Module, cfg, lr: float, fused: bool = False) -> torch.optim.Optimizer:
     """SGD (fused/foreach kernels where the device has them) or LARS at the scaled ``lr``."""
-    groups = parameter_groups(model, cfg.weight_decay, cfg.no_bn_weight_decay)
+    groups = parameter_groups(model, cfg.weight_decay, cfg.no_weight_decay_1d)
     if cfg.optimizer == "lars":
         return LARS(groups, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
                     trust_coefficient=cfg.lars_trust_coefficient)
@@ -105,10 +105,10 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg, steps_per_epoch: int)
 
 def lr_schedule_values(cfg, steps_per_epoch: int, world_size: int = 1) -> list[float]:
     """The LR at every iteration of a run, computed with a throwaway optimiser (for plots and tests)."""
-    from tutorial_lib.engine.config import derived
+    from tutorial_lib.engine.config import scaled_batch_and_lr
 
     param = nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([param], lr=derived(cfg, world_size)["scaled_lr"])
+    optimizer = torch.optim.SGD([param], lr=scaled_batch_and_lr(cfg, world_size)["scaled_lr"])
     scheduler = build_scheduler(optimizer, cfg, steps_per_epoch)
     values = []
     for _ in range(cfg.epochs * steps_per_epoch):

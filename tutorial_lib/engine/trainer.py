@@ -18,35 +18,30 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import platform
 import random
 import signal
 import sys
 import threading
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel
 
 from tutorial_lib.engine import distributed as dist_utils
-from tutorial_lib.engine.config import TrainConfig, config_from_args, derived, validate
+from tutorial_lib.engine.cli import config_from_args
+from tutorial_lib.engine.config import TrainConfig, scaled_batch_and_lr, validate
 from tutorial_lib.engine.data import Batch, prepare_dataset
+from tutorial_lib.engine.device import environment_facts
 from tutorial_lib.engine.gpu_input import loaders_for
-from tutorial_lib.engine.models import build_model, count_parameters
-from tutorial_lib.engine.optim import build_optimizer, build_scheduler
-from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint, remove_stale_temp_files, save_atomic
+from tutorial_lib.engine.models import count_parameters
+from tutorial_lib.engine.step import TrainStep, to_device
+from tutorial_lib.rundir.checkpoint import load_checkpoint, remove_stale_temp_files, save_atomic
+from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE, STOP_FILE
 from tutorial_lib.rundir.lock import RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import MetricsWriter, ThroughputMeter
-
-STOP_FILE = "STOP"
-DONE_FILE = "DONE"
-AMP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-
 
 STOP_GRACE_ENV = "TUTORIAL_STOP_GRACE_S"
 DEFAULT_STOP_GRACE_S = 20.0  # below Slurm's default KillWait (30 s): the message and LOCK release come before SIGKILL
@@ -145,14 +140,6 @@ class Progress:
     history: list = field(default_factory=list)
 
 
-def set_precision_flags(precision: str) -> None:
-    """TF32 matmuls only when asked: fp32 means true fp32 (cuDNN would otherwise use TF32)."""
-    allow = precision == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = allow
-    torch.backends.cudnn.allow_tf32 = allow
-    torch.backends.cudnn.benchmark = True
-
-
 def seed_epoch(seed: int, epoch: int, rank: int) -> None:
     """Seed every RNG from (seed, epoch, rank) so each epoch's augmentation is reproducible."""
     value = (seed * 1_000_003 + epoch * 1_009 + rank) % (2**31)
@@ -178,19 +165,6 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def environment_facts(device: torch.device) -> dict:
-    """Library versions and device names recorded in config.json."""
-    import torchvision
-
-    facts = {"python": platform.python_version(), "torch": torch.__version__,
-             "torchvision": torchvision.__version__, "device": str(device),
-             "device_name": platform.processor() or platform.machine(), "cuda": torch.version.cuda}
-    if device.type == "cuda":
-        facts["device_name"] = torch.cuda.get_device_name(device)
-        facts["cudnn"] = torch.backends.cudnn.version()
-    return facts
-
-
 def evaluate(model, loader, device, info, channels_last: bool, amp_context, on_batch=None) -> dict:
     """Validation loss, top-1 and top-5 over all ranks; every image counted exactly once.
     ``on_batch`` is called after each batch is loaded (the trainer's progress signal)."""
@@ -204,7 +178,7 @@ def evaluate(model, loader, device, info, channels_last: bool, amp_context, on_b
             sums[4] += batch.skipped
             if batch.images.numel() == 0:
                 continue
-            images, targets = _to_device(batch, device, channels_last)
+            images, targets = to_device(batch, device, channels_last)
             with amp_context():
                 logits = model(images).float()
             hits = logits.topk(min(5, logits.shape[1]), dim=1).indices.eq(targets[:, None])
@@ -220,13 +194,6 @@ def evaluate(model, loader, device, info, channels_last: bool, amp_context, on_b
             "val_images": images, "val_skipped_images": int(skipped)}
 
 
-def _to_device(batch: Batch, device, channels_last: bool):
-    images = batch.images.to(device, non_blocking=True)
-    if channels_last:
-        images = images.contiguous(memory_format=torch.channels_last)
-    return images, batch.targets.to(device, non_blocking=True)
-
-
 class Trainer:
     """One rank's share of a training run. Build it, then call :meth:`fit`."""
 
@@ -236,17 +203,16 @@ class Trainer:
         self.device = dist_utils.pick_device(cfg.device, local_rank)
         self.info = dist_utils.init_distributed(self.device)
         self.run_dir = cfg.run_dir
-        self.main = self.info.is_main
+        self.is_main = self.info.is_main
         self.lock = RunLock(self.run_dir)
-        self.stop = StopRequest(self.run_dir, on_give_up=self.lock.release if self.main else None)
-        self.derived = derived(cfg, self.info.world_size)
-        set_precision_flags(cfg.precision)
+        self.stop = StopRequest(self.run_dir, on_give_up=self.lock.release if self.is_main else None)
+        self.scaled = scaled_batch_and_lr(cfg, self.info.world_size)
 
     # ----------------------------------------------------------------- setup
     def setup(self) -> None:
         """Prepare the run directory, data, model, optimiser, schedule and (if any) the checkpoint."""
         cfg, info = self.cfg, self.info
-        if self.main:
+        if self.is_main:
             prepare_run_dir(self.run_dir)
             self.lock.acquire()
             if not launcher_owns_stop_file(self.run_dir):  # a STOP left by an earlier run of ours
@@ -257,34 +223,19 @@ class Trainer:
             prepare_dataset(cfg)
         dist_utils.barrier(info)
         self.stop.install()
-        self.metrics = MetricsWriter(self.run_dir, enabled=self.main)
+        self.metrics = MetricsWriter(self.run_dir, enabled=self.is_main)
         self.loaders = loaders_for(cfg, info.rank, info.world_size, self.device)  # cfg.input_pipeline
         self.steps_per_epoch = len(self.loaders.train)
         if cfg.max_steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.max_steps_per_epoch)
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-        self.model = build_model(cfg.arch, self.loaders.num_classes, cfg.zero_init_residual, cfg.norm,
-                                 cfg.channels_last).to(self.device)
-        self.ddp = (DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type == "cuda"
-                                            else None, bucket_cap_mb=cfg.bucket_cap_mb)
-                    if info.distributed else self.model)
-        self.train_model, self.eval_model = self.ddp, self.model
-        if cfg.compile != "none":
-            self.train_model = torch.compile(self.ddp, mode=cfg.compile)
-            self.eval_model = torch.compile(self.model, mode=cfg.compile)
-        self.optimizer = build_optimizer(self.model, cfg, self.derived["scaled_lr"],
-                                         fused=self.device.type == "cuda")
-        self.scheduler = build_scheduler(self.optimizer, cfg, self.steps_per_epoch)
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=cfg.precision == "fp16")
-        self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        self.step = TrainStep(cfg, self.loaders.num_classes, self.device, self.steps_per_epoch,
+                              info.world_size, distributed=info.distributed)
+        self.model, self.eval_model = self.step.model, self.step.eval_model
+        self.optimizer = self.step.optimizer
         self.progress = Progress()
         self.resume_rng = None
         self._resume()
-
-    def amp_context(self):
-        """Autocast for fp16/bf16, nothing for fp32/tf32."""
-        dtype = AMP_DTYPES.get(self.cfg.precision)
-        return torch.autocast(self.device.type, dtype=dtype) if dtype else nullcontext()
 
     def _resume(self) -> None:
         state = load_checkpoint(self.run_dir / CHECKPOINT_FILE, map_location=self.device)
@@ -293,31 +244,28 @@ class Trainer:
                  "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "steps_per_epoch": self.steps_per_epoch,
                  "train_images": self.loaders.train_images, "val_images": self.loaders.val_images,
                  "num_classes": self.loaders.num_classes}
-        if self.main:
-            resolved = {**self.cfg.to_dict(), **self.derived, **facts}
-            (self.run_dir / "config.json").write_text(json.dumps(resolved, indent=2, default=str))
+        if self.is_main:
+            resolved = {**self.cfg.to_dict(), **self.scaled, **facts}
+            (self.run_dir / CONFIG_FILE).write_text(json.dumps(resolved, indent=2, default=str))
         if state is None:
-            self.metrics.write("start", **self.derived, hosts=hosts, steps_per_epoch=self.steps_per_epoch,
+            self.metrics.write("start", **self.scaled, hosts=hosts, steps_per_epoch=self.steps_per_epoch,
                                epochs=self.cfg.epochs, arch=self.cfg.arch, precision=self.cfg.precision)
             return
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.scaler.load_state_dict(state["scaler"])
+        self.step.load_state_dict(state)
         self.progress = Progress(**state["progress"])
         rng = state.get("rng") or []
         if self.progress.step_in_epoch > 0 and self.info.rank < len(rng):  # mid-epoch: continue its RNG
             self.resume_rng = rng[self.info.rank]
-        if state.get("world_size") != self.info.world_size and self.main:
+        if state.get("world_size") != self.info.world_size and self.is_main:
             print(f"warning: checkpoint was written by {state.get('world_size')} ranks, resuming on "
                   f"{self.info.world_size}: the global batch and scaled LR change", file=sys.stderr)
         self.metrics.write("resume", epoch=self.progress.epoch, step_in_epoch=self.progress.step_in_epoch,
-                           global_step=self.progress.global_step, **self.derived, hosts=hosts)
+                           global_step=self.progress.global_step, **self.scaled, hosts=hosts)
         self._say(f"resumed from {self.run_dir / CHECKPOINT_FILE} at epoch {self.progress.epoch + 1}, "
                   f"step {self.progress.step_in_epoch}")
 
     def _say(self, message: str) -> None:
-        if self.main:
+        if self.is_main:
             print(message, flush=True)
 
     # --------------------------------------------------------------- training
@@ -327,29 +275,18 @@ class Trainer:
             return
         self.stop.progress()
         rngs = dist_utils.all_gather_objects(rng_state(), self.info)
-        if self.main:
-            save_atomic({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                         "scheduler": self.scheduler.state_dict(), "scaler": self.scaler.state_dict(),
-                         "progress": vars(self.progress), "rng": rngs, "world_size": self.info.world_size,
-                         "config": self.cfg.to_dict()}, self.run_dir / CHECKPOINT_FILE)
+        if self.is_main:
+            save_atomic({**self.step.state_dict(), "progress": vars(self.progress), "rng": rngs,
+                         "world_size": self.info.world_size, "config": self.cfg.to_dict()},
+                        self.run_dir / CHECKPOINT_FILE)
 
     def train_step(self, batch: Batch) -> torch.Tensor:
-        """Forward, backward (all-reduce overlapped by DDP's buckets), optimiser and LR step."""
-        images, targets = _to_device(batch, self.device, self.cfg.channels_last)
-        with self.amp_context():
-            if images.numel() == 0:  # every image of this batch was unreadable: join the all-reduce
-                loss = sum(p.sum() for p in self.train_model.parameters()) * 0.0
-            else:
-                loss = self.criterion(self.train_model(images), targets)
-        self.scaler.scale(loss).backward()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
-        return loss.detach()
+        """One step of :class:`tutorial_lib.engine.step.TrainStep` (forward, backward, optimiser, LR)."""
+        return self.step(batch)
 
-    def _agree_to_stop(self, loss_sum: torch.Tensor, steps: int) -> tuple[float, bool]:
-        """All-reduce the recent loss and the stop flags: every rank stops at the same step."""
+    def _mean_loss_and_stop(self, loss_sum: torch.Tensor, steps: int) -> tuple[float, bool]:
+        """All-reduce the recent loss and the stop flags: the mean loss over ranks, and whether any rank
+        was asked to stop (so every rank stops at the same step)."""
         loss_total, step_total, stops = dist_utils.all_reduce_sum(
             [float(loss_sum), float(steps), float(self.stop.local())], self.info, self.device)
         return loss_total / max(step_total, 1), stops > 0
@@ -379,7 +316,7 @@ class Trainer:
             if bar is not None:
                 bar.update(1)
             if since_log == cfg.log_every or progress.step_in_epoch == self.steps_per_epoch:
-                mean_loss, stop = self._agree_to_stop(loss_sum, since_log)
+                mean_loss, stop = self._mean_loss_and_stop(loss_sum, since_log)
                 epoch_loss += mean_loss * since_log
                 epoch_steps += since_log
                 self.metrics.write("step", epoch=epoch + 1, step=progress.global_step, loss=mean_loss,
@@ -402,7 +339,7 @@ class Trainer:
                 "images_per_sec": images / epoch_time, "skipped_images": int(skipped_total)}
 
     def _progress_bar(self, total: int, epoch: int):
-        if not (self.main and self.cfg.progress):
+        if not (self.is_main and self.cfg.progress):
             return None
         from tqdm.auto import tqdm
 
@@ -413,13 +350,13 @@ class Trainer:
         """Train to ``epochs`` (or until a stop request / ``stop_after_epochs``); return a summary."""
         cfg, progress = self.cfg, self.progress
         started, epochs_now = time.perf_counter(), 0
-        self.train_model.train()
+        self.step.train_model.train()
         while progress.epoch < cfg.epochs:
             summary = self.train_epoch(progress.epoch)
             if summary is None:
                 return self._stopped(started)
             summary.update(evaluate(self.eval_model, self.loaders.val, self.device, self.info,
-                                    cfg.channels_last, self.amp_context, self.stop.progress))
+                                    cfg.channels_last, self.step.autocast, self.stop.progress))
             self.stop.progress()
             progress.epoch += 1
             progress.step_in_epoch = 0
@@ -434,13 +371,13 @@ class Trainer:
                       f"val loss {summary['val_loss']:.3f}  top-1 {summary['top1']:.1f}%  "
                       f"top-5 {summary['top5']:.1f}%  {summary['images_per_sec']:.0f} img/s")
             epochs_now += 1
-            stop_now = self._agree_to_stop(torch.zeros(()), 0)[1]
+            stop_now = self._mean_loss_and_stop(torch.zeros(()), 0)[1]
             if progress.epoch < cfg.epochs and (stop_now or epochs_now == cfg.stop_after_epochs):
                 return self._stopped(started, saved=True)
         total = time.perf_counter() - started
         self.metrics.write("end", total_time=total, best_top1=progress.best_top1, epochs=progress.epoch,
                            global_step=progress.global_step)
-        if self.main:
+        if self.is_main:
             (self.run_dir / DONE_FILE).write_text(json.dumps({"best_top1": progress.best_top1}))
         self._say(f"finished: best top-1 {progress.best_top1:.1f}%  run directory {self.run_dir.resolve()}")
         return {"status": "completed", "best_top1": progress.best_top1, "run_dir": str(self.run_dir),
@@ -460,7 +397,7 @@ class Trainer:
     def close(self) -> None:
         """Release the run lock, restore signal handlers and leave the process group."""
         self.stop.uninstall()
-        if self.main:
+        if self.is_main:
             self.lock.release()
         dist_utils.shutdown(self.info)
 

@@ -2,12 +2,13 @@
 
     from tutorial_lib.engine.config import make_config
     from tutorial_lib import jobs
-    job = jobs.submit(make_config("smoke", name="ddp2"), nodes=2, gpus_per_node=1)
+    job = jobs.submit(make_config("smoke", name="ddp2"), nodes=2, ranks_per_node=1)
     job.wait(); job.metrics("epoch")
 
-Both backends run the same torchrun command (see :func:`tutorial_lib.jobs.spec.torchrun_command`);
-Slurm through ``cluster_scripts/train.sbatch``. The run directory holds ``job.json``, so
-``attach(run_dir)`` gives the handle back after a kernel restart.
+Both backends run the same torchrun command (:func:`tutorial_lib.jobs.commands.torchrun_command`);
+Slurm through ``cluster_scripts/train.sbatch``, whose per-node task builds it with
+:mod:`tutorial_lib.jobs.launch`. The run directory holds ``job.json``, so ``attach(run_dir)`` gives the
+handle back after a kernel restart.
 """
 
 from __future__ import annotations
@@ -15,35 +16,23 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from tutorial_lib import REPO_ROOT
 from tutorial_lib.engine.config import ConfigError, TrainConfig
-from tutorial_lib.jobs.spec import (
-    JobError,
-    JobSpec,
-    absolute_config,
-    make_spec,
-    read_job_file,
-    torchrun_command,
-    write_job_file,
-)
-from tutorial_lib.jobs.supervisor import FINAL_STATES, STATE_FILE, read_state
-from tutorial_lib.rundir.lock import RunDirError, RunLock, pid_alive, prepare_run_dir
+from tutorial_lib.jobs import slurm
+from tutorial_lib.jobs.commands import sbatch_command, spec_torchrun_command
+from tutorial_lib.jobs.local import local_cancel, local_status, submit_local
+from tutorial_lib.jobs.slurm import slurm_available
+from tutorial_lib.jobs.spec import JobError, JobSpec, absolute_config, make_spec, read_job_file
+from tutorial_lib.jobs.states import FINAL_STATES, STATES
+from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, slurm_log
+from tutorial_lib.rundir.lock import RunDirError, RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import metrics_table, read_metrics
 
-SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
-STATES = ("PENDING", "RUNNING", *FINAL_STATES)
-_SLURM_STATE_MAP = {"CONFIGURING": "PENDING", "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING",
-                    "REQUEUE_FED": "PENDING", "RESIZING": "RUNNING", "COMPLETING": "RUNNING",
-                    "SUSPENDED": "RUNNING", "STOPPED": "RUNNING", "SIGNALING": "RUNNING",
-                    "STAGE_OUT": "RUNNING", "PREEMPTED": "PENDING", "NODE_FAIL": "FAILED",
-                    "BOOT_FAIL": "FAILED", "DEADLINE": "TIMEOUT", "OUT_OF_MEMORY": "FAILED",
-                    "SPECIAL_EXIT": "FAILED", "REVOKED": "CANCELLED"}
+__all__ = ["FINAL_STATES", "STATES", "Job", "JobError", "JobSpec", "attach", "choose_backend", "sbatch_command",
+           "slurm_available", "spec_torchrun_command", "submit", "sweep"]
+RENAMED_ARGUMENTS = {"gpus_per_node": "ranks_per_node"}
 
 
 class Job:
@@ -68,8 +57,8 @@ class Job:
     def status(self) -> dict:
         """State plus exit code (when known) as a dict."""
         if self.backend == "local":
-            return _local_status(self.run_dir)
-        return _slurm_status(self.id, self.run_dir)
+            return local_status(self.run_dir)
+        return slurm.slurm_status(self.id, self.run_dir)
 
     @property
     def exit_code(self) -> int | None:
@@ -117,9 +106,7 @@ class Job:
     @property
     def log_path(self) -> Path:
         """The job's combined stdout/stderr log."""
-        if self.backend == "local":
-            return self.run_dir / "job.log"
-        return self.run_dir / f"slurm-{self.id}.out"
+        return self.run_dir / JOB_LOG if self.backend == "local" else slurm_log(self.run_dir, self.id)
 
     def logs(self, tail: int | None = None) -> str:
         """The job's log text (the last ``tail`` lines if given)."""
@@ -144,9 +131,9 @@ class Job:
         if self.done():
             return self.state
         if self.backend == "local":
-            _local_cancel(self.run_dir)
+            local_cancel(self.run_dir)
         else:
-            _run(["scancel", self.id], "scancel")
+            slurm.cancel_slurm(self.id)
         self.wait(timeout=wait, poll=0.5, check=False)
         return self.state
 
@@ -157,27 +144,13 @@ def attach(run_dir: str | os.PathLike) -> Job:
 
 
 # ---------------------------------------------------------------- backends
-def slurm_available() -> tuple[bool, str]:
-    """Whether a Slurm controller answers here, and why (not)."""
-    if shutil.which("sbatch") is None:
-        return False, "sbatch is not on the PATH"
-    try:
-        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return False, f"`scontrol ping` failed: {exc}"
-    if ping.returncode != 0 or "UP" not in ping.stdout:
-        answer = ping.stdout.strip() or ping.stderr.strip()
-        return False, f"the Slurm controller does not answer (`scontrol ping`: {answer})"
-    return True, "sbatch is on the PATH and the Slurm controller answers"
-
-
 def choose_backend(backend: str = "auto", verbose: bool = True) -> str:
     """Resolve ``auto`` to ``slurm`` or ``local``, saying which and why; check an explicit ``slurm``."""
     if backend not in ("auto", "local", "slurm"):
         raise JobError(f"backend: unknown backend {backend!r}. Fix: use 'auto', 'local' or 'slurm'.")
     if backend == "local":
         return "local"
-    ok, why = slurm_available()
+    ok, why = slurm.slurm_available()
     if backend == "slurm" and not ok:
         raise JobError(f"backend='slurm' was asked for but Slurm is not usable: {why}. Fix: run on a cluster "
                        "login node, start the emulated cluster (make slurm-up), or use backend='local'.")
@@ -187,165 +160,37 @@ def choose_backend(backend: str = "auto", verbose: bool = True) -> str:
     return chosen
 
 
-def _run(command: list[str], what: str, env: dict | None = None) -> str:
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise JobError(f"{what} could not run: {exc}") from None
-    if result.returncode != 0:
-        raise JobError(f"{what} refused the request (exit {result.returncode}): "
-                       f"{(result.stderr or result.stdout).strip()}")
-    return result.stdout
-
-
-def _job_env(spec: JobSpec) -> dict:
-    env = {"TUTORIAL_RUN_DIR": str(spec.run_dir), "TUTORIAL_STOP_FILE": str(spec.run_dir / "STOP"),
-           "TUTORIAL_PYTHON": spec.python, "TUTORIAL_WORKDIR": str(REPO_ROOT),
-           "GPUS_PER_NODE": str(spec.gpus_per_node), "PYTHONPATH": str(REPO_ROOT),
-           "TUTORIAL_MODULE": spec.module,
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1" if spec.config.device == "cpu" else "4")}
-    if spec.max_restarts > 0:
-        # torchrun shares its rendezvous store with the ranks; after a restart the new ranks read the dead
-        # ranks' addresses from it and fail to connect (pytorch/pytorch#135712). A fresh store per round fixes it.
-        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    return env
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _submit_local(spec: JobSpec, after: Job | None) -> str:
-    if spec.nodes == 1:
-        commands = [torchrun_command(spec)]
-    else:  # emulate several nodes on this machine: one torchrun agent per node, c10d rendezvous
-        endpoint = f"127.0.0.1:{_free_port()}"
-        commands = [["env", f"TUTORIAL_NODE_NAME=local-node{n + 1}"]
-                    + torchrun_command(spec, node_rank_is_host=(n == 0), endpoint=endpoint)
-                    for n in range(spec.nodes)]
-    record = {"backend": "local", "name": spec.config.name, "spec": spec.to_dict(), "commands": commands,
-              "workdir": str(REPO_ROOT), "time": spec.time, "env": _job_env(spec),
-              "after": str(after.run_dir) if after else None, "submitted": time.time()}
-    (spec.run_dir / STATE_FILE).unlink(missing_ok=True)
-    write_job_file(spec.run_dir, {**record, "id": "local-pending"})
-    supervisor = subprocess.Popen([sys.executable, "-m", "tutorial_lib.jobs.supervisor", str(spec.run_dir)],
-                                  cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=open(spec.run_dir / "supervisor.log", "ab"), start_new_session=True)
-    job_id = f"local-{supervisor.pid}"
-    write_job_file(spec.run_dir, {**record, "id": job_id, "supervisor_pid": supervisor.pid})
-    return job_id
-
-
-def _local_status(run_dir: Path) -> dict:
-    state = read_state(run_dir)
-    supervisor = read_job_file(run_dir).get("supervisor_pid")
-    if state is None:
-        if supervisor and not pid_alive(int(supervisor)):
-            return {"state": "FAILED", "exit_code": None, "reason": "the local supervisor died before starting"}
-        return {"state": "PENDING", "exit_code": None}
-    if state["state"] not in FINAL_STATES and supervisor and not pid_alive(int(supervisor)):
-        return {"state": "FAILED", "exit_code": None, "reason": "the local supervisor was killed"}
-    return {"state": state["state"], "exit_code": state.get("exit_code")}
-
-
-def _local_cancel(run_dir: Path) -> None:
-    supervisor = read_job_file(run_dir).get("supervisor_pid")
-    if supervisor and pid_alive(int(supervisor)):
-        os.kill(int(supervisor), signal.SIGTERM)
-        return
-    for pid in (read_state(run_dir) or {}).get("pids", []):  # supervisor gone: end its agents directly
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def sbatch_command(spec: JobSpec, after: Job | None = None) -> list[str]:
-    """The sbatch command line (argv list) that submits ``spec`` with cluster_scripts/train.sbatch."""
-    command = ["sbatch", "--parsable", f"--job-name={spec.config.name}", f"--nodes={spec.nodes}",
-               "--ntasks-per-node=1", f"--time={spec.time}", f"--chdir={REPO_ROOT}",
-               f"--output={spec.run_dir}/slurm-%j.out", "--export=ALL"]
-    if spec.partition:
-        command.append(f"--partition={spec.partition}")
-    if spec.account:
-        command.append(f"--account={spec.account}")
-    if spec.config.device == "cuda" or spec.config.profile in ("gpu", "hal"):
-        command.append(f"--gpus-per-node={spec.gpus_per_node}")
-    if after is not None and after.backend == "slurm":
-        command.append(f"--dependency=afterany:{after.id}")
-    return command + spec.sbatch_options + [str(SBATCH_SCRIPT)] + spec.program_args()
-
-
-def _submit_slurm(spec: JobSpec, after: Job | None) -> str:
-    command = sbatch_command(spec, after)
-    output = _run(command, "sbatch", env={**os.environ, **_job_env(spec)})
-    job_id = output.strip().split(";")[0]
-    if not job_id.isdigit():
-        raise JobError(f"sbatch answered {output.strip()!r}, not a job id")
-    write_job_file(spec.run_dir, {"backend": "slurm", "id": job_id, "name": spec.config.name,
-                                  "spec": spec.to_dict(), "command": command, "submitted": time.time()})
-    return job_id
-
-
-def _slurm_fields(text: str) -> dict:
-    return dict(part.split("=", 1) for part in text.split() if "=" in part)
-
-
-def _slurm_status(job_id: str, run_dir: Path) -> dict:
-    try:
-        shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
-        if shown.returncode == 0 and "JobState=" in shown.stdout:
-            fields = _slurm_fields(shown.stdout)
-            raw = fields["JobState"]
-            exit_code = int(fields.get("ExitCode", "0:0").split(":")[0])
-            return {"state": _SLURM_STATE_MAP.get(raw, raw if raw in STATES else "FAILED"),
-                    "exit_code": exit_code if raw in FINAL_STATES else None, "slurm_state": raw,
-                    "nodes": fields.get("NodeList")}
-        acct = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State,ExitCode", "-j", job_id],
-                              capture_output=True, text=True, timeout=30)
-        if acct.returncode == 0 and acct.stdout.strip():
-            raw, code = acct.stdout.strip().splitlines()[0].split("|")
-            raw = raw.split()[0]
-            return {"state": _SLURM_STATE_MAP.get(raw, raw if raw in STATES else "FAILED"),
-                    "exit_code": int(code.split(":")[0]), "slurm_state": raw}
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    # Slurm has forgotten the job (past MinJobAge, no accounting): judge by the run directory
-    finished = (run_dir / "DONE").exists()
-    return {"state": "COMPLETED" if finished else "FAILED", "exit_code": 0 if finished else None,
-            "reason": "Slurm no longer knows this job; state taken from the run directory"}
-
-
 # ------------------------------------------------------------------ submit
-def submit(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, backend: str = "auto",
+def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto",
            time: str | int = "00:30:00", partition: str | None = None, account: str | None = None,
            sbatch_options=(), max_restarts: int = 0, after: Job | None = None, check_data: bool = True,
            fresh: bool = False, verbose: bool = True, module: str = "tutorial_lib.train",
-           module_args: list[str] | None = None) -> Job:
+           module_args: list[str] | None = None, **renamed) -> Job:
     """Validate and submit one training job; return its Job handle.
 
-    ``gpus_per_node`` ranks run on each of ``nodes`` nodes (CPU processes when the config's device
-    is the CPU). ``backend``: ``auto`` (Slurm if it answers, else this machine), ``local`` or
-    ``slurm``. ``after``: start only once that job has ended (sweeps measure one job at a time).
-    ``max_restarts``: torchrun restarts all ranks this many times if one dies.
+    ``ranks_per_node`` processes run on each of ``nodes`` nodes (one per GPU on a GPU cluster, CPU
+    processes when the config's device is the CPU). ``backend``: ``auto`` (Slurm if it answers, else
+    this machine), ``local`` or ``slurm``. ``after``: start only once that job has ended (sweeps measure
+    one job at a time).
+    ``max_restarts``: torchrun restarts all ranks this many times if one dies (on both backends).
     ``fresh``: delete an earlier run of the same name first (otherwise the job resumes from it).
     ``module``/``module_args``: run another program on every rank instead of the trainer (e.g.
     ``"tutorial_lib.bench", ["allreduce", "--out", ...]``); the config then only names the run directory.
     Everything is checked before anything is submitted; errors name the field and the fix.
     """
+    for old, new in RENAMED_ARGUMENTS.items():
+        if old in renamed:
+            raise ConfigError(f"{old}: this argument was renamed {new}. Fix: pass {new}={renamed[old]!r}.")
+    if renamed:
+        raise TypeError(f"submit() got an unexpected keyword argument {next(iter(renamed))!r}")
     chosen = choose_backend(backend, verbose)
     config = absolute_config(config)
-    spec = make_spec(config, nodes, gpus_per_node, time, partition, account, sbatch_options, max_restarts,
+    spec = make_spec(config, nodes, ranks_per_node, time, partition, account, sbatch_options, max_restarts,
                      check_data and module == "tutorial_lib.train", on_cluster=chosen == "slurm",
                      module=module, module_args=module_args)
     _prepare_run_dir(spec.run_dir, create=False)
     RunLock(spec.run_dir).check()
-    if (spec.run_dir / "job.json").exists():
+    if (spec.run_dir / JOB_FILE).exists():
         try:
             previous = Job(spec.run_dir)
         except (JobError, ValueError):
@@ -356,10 +201,13 @@ def submit(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, backend:
     if fresh and spec.run_dir.exists():  # a run directory of ours (checked above), never another folder
         shutil.rmtree(spec.run_dir)
     _prepare_run_dir(spec.run_dir)
-    job_id = _submit_slurm(spec, after) if chosen == "slurm" else _submit_local(spec, after)
+    if chosen == "slurm":
+        job_id = slurm.submit_slurm(spec, after.id if after is not None and after.backend == "slurm" else None)
+    else:
+        job_id = submit_local(spec, after.run_dir if after is not None else None)
     job = Job(spec.run_dir)
     if verbose:
-        print(f"submitted {job.name}: job {job_id} on {chosen}, {nodes} node(s) x {gpus_per_node} rank(s), "
+        print(f"submitted {job.name}: job {job_id} on {chosen}, {nodes} node(s) x {ranks_per_node} rank(s), "
               f"run directory {spec.run_dir}")
     return job
 
@@ -372,7 +220,7 @@ def _prepare_run_dir(run_dir: Path, create: bool = True) -> None:
 
 
 def sweep(config: TrainConfig, over: str, values, sequential: bool = True, **submit_args) -> list[Job]:
-    """Submit one job per value of ``over`` (``nodes``, ``gpus_per_node`` or a config field).
+    """Submit one job per value of ``over`` (``nodes``, ``ranks_per_node`` or a config field).
 
     Run names get a suffix such as ``-nodes2`` or ``-batch_size256``. With ``sequential`` each job
     starts when the previous one has ended, so throughput measurements do not share the machine.
@@ -381,13 +229,16 @@ def sweep(config: TrainConfig, over: str, values, sequential: bool = True, **sub
     for value in values:
         name = f"{config.name}-{over}{value}"
         job_args = dict(submit_args)
-        if over in ("nodes", "gpus_per_node"):
+        if over in RENAMED_ARGUMENTS:
+            raise ConfigError(f"over: {over} was renamed {RENAMED_ARGUMENTS[over]}. "
+                              f"Fix: over={RENAMED_ARGUMENTS[over]!r}.")
+        if over in ("nodes", "ranks_per_node"):
             job_config = dataclasses.replace(config, name=name)
             job_args[over] = value
         elif over in {f.name for f in dataclasses.fields(TrainConfig)}:
             job_config = dataclasses.replace(config, name=name, **{over: value})
         else:
-            raise JobError(f"over: cannot sweep {over!r}. Fix: use 'nodes', 'gpus_per_node' or a TrainConfig field.")
+            raise JobError(f"over: cannot sweep {over!r}. Fix: use 'nodes', 'ranks_per_node' or a TrainConfig field.")
         if sequential and jobs:
             job_args["after"] = jobs[-1]
         jobs.append(submit(job_config, **job_args))

@@ -1,4 +1,4 @@
-"""What a job is before it runs: validated resources and the exact command lines it will use.
+"""What a job is before it runs: its validated resources and program, and the job record it leaves.
 
 Every value that reaches sbatch, torchrun or a shell is checked here first. Values are always
 passed as separate argv elements (never through a shell string), so even a value that passed
@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tutorial_lib.engine.config import ConfigError, TrainConfig, shorten, to_cli_args, validate, validate_name
+from tutorial_lib.rundir.layout import JOB_FILE
 
-JOB_FILE = "job.json"
 _TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _SBATCH_OPTION = re.compile(r"^--[a-z][a-z-]{1,30}(=[A-Za-z0-9_.:,@+/-]{1,200})?$")
@@ -45,7 +45,7 @@ class JobSpec:
 
     config: TrainConfig
     nodes: int = 1
-    gpus_per_node: int = 1  # ranks per node (GPUs on a GPU cluster; CPU processes otherwise)
+    ranks_per_node: int = 1  # processes per node: one per GPU on a GPU cluster, CPU processes otherwise
     time: str = "00:30:00"  # Slurm time limit ([D-]HH:MM:SS or minutes); also enforced locally
     partition: str | None = None
     account: str | None = None
@@ -127,7 +127,7 @@ def _check_sbatch_option(option: str) -> str:
     raise ConfigError(f"sbatch_options: {problem}. Fix: {fix}.")
 
 
-def make_spec(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, time: str | int = "00:30:00",
+def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time: str | int = "00:30:00",
               partition: str | None = None, account: str | None = None, sbatch_options=(),
               max_restarts: int = 0, check_data: bool = True, on_cluster: bool = False,
               module: str = "tutorial_lib.train", module_args: list[str] | None = None) -> JobSpec:
@@ -141,7 +141,7 @@ def make_spec(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, time:
     gpus_elsewhere = True if on_cluster and config.device != "cpu" else None
     validate(config, check_paths=check_data, cuda_available=gpus_elsewhere)
     validate_name(config.name, "name")
-    for what, value, low in (("nodes", nodes, 1), ("gpus_per_node", gpus_per_node, 1),
+    for what, value, low in (("nodes", nodes, 1), ("ranks_per_node", ranks_per_node, 1),
                              ("max_restarts", max_restarts, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{what}: must be an integer >= {low}, got {shorten(value)}. "
@@ -157,7 +157,7 @@ def make_spec(config: TrainConfig, nodes: int = 1, gpus_per_node: int = 1, time:
         raise ConfigError("module_args: must be a list of single-line strings. Fix: e.g. ['allreduce', '--out', 'x']")
     options = [_check_sbatch_option(o) for o in (list(sbatch_options) if not isinstance(sbatch_options, str)
                                                   else [sbatch_options])]
-    return JobSpec(config=config, nodes=nodes, gpus_per_node=gpus_per_node, time=check_time(time),
+    return JobSpec(config=config, nodes=nodes, ranks_per_node=ranks_per_node, time=check_time(time),
                    partition=_check_word("partition", partition), account=_check_word("account", account),
                    sbatch_options=options, max_restarts=max_restarts, module=module,
                    module_args=list(module_args) if module_args is not None else None)
@@ -169,20 +169,6 @@ def absolute_config(config: TrainConfig) -> TrainConfig:
 
     return replace(config, output_root=str(Path(config.output_root).resolve()),
                    data_dir=str(Path(config.data_dir).resolve()))
-
-
-def torchrun_command(spec: JobSpec, node_rank_is_host: bool | None = None, endpoint: str | None = None) -> list[str]:
-    """The torchrun command line for one node of the job (as an argv list, never a shell string)."""
-    command = [spec.python, "-m", "torch.distributed.run", "--nnodes", str(spec.nodes),
-               "--nproc-per-node", str(spec.gpus_per_node), "--max-restarts", str(spec.max_restarts)]
-    if spec.nodes == 1 and endpoint is None:
-        command += ["--standalone"]
-    else:
-        command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint or "127.0.0.1:29500",
-                    "--rdzv-id", spec.config.name]
-        if node_rank_is_host is not None:
-            command += ["--rdzv-conf", f"is_host={int(node_rank_is_host)}"]
-    return command + ["-m", spec.module] + spec.program_args()
 
 
 def write_job_file(run_dir: Path, record: dict) -> None:

@@ -2,8 +2,8 @@
 
 ``python -m tutorial_lib.jobs.supervisor RUN_DIR`` reads ``RUN_DIR/job.json`` (written by
 :mod:`tutorial_lib.jobs`), starts one torchrun agent per emulated node in its own process group,
-and writes ``RUN_DIR/job_state.json`` as the state changes: RUNNING, then COMPLETED, FAILED,
-CANCELLED (SIGTERM from Job.cancel) or TIMEOUT (the job's time limit). Output goes to
+and writes ``RUN_DIR/job_state.json`` (:mod:`tutorial_lib.jobs.states`) as the state changes: RUNNING,
+then COMPLETED, FAILED, CANCELLED (SIGTERM from Job.cancel) or TIMEOUT (the job's time limit). Output goes to
 ``RUN_DIR/job.log``. It waits for a job it depends on (``after``) before starting: sweeps run one
 job at a time so their throughput numbers do not compete for the same cores.
 """
@@ -18,26 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-from tutorial_lib.jobs.spec import JOB_FILE, time_limit_seconds
+from tutorial_lib.jobs.spec import time_limit_seconds
+from tutorial_lib.jobs.states import FINAL_STATES, read_state, write_state
+from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STOP_FILE
 
-STATE_FILE = "job_state.json"
-FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
 STOP_GRACE_S = 15
-
-
-def write_state(run_dir: Path, state: str, **fields) -> None:
-    """Atomically record the job state (and e.g. exit_code) in job_state.json."""
-    tmp = run_dir / f".{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps({"state": state, "time": time.time(), "supervisor_pid": os.getpid(), **fields}))
-    tmp.replace(run_dir / STATE_FILE)
-
-
-def read_state(run_dir: Path) -> dict | None:
-    """The last recorded state, or None."""
-    try:
-        return json.loads((run_dir / STATE_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 class Supervisor:
@@ -82,8 +67,8 @@ class Supervisor:
         limit = time_limit_seconds(self.record["time"])
         # The trainer honours a STOP file that exists when it starts (a launcher's request), so a stale
         # one from an earlier run (e.g. our own time-limit stop) is removed here, as train.sbatch does.
-        (self.run_dir / "STOP").unlink(missing_ok=True)
-        log = open(self.run_dir / "job.log", "ab", buffering=0)
+        (self.run_dir / STOP_FILE).unlink(missing_ok=True)
+        log = open(self.run_dir / JOB_LOG, "ab", buffering=0)
         env = {**os.environ, **self.record.get("env", {})}
         for command in self.record["commands"]:
             self.procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -95,7 +80,7 @@ class Supervisor:
                 final = "CANCELLED"
             elif time.time() - started > limit and final is None:
                 final = "TIMEOUT"
-                (self.run_dir / "STOP").touch()  # ask for a checkpoint first, as Slurm's warning signal does
+                (self.run_dir / STOP_FILE).touch()  # ask for a checkpoint first, as Slurm's warning signal does
             failed = any(p.poll() not in (None, 0) for p in self.procs)
             if (final or failed) and term_sent is None:
                 # cancelled, out of time, or one agent failed (the others would wait for it forever)

@@ -18,7 +18,8 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from tutorial_lib.rundir.checkpoint import load_checkpoint
+from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE
 from tutorial_lib.rundir.metrics import read_metrics
 
 # Two float32 runs that add the same numbers in a different order differ by a few float32 ulps
@@ -125,7 +126,7 @@ def step_table(runs: Sequence, column: str = "loss"):
 
 
 def _config(run_dir: Path) -> dict:
-    path = run_dir / "config.json"
+    path = run_dir / CONFIG_FILE
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
@@ -156,7 +157,7 @@ def final_accuracy(runs: Sequence):
         losses = [e.get("loss") for e in events if e["event"] == "step"] + [e.get("train_loss") for e in epochs]
         world = config.get("world_size", start.get("world_size"))
         warmup = config.get("warmup_epochs", math.nan)
-        state = getattr(run, "state", None) or ("COMPLETED" if (run_dir / "DONE").exists() else "INCOMPLETE")
+        state = getattr(run, "state", None) or ("COMPLETED" if (run_dir / DONE_FILE).exists() else "INCOMPLETE")
         rows.append({
             "run": run_label(run), "world_size": world, "batch_size": config.get("batch_size"),
             "global_batch": config.get("global_batch", start.get("global_batch")),

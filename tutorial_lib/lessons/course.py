@@ -161,15 +161,14 @@ def drop_finished_checkpoints(output_root: str | os.PathLike, since: float) -> i
     Only files the trainer wrote are touched: a run directory the course did not create in this
     run, or one that did not finish, keeps its checkpoint (it may be resumed).
     """
-    from tutorial_lib.engine.trainer import DONE_FILE
-    from tutorial_lib.rundir.checkpoint import CHECKPOINT_FILE
+    from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE
 
     root = Path(output_root)
     root = root if root.is_absolute() else REPO_ROOT / root
     freed = 0
     for done in root.glob(f"*/{DONE_FILE}"):
         run_dir = done.parent
-        config, checkpoint = run_dir / "config.json", run_dir / CHECKPOINT_FILE
+        config, checkpoint = run_dir / CONFIG_FILE, run_dir / CHECKPOINT_FILE
         if checkpoint.is_file() and config.is_file() and config.stat().st_mtime >= since:
             freed += checkpoint.stat().st_size
             checkpoint.unlink()

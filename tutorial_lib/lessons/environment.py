@@ -19,22 +19,14 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tutorial_lib.engine.device import parse_cpu_model
+
 _GIB = 1024**3
 SINFO_FORMAT = "%N|%P|%T|%c|%m|%G"  # node | partition | state | CPUs | memory (MB) | generic resources
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
 # ----------------------------------------------------------------- parsing (pure)
-def parse_cpu_model(cpuinfo: str) -> str | None:
-    """The CPU model name from the text of ``/proc/cpuinfo`` (x86 ``model name``, ARM ``Model``...)."""
-    for key in ("model name", "Model", "cpu model", "Processor", "cpu"):
-        for line in cpuinfo.splitlines():
-            name, sep, value = line.partition(":")
-            if sep and name.strip() == key and value.strip():
-                return value.strip()
-    return None
-
-
 def parse_meminfo_total(meminfo: str) -> int | None:
     """Total RAM in bytes from the text of ``/proc/meminfo`` (its ``MemTotal: N kB`` line)."""
     for line in meminfo.splitlines():
@@ -120,9 +112,9 @@ def gpu_info() -> list[dict]:
 
 def slurm_info(timeout: float = 10) -> dict:
     """Whether a Slurm controller answers (``jobs.slurm_available``) and, if so, its nodes from sinfo."""
-    from tutorial_lib.jobs import slurm_available
+    from tutorial_lib.jobs import slurm
 
-    available, why = slurm_available()
+    available, why = slurm.slurm_available()
     info = {"available": available, "why": why, "nodes": []}
     if available and shutil.which("sinfo"):
         try:

@@ -29,7 +29,8 @@ import pandas as pd
 
 from tutorial_lib.jobs.supervisor import FINAL_STATES
 from tutorial_lib.lessons import plots
-from tutorial_lib.rundir.metrics import METRICS_FILE, read_metrics
+from tutorial_lib.rundir.layout import METRICS_FILE
+from tutorial_lib.rundir.metrics import read_metrics
 
 HEADLESS_RUNNERS = ("papermill", "nbclient", "nbconvert", "nbval", "pytest", "jupyter-execute")
 CONTROLS_ENV = "TUTORIAL_MONITOR_CONTROLS"  # "1" / "0" forces cancel controls on / off

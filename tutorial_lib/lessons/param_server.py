@@ -21,7 +21,6 @@ import argparse
 import datetime
 import json
 import random
-import socket
 import sys
 import tempfile
 import time
@@ -36,6 +35,8 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from tutorial_lib import free_port
 
 DTYPE = torch.float64  # exact comparisons between the three ways of training
 PUSH_HEADER = 3  # round, weight version the gradient was computed on, batch loss
@@ -244,13 +245,6 @@ def _process(rank: int, world: int, port: int, cfg: ExperimentConfig, data: Digi
         dist.barrier()
     finally:
         dist.destroy_process_group()
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago on this machine."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def default_start_method() -> str:

@@ -33,7 +33,7 @@ class Planned:
 
     config: TrainConfig
     nodes: int = 1
-    gpus_per_node: int = 1
+    ranks_per_node: int = 1
     options: dict = field(default_factory=dict)  # more jobs.submit arguments: time, partition, sbatch_options...
     after: str | None = None  # name of an earlier planned job this one starts after
 
@@ -64,7 +64,7 @@ class Plan:
         specs = []
         for job in self.jobs:
             try:
-                specs.append(make_spec(absolute_config(job.config), job.nodes, job.gpus_per_node,
+                specs.append(make_spec(absolute_config(job.config), job.nodes, job.ranks_per_node,
                                        check_data=check_data, on_cluster=gpus_assumed or self.backend == "slurm",
                                        **job.options))
             except ConfigError as exc:
@@ -82,13 +82,13 @@ class Plan:
                 continue
             after = self.submitted.get(job.after) if job.after else None
             submitted[job.name] = self.submitted[job.name] = jobs.submit(
-                job.config, nodes=job.nodes, gpus_per_node=job.gpus_per_node, backend=self.backend, fresh=True,
+                job.config, nodes=job.nodes, ranks_per_node=job.ranks_per_node, backend=self.backend, fresh=True,
                 verbose=verbose, after=after, **job.options, **submit_args)
         return submitted
 
     def describe(self) -> str:
         """One line per job (ranks, device, batch) and the notes."""
-        lines = [f"{job.name}: {job.nodes} node(s) x {job.gpus_per_node} rank(s) on {_device(job.config)}, "
+        lines = [f"{job.name}: {job.nodes} node(s) x {job.ranks_per_node} rank(s) on {_device(job.config)}, "
                  f"batch {job.config.batch_size} per rank" for job in self.jobs]
         return "\n".join(lines + [f"note: {note}" for note in self.notes])
 
@@ -134,17 +134,17 @@ def on_gpu(cfg: TrainConfig, gpus: int) -> bool:
     return cfg.device == "cuda" or (cfg.device == "auto" and gpus > 0)
 
 
-def place(cfg: TrainConfig, nodes: int, gpus_per_node: int, backend: str, gpus: int) -> tuple[int, int, list[str]]:
+def place(cfg: TrainConfig, nodes: int, ranks_per_node: int, backend: str, gpus: int) -> tuple[int, int, list[str]]:
     """Nodes and ranks per node for a job on this machine, and a note when they had to change.
 
     Slurm jobs and CPU ranks keep what was asked. GPU ranks run locally only as one node with at
     most one rank per GPU here: emulated nodes on one machine would all claim GPU 0, and NCCL
     refuses two ranks on one GPU.
     """
-    if backend == "slurm" or not on_gpu(cfg, gpus) or (nodes == 1 and gpus_per_node <= gpus):
-        return nodes, gpus_per_node, []
-    ranks = max(1, min(nodes * gpus_per_node, gpus))
-    return 1, ranks, [f"{cfg.name}: {nodes} node(s) x {gpus_per_node} GPU(s) were asked for, but this machine has "
+    if backend == "slurm" or not on_gpu(cfg, gpus) or (nodes == 1 and ranks_per_node <= gpus):
+        return nodes, ranks_per_node, []
+    ranks = max(1, min(nodes * ranks_per_node, gpus))
+    return 1, ranks, [f"{cfg.name}: {nodes} node(s) x {ranks_per_node} GPU(s) were asked for, but this machine has "
                       f"{gpus} GPU(s) and no Slurm: it runs as 1 node x {ranks} GPU(s)"]
 
 
@@ -156,12 +156,12 @@ def check_batch(cfg: TrainConfig, world: int) -> None:
                           f"{DIGITS_TRAIN_IMAGES // 2}, or an ImageNet data_dir.")
 
 
-def _job(cfg: TrainConfig, nodes: int, gpus_per_node: int, backend: str, gpus: int, notes: list,
+def _job(cfg: TrainConfig, nodes: int, ranks_per_node: int, backend: str, gpus: int, notes: list,
          **options) -> Planned:
-    nodes, gpus_per_node, note = place(cfg, nodes, gpus_per_node, backend, gpus)
+    nodes, ranks_per_node, note = place(cfg, nodes, ranks_per_node, backend, gpus)
     notes += note
-    check_batch(cfg, nodes * gpus_per_node)
-    return Planned(cfg, nodes, gpus_per_node, options)
+    check_batch(cfg, nodes * ranks_per_node)
+    return Planned(cfg, nodes, ranks_per_node, options)
 
 
 # ------------------------------------------------------------ the notebooks
@@ -173,15 +173,15 @@ def ddp_one_node(params: Mapping, gpus: int = 0, backend: str = "local") -> Plan
     """03: one DDP job, then the equivalence check (``exact_workers`` x B against 1 x ``exact_workers``·B,
     with GroupNorm and a BatchNorm control). The check runs on GPUs where there are enough of them,
     otherwise as CPU processes (gloo), even beside a GPU."""
-    (output_root, arch, image_size, batch_size, epochs, nodes, gpus_per_node, steps, bucket_cap_mb, data_dir,
+    (output_root, arch, image_size, batch_size, epochs, nodes, ranks_per_node, steps, bucket_cap_mb, data_dir,
      exact_workers, exact_batch, exact_steps) = _get(
-        params, "output_root", "arch", "image_size", "batch_size", "epochs", "nodes", "gpus_per_node",
+        params, "output_root", "arch", "image_size", "batch_size", "epochs", "nodes", "ranks_per_node",
         "max_steps_per_epoch", "bucket_cap_mb", "data_dir", "exact_workers", "exact_batch", "exact_steps")
     notes: list[str] = []
     common = dict(output_root=output_root, arch=arch, image_size=image_size, data_dir=data_dir)
     cfg = recipe(params, "03-ddp-2w", batch_size=batch_size, epochs=epochs, max_steps_per_epoch=steps,
                  bucket_cap_mb=bucket_cap_mb, **common)
-    planned = [_job(cfg, nodes, gpus_per_node, backend, gpus, notes)]
+    planned = [_job(cfg, nodes, ranks_per_node, backend, gpus, notes)]
     if exact_workers < 2:
         raise ConfigError(f"exact_workers: the check compares 2 or more workers with 1, got {exact_workers}. "
                           "Fix: pass exact_workers=2.")
@@ -208,9 +208,9 @@ def ddp_one_node(params: Mapping, gpus: int = 0, backend: str = "local") -> Plan
 def large_batches(params: Mapping, gpus: int = 0, backend: str = "local") -> Plan:
     """04: the global-batch sweep without and with warmup (each sweep one job at a time, side by side),
     then LARS at the largest batch after the no-warmup sweep."""
-    (output_root, dataset, data_dir, arch, image_size, nodes, gpus_per_node, global_batches, epochs, base_lr,
+    (output_root, dataset, data_dir, arch, image_size, nodes, ranks_per_node, global_batches, epochs, base_lr,
      warmup_epochs, steps, lars_base_lr) = _get(
-        params, "output_root", "dataset", "data_dir", "arch", "image_size", "nodes", "gpus_per_node",
+        params, "output_root", "dataset", "data_dir", "arch", "image_size", "nodes", "ranks_per_node",
         "global_batches", "epochs", "base_lr", "warmup_epochs", "max_steps_per_epoch", "lars_base_lr")
     if float(warmup_epochs) <= 0:
         raise ConfigError(f"warmup_epochs: the 'with warmup' runs need a warmup, got {warmup_epochs}. Fix: pass e.g. "
@@ -219,9 +219,9 @@ def large_batches(params: Mapping, gpus: int = 0, backend: str = "local") -> Pla
     base = dict(output_root=output_root, dataset=dataset, data_dir=data_dir, arch=arch, image_size=image_size,
                 epochs=epochs, base_lr=base_lr, max_steps_per_epoch=steps)
     probe = recipe(params, "04-sgd", **base)
-    nodes, gpus_per_node, note = place(probe, nodes, gpus_per_node, backend, gpus)
+    nodes, ranks_per_node, note = place(probe, nodes, ranks_per_node, backend, gpus)
     notes += note
-    workers = nodes * gpus_per_node
+    workers = nodes * ranks_per_node
     uneven = [g for g in global_batches if g % workers or g < workers]
     if uneven:
         raise ConfigError(f"global_batches: {uneven} cannot be split evenly over {workers} workers. Fix: use "
@@ -233,21 +233,21 @@ def large_batches(params: Mapping, gpus: int = 0, backend: str = "local") -> Pla
             cfg = recipe(params, f"04-warmup{warmup:g}-batch_size{batch // workers}", **base,
                          warmup_epochs=warmup, batch_size=batch // workers)
             check_batch(cfg, workers)
-            planned.append(Planned(cfg, nodes, gpus_per_node, after=previous))
+            planned.append(Planned(cfg, nodes, ranks_per_node, after=previous))
             previous = cfg.name
     largest = max(global_batches)
     lars = recipe(params, "04-lars", **{**base, "base_lr": lars_base_lr}, optimizer="lars",
                   warmup_epochs=float(warmup_epochs), batch_size=largest // workers)
-    planned.append(Planned(lars, nodes, gpus_per_node, after=f"04-warmup0-batch_size{largest // workers}"))
+    planned.append(Planned(lars, nodes, ranks_per_node, after=f"04-warmup0-batch_size{largest // workers}"))
     return Plan(planned, backend, notes, {"workers": workers, "per_worker": [g // workers for g in global_batches]})
 
 
 def multi_node(params: Mapping, gpus: int = 0, backend: str = "local") -> Plan:
     """05: the multi-node job and the long job that is cancelled, with the Slurm options."""
-    (output_root, data_dir, arch, image_size, batch_size, epochs, steps, nodes, gpus_per_node, time_limit,
+    (output_root, data_dir, arch, image_size, batch_size, epochs, steps, nodes, ranks_per_node, time_limit,
      partition, account, extra_sbatch, cancel_epochs) = _get(
         params, "output_root", "data_dir", "arch", "image_size", "batch_size", "epochs", "max_steps_per_epoch",
-        "nodes", "gpus_per_node", "time_limit", "partition", "account", "extra_sbatch", "cancel_epochs")
+        "nodes", "ranks_per_node", "time_limit", "partition", "account", "extra_sbatch", "cancel_epochs")
     notes: list[str] = []
     options = dict(time=time_limit, partition=partition or None, account=account or None,
                    sbatch_options=str(extra_sbatch).split())
@@ -255,8 +255,8 @@ def multi_node(params: Mapping, gpus: int = 0, backend: str = "local") -> Plan:
                   batch_size=batch_size)
     main = recipe(params, "05-multinode", epochs=epochs, max_steps_per_epoch=steps, **common)
     long = recipe(params, "05-cancel-me", epochs=cancel_epochs, **common)
-    planned = [_job(main, nodes, gpus_per_node, backend, gpus, notes, **options),
-               _job(long, nodes, gpus_per_node, backend, gpus, [], **options)]
+    planned = [_job(main, nodes, ranks_per_node, backend, gpus, notes, **options),
+               _job(long, nodes, ranks_per_node, backend, gpus, [], **options)]
     return Plan(planned, backend, notes)
 
 
@@ -266,24 +266,24 @@ def scaling_study(params: Mapping, gpus: int = 0, backend: str = "local") -> Pla
     from tutorial_lib.lessons.study import int_list
 
     (output_root, data_dir, arch, image_size, batch_size, epochs, steps, scale_over, scale_values, nodes,
-     gpus_per_node, time_limit, extra_sbatch) = _get(
+     ranks_per_node, time_limit, extra_sbatch) = _get(
         params, "output_root", "data_dir", "arch", "image_size", "batch_size", "epochs", "max_steps_per_epoch",
-        "scale_over", "scale_values", "nodes", "gpus_per_node", "time_limit", "extra_sbatch")
-    if scale_over not in ("nodes", "gpus_per_node"):
-        raise ConfigError(f"scale_over: {scale_over!r} is not a resource. Fix: use 'gpus_per_node' or 'nodes'.")
+        "scale_over", "scale_values", "nodes", "ranks_per_node", "time_limit", "extra_sbatch")
+    if scale_over not in ("nodes", "ranks_per_node"):
+        raise ConfigError(f"scale_over: {scale_over!r} is not a resource. Fix: use 'ranks_per_node' or 'nodes'.")
     values = int_list(scale_values)
     cfg = recipe(params, "06-scale", output_root=output_root, data_dir=data_dir, arch=arch,
                  image_size=image_size, batch_size=batch_size, epochs=epochs, max_steps_per_epoch=steps)
     options = dict(time=time_limit, sbatch_options=str(extra_sbatch).split())
     planned, skipped, notes, previous = [], [], [], None
     for value in values:
-        world = {"nodes": nodes, "gpus_per_node": gpus_per_node, scale_over: value}
-        if place(cfg, world["nodes"], world["gpus_per_node"], backend, gpus)[2]:
+        world = {"nodes": nodes, "ranks_per_node": ranks_per_node, scale_over: value}
+        if place(cfg, world["nodes"], world["ranks_per_node"], backend, gpus)[2]:
             skipped.append(value)
             continue
         job_cfg = dataclasses.replace(cfg, name=f"06-scale-{scale_over}{value}")
-        check_batch(job_cfg, world["nodes"] * world["gpus_per_node"])
-        planned.append(Planned(job_cfg, world["nodes"], world["gpus_per_node"], dict(options), after=previous))
+        check_batch(job_cfg, world["nodes"] * world["ranks_per_node"])
+        planned.append(Planned(job_cfg, world["nodes"], world["ranks_per_node"], dict(options), after=previous))
         previous = job_cfg.name
     if skipped:
         notes.append(f"{scale_over} = {skipped} not measured: this machine has {gpus} GPU(s) and no Slurm, and one "

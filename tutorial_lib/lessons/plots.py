@@ -180,7 +180,8 @@ def job_row(job, state: str | None = None, events: list[dict] | None = None) -> 
         last[record["event"]] = record
     setup = last.get("resume") or last.get("start") or {}
     spec = (getattr(job, "record", None) or {}).get("spec") or {}
-    world_size = setup.get("world_size") or (spec.get("nodes", 0) * spec.get("gpus_per_node", 0)) or None
+    ranks_per_node = spec.get("ranks_per_node", spec.get("gpus_per_node", 0))  # gpus_per_node: older job records
+    world_size = setup.get("world_size") or (spec.get("nodes", 0) * ranks_per_node) or None
     epoch = last.get("epoch", {})
     rate = last.get("step", epoch).get("images_per_sec")
     return {"name": job.name, "id": job.id, "backend": job.backend, "state": state, "world_size": world_size,

@@ -2,7 +2,7 @@
 
     from tutorial_lib import jobs
     from tutorial_lib.lessons import study
-    runs = jobs.sweep(cfg, over="gpus_per_node", values=[1, 2])
+    runs = jobs.sweep(cfg, over="ranks_per_node", values=[1, 2])
     ...                                   # wait / monitor.watch(runs)
     study.scaling_table(runs)             # reference 000's table: GPUs, nodes, batch, img/s, times, top-1/5
     study.collect(runs)                   # the same numbers, unformatted (for plots)
@@ -33,9 +33,9 @@ from pathlib import Path
 import pandas as pd
 
 from tutorial_lib import REPO_ROOT
-from tutorial_lib.engine.config import IMAGENET_TRAIN_IMAGES
+from tutorial_lib.rundir.layout import CONFIG_FILE, JOB_FILE
 from tutorial_lib.rundir.metrics import read_metrics
-from tutorial_lib.scaling import format_duration
+from tutorial_lib.scaling import IMAGENET_TRAIN_IMAGES, format_duration
 
 SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
 REFERENCE_EPOCHS = 90  # reference 000 trains every run for 90 epochs
@@ -194,6 +194,11 @@ def readable_log(text: str, tail: int | None = None) -> str:
     return "\n".join(lines[-tail:] if tail else lines)
 
 
+def _ranks_per_node(spec: dict, default: int) -> int:
+    """Ranks per node of a job record (``gpus_per_node`` in records written before the rename)."""
+    return spec.get("ranks_per_node", spec.get("gpus_per_node", default))
+
+
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
@@ -211,7 +216,7 @@ def _run_dir(run) -> Path:
 
 def hosts_table(run) -> pd.DataFrame:
     """Which node each rank ran on, from the run's ``config.json`` (``hosts``, in rank order)."""
-    hosts = _read_json(_run_dir(run) / "config.json").get("hosts")
+    hosts = _read_json(_run_dir(run) / CONFIG_FILE).get("hosts")
     if not hosts:
         raise ValueError(f"{_run_dir(run)}: config.json has no 'hosts' yet. Fix: wait until the job has started "
                          "(study.wait_for_event(job, 'start')).")
@@ -272,8 +277,8 @@ def run_record(run) -> dict:
     Raises ValueError naming the run if it logged no epoch (it failed, or has not finished one).
     """
     run_dir = _run_dir(run)
-    config = _read_json(run_dir / "config.json")
-    spec = _read_json(run_dir / "job.json").get("spec", {})
+    config = _read_json(run_dir / CONFIG_FILE)
+    spec = _read_json(run_dir / JOB_FILE).get("spec", {})
     events = read_metrics(run_dir)
     epochs = [r for r in events if r.get("event") == "epoch"]
     if not epochs:
@@ -282,7 +287,7 @@ def run_record(run) -> dict:
                          "stopped.")
     start = next((r for r in events if r.get("event") in ("start", "resume")), {})
     world = config.get("world_size") or start.get("world_size") or \
-        (spec.get("nodes", 1) * spec.get("gpus_per_node", 1))
+        (spec.get("nodes", 1) * _ranks_per_node(spec, 1))
     hosts = config.get("hosts") or start.get("hosts") or []
     nodes = spec.get("nodes") or len(set(hosts)) or 1
     last = epochs[-1]
@@ -290,7 +295,7 @@ def run_record(run) -> dict:
         "name": config.get("name") or run_dir.name,
         "gpus": int(world),
         "nodes": int(nodes),
-        "gpus_per_node": int(spec.get("gpus_per_node") or max(1, int(world) // int(nodes))),
+        "gpus_per_node": int(_ranks_per_node(spec, 0) or max(1, int(world) // int(nodes))),
         "global_batch": int(config.get("global_batch") or start.get("global_batch")
                             or int(world) * int(config.get("batch_size", 0))),
         "images_per_sec": measured_throughput(epochs),
@@ -410,7 +415,7 @@ def projection_from_run(run, gpus: Sequence[int], preset: str = "hal", epochs: f
     from tutorial_lib.scaling import DataPipeline
     from tutorial_lib.scaling.presets import PRESETS
 
-    record, config = run_record(run), _read_json(_run_dir(run) / "config.json")
+    record, config = run_record(run), _read_json(_run_dir(run) / CONFIG_FILE)
     gradient_bytes = 4.0 * config["parameters"]
     bucket_bytes = config.get("bucket_cap_mb", 25) * 2**20
     base = PRESETS[preset].model

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import torch
 
-CHECKPOINT_FILE = "checkpoint.pt"
-
 
 def save_atomic(state: dict, path: str | os.PathLike) -> Path:
     """Write ``state`` with torch.save to ``path`` atomically (temp file, fsync, rename, fsync dir)."""

@@ -10,7 +10,16 @@ import subprocess
 import time
 from pathlib import Path
 
-LOCK_FILE = "LOCK"
+from tutorial_lib.rundir.layout import (
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    DONE_FILE,
+    JOB_FILE,
+    LOCK_FILE,
+    METRICS_FILE,
+    STATE_FILE,
+    STOP_FILE,
+)
 
 
 class RunLockedError(RuntimeError):
@@ -22,14 +31,14 @@ class RunDirError(ValueError):
 
 
 # Files only a run of this project writes; a non-empty folder with none of them is someone else's.
-_RUN_FILES = ("job.json", "job_state.json", "metrics.jsonl", "checkpoint.pt", "DONE", "STOP", LOCK_FILE)
+_RUN_FILES = (JOB_FILE, STATE_FILE, METRICS_FILE, CHECKPOINT_FILE, DONE_FILE, STOP_FILE, LOCK_FILE)
 
 
 def _is_run_dir(run_dir: Path) -> bool:
     if any((run_dir / name).exists() for name in _RUN_FILES):
         return True
     try:  # the trainer writes config.json first: ours holds the derived global batch
-        return "global_batch" in json.loads((run_dir / "config.json").read_text())
+        return "global_batch" in json.loads((run_dir / CONFIG_FILE).read_text())
     except (OSError, ValueError, TypeError):
         return False
 

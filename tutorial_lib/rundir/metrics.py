@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-METRICS_FILE = "metrics.jsonl"
+from tutorial_lib.rundir.layout import METRICS_FILE
 
 
 class MetricsWriter:
@@ -49,11 +49,13 @@ def _jsonable(value):
     return str(value)
 
 
-def read_metrics(run_dir_or_file: str | os.PathLike) -> list[dict]:
-    """All complete events of a run (a torn or garbled line is skipped, never raised)."""
-    path = Path(run_dir_or_file)
-    if path.is_dir():
-        path = path / METRICS_FILE
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """The JSON objects of a JSON-lines file, one per line; a torn or garbled line is skipped, never raised.
+
+    The one reader of the project's JSON-lines files (``metrics.jsonl``, benchmark results). A missing
+    file gives an empty list.
+    """
+    path = Path(path)
     if not path.is_file():
         return []
     records = []
@@ -63,9 +65,27 @@ def read_metrics(run_dir_or_file: str | os.PathLike) -> list[dict]:
                 record = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
-            if isinstance(record, dict) and "event" in record:
+            if isinstance(record, dict):
                 records.append(record)
     return records
+
+
+def append_jsonl(path: str | os.PathLike, records: list[dict]) -> Path:
+    """Append ``records`` to a JSON-lines file, one per line (its folder is created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        for record in records:
+            handle.write(json.dumps(record, default=_jsonable) + "\n")
+    return path
+
+
+def read_metrics(run_dir_or_file: str | os.PathLike) -> list[dict]:
+    """All complete events of a run (a torn or garbled line is skipped, never raised)."""
+    path = Path(run_dir_or_file)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    return [record for record in read_jsonl(path) if "event" in record]
 
 
 def metrics_table(run_dir_or_file, event: str | None = None):

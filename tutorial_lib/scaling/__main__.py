@@ -4,4 +4,5 @@ import sys
 
 from tutorial_lib.scaling.presets import cli
 
-sys.exit(cli())
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, replace
 
-from tutorial_lib.scaling import (
+from tutorial_lib.scaling.model import (
     IMAGENET_TRAIN_IMAGES,
     IMAGENET_VAL_IMAGES,
     RESNET50_PARAMETERS,

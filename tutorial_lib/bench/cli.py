@@ -1,0 +1,198 @@
+"""The benchmarks' command line: ``python -m tutorial_lib.bench train|data|e2e|allreduce|matmul|table``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from tutorial_lib.bench.comm import measure_allreduce, parse_size
+from tutorial_lib.bench.compute import defaults, matmul_peak, measure_training, resolve_device, sweep_training
+from tutorial_lib.bench.data import (
+    DEFAULT_FAKE_DIR,
+    FAKE_MARKER,
+    make_fake_imagenet,
+    measure_e2e,
+    measure_gpu_decode,
+    measure_loader,
+)
+from tutorial_lib.bench.records import append_records, describe, markdown_tables, read_records
+from tutorial_lib.engine.config import parse_bool
+from tutorial_lib.engine.device import environment_facts
+
+USAGE = """examples:
+    python -m tutorial_lib.bench train --precision fp32,bf16 --channels-last off,on --out results/train.jsonl
+    python -m tutorial_lib.bench data --workers 0,1,2 --out results/data.jsonl
+    python -m tutorial_lib.bench e2e --workers 2 --out results/e2e.jsonl
+    torchrun --nproc-per-node 2 -m tutorial_lib.bench allreduce --out results/allreduce.jsonl
+    python -m tutorial_lib.bench matmul                      # dense matrix-product rate of this device
+    python -m tutorial_lib.bench table results/train.jsonl   # markdown tables of result files
+
+Defaults depend on the device: tiny on a CPU, ResNet-50 / 224 px / batch 256 on a GPU."""
+
+
+def _parse_list(text: str, kind=str) -> list:
+    return [kind(v) for v in str(text).replace(" ", "").split(",") if v]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``python -m tutorial_lib.bench`` parser."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tutorial_lib.bench", epilog=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Benchmarks that write JSON lines naming the device: training speed, input-pipeline speed, "
+                    "all-reduce bandwidth.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    common.add_argument("--out", help="append JSON lines here (default: print them)")
+    common.add_argument("--quiet", action="store_true", help="no human-readable lines")
+
+    train = sub.add_parser("train", parents=[common], help="training throughput on synthetic batches")
+    train.add_argument("--arch", type=_parse_list, help="comma list of torchvision models")
+    train.add_argument("--precision", type=_parse_list, help="comma list of fp32,tf32,fp16,bf16")
+    train.add_argument("--channels-last", type=lambda t: [parse_bool(v) for v in _parse_list(t)],
+                       help="comma list of on/off")
+    train.add_argument("--compile", type=_parse_list, help="comma list of torch.compile modes (none, default, ...)")
+    train.add_argument("--batch-size", type=lambda t: _parse_list(t, int), help="comma list of per-GPU batches")
+    for name in ("image-size", "steps", "warmup", "windows"):
+        train.add_argument("--" + name, type=int)
+    train.add_argument("--num-classes", type=int, default=1000)
+    train.add_argument("--isolate", default="auto", choices=("auto", "yes", "no"),
+                       help="each configuration in a fresh process (auto: on the CPU, for a per-run max RSS)")
+    train.add_argument("--matmul-tflops", type=float, help=argparse.SUPPRESS)
+
+    matmul = sub.add_parser("matmul", parents=[common], help="dense matrix-product rate (the compute ceiling)")
+    matmul.add_argument("--dtype", type=_parse_list, help="comma list, e.g. bfloat16,float32 (default: bf16 on a "
+                        "GPU, fp32 on the CPU; float32 means true fp32, TF32 off)")
+    reduce = sub.add_parser("allreduce", parents=[common], help="all-reduce bandwidth (run under torchrun)")
+    reduce.add_argument("--sizes", type=lambda t: [parse_size(v) for v in _parse_list(t)],
+                        help="comma list of message sizes, e.g. 4K,1M,256M")
+    reduce.add_argument("--iters", type=int, help="all-reduces per size per round, at least")
+    reduce.add_argument("--repeats", type=int, default=3, help="rounds; the sizes take turns in every round")
+    reduce.add_argument("--min-time", type=float, default=0.05, help="seconds per size per round, at least")
+    reduce.add_argument("--warmup", type=int)
+    reduce.add_argument("--dtype", default="float32")
+    add_data_arguments(sub, common)
+    table = sub.add_parser("table", help="markdown tables of result files")
+    table.add_argument("files", nargs="+")
+    table.add_argument("--out", help="also write the markdown here")
+    return parser
+
+
+def add_data_arguments(sub, common) -> None:
+    """The ``data`` and ``e2e`` subcommands of ``python -m tutorial_lib.bench``."""
+    for name, text in (("data", "JPEG loader speed: CPU workers vs GPU decoding"),
+                       ("e2e", "training throughput fed from JPEG files by the trainer's loader")):
+        parser = sub.add_parser(name, parents=[common], help=text)
+        parser.add_argument("--data-dir", default=DEFAULT_FAKE_DIR, help="ImageNet-layout folder (generated if "
+                            "missing; pass a real ImageNet to measure it)")
+        parser.add_argument("--classes", type=int, help="classes of the generated set")
+        parser.add_argument("--per-class", type=int, help="training images per class of the generated set")
+        parser.add_argument("--jpeg-size", default="500x375", help="generated image size WxH")
+        parser.add_argument("--workers", type=lambda t: _parse_list(t, int), help="comma list of worker counts")
+        parser.add_argument("--batch-size", type=int)
+        parser.add_argument("--image-size", type=int)
+        if name == "data":
+            parser.add_argument("--batches", type=int, help="timed batches per measurement")
+            parser.add_argument("--gpu-decode", default="auto", choices=("auto", "yes", "no"))
+            parser.add_argument("--read-threads", type=int, default=8)
+        else:
+            parser.add_argument("--arch")
+            parser.add_argument("--precision", default=None, help="default: bf16 on a GPU, fp32 on the CPU")
+            parser.add_argument("--channels-last", type=parse_bool, default=None)
+            parser.add_argument("--compile", default=None, help="torch.compile mode (default: the profile's, as the "
+                                "trainer: default on a GPU, none on the CPU)")
+            parser.add_argument("--steps", type=int)
+            parser.add_argument("--warmup", type=int)
+            parser.add_argument("--no-reference", action="store_true", help="skip the synthetic-data comparison")
+
+
+def _ensure_data(args, d: dict) -> None:
+    root = Path(args.data_dir)
+    if root.is_dir() and not (root / FAKE_MARKER).is_file() and any(root.iterdir()):
+        return  # a real data set: use it as it is
+    width, height = (int(v) for v in args.jpeg_size.lower().split("x"))
+    make_fake_imagenet(root, args.classes or d["classes"], args.per_class or d["per_class"], (width, height))
+
+
+def run_data_command(args, device: torch.device, emit) -> None:
+    """Run ``data`` or ``e2e`` from parsed arguments, passing each record to ``emit``."""
+    d = defaults(device)
+    _ensure_data(args, d)
+    gpu = device.type == "cuda"
+    batch = args.batch_size or d["batch_size"]
+    size = args.image_size or d["image_size"]
+    if args.command == "data":
+        batches = args.batches or d["loader_batches"]
+        for workers in args.workers or d["workers"]:
+            emit(measure_loader(args.data_dir, workers, batch, size, batches))
+        if args.gpu_decode != "no":
+            emit(measure_gpu_decode(args.data_dir, batch, size, batches, device="cuda",
+                                    read_threads=args.read_threads))
+        return
+    precision = args.precision or ("bf16" if gpu else "fp32")
+    channels_last = gpu if args.channels_last is None else args.channels_last
+    for workers in args.workers or [max(d["workers"])]:
+        emit(measure_e2e(args.data_dir, args.arch, precision, channels_last, batch, size, args.steps, args.warmup,
+                         workers, args.compile, device, reference=not args.no_reference))
+
+
+
+def _emit(records: list[dict], args) -> None:
+    if args.out:
+        append_records(args.out, records)
+    for record in records:
+        if not args.quiet:
+            print(describe(record), flush=True)
+        if not args.out:
+            print(json.dumps(record, default=str), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    args = build_parser().parse_args(argv)
+    if args.command == "table":
+        records = [r for f in args.files for r in read_records(f)]
+        text = markdown_tables(records)
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(text)
+        print(text)
+        return 0
+    if args.command == "allreduce":
+        record = measure_allreduce(args.sizes, args.iters, args.warmup, args.dtype, args.device, args.repeats,
+                                   args.min_time)
+        if record is not None:
+            _emit([record], args)
+        return 0
+    device = resolve_device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda but no CUDA GPU is visible. Fix: run on a GPU node, or use --device cpu.",
+              file=sys.stderr)
+        return 2
+    if args.command == "matmul":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        for dtype in args.dtype or [None]:
+            _emit([{"kind": "matmul", "status": "ok", **matmul_peak(device, dtype), "device": device.type,
+                    "env": environment_facts(device), "timestamp": time.time()}], args)
+        return 0
+    if args.command == "train":
+        several = len(args.arch or [1]) * len(args.precision or defaults(device)["precisions"]) * len(
+            args.channels_last or [1]) * len(args.compile or [1]) * len(args.batch_size or [1]) > 1
+        isolate = {"yes": True, "no": False}.get(args.isolate, device.type == "cpu" and several)
+        if args.matmul_tflops is not None:  # a child of an isolated sweep: one configuration
+            record = measure_training(args.arch[0], args.precision[0], args.channels_last[0], args.batch_size[0],
+                                      args.image_size, args.steps, args.warmup, args.compile[0], device, args.windows,
+                                      args.num_classes, isolate=False, matmul_tflops=args.matmul_tflops)
+            _emit([record], args)
+            return 0
+        sweep_training(args.arch, args.precision, args.channels_last, args.compile, args.batch_size, args.image_size,
+                       args.steps, args.warmup, args.windows, device, isolate, args.num_classes,
+                       on_record=lambda record: _emit([record], args))
+        return 0
+    run_data_command(args, device, emit=lambda record: _emit([record], args))
+    return 0

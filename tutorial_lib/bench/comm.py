@@ -1,0 +1,114 @@
+"""Communication benchmark: all-reduce time and bandwidth per message size, as nccl-tests reports them.
+
+Run under torchrun (gloo on CPU, nccl on GPU); the record has the shape
+:func:`tutorial_lib.scaling.load_allreduce_samples` reads.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from tutorial_lib import REPO_ROOT
+from tutorial_lib.bench.compute import defaults
+from tutorial_lib.bench.records import append_records, read_records
+from tutorial_lib.engine.device import environment_facts
+
+
+def parse_size(text: str) -> int:
+    """``4K``, ``16M``, ``1G`` (powers of 1024) or plain bytes."""
+    text = str(text).strip().upper().removesuffix("B")
+    factor = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(float(text[:-1] if factor > 1 else text) * factor)
+
+
+def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, warmup: int | None = None,
+                      dtype: str = "float32", device: str = "auto", repeats: int = 3,
+                      min_time: float = 0.05) -> dict | None:
+    """All-reduce time and bandwidth per message size, across the ranks of this torchrun job.
+
+    Call it in every rank (joins the process group from torchrun's environment: nccl on GPUs,
+    gloo on the CPU). Returns the record on rank 0 and None elsewhere. ``results`` lists
+    ``{"bytes", "seconds", "algbw_GBps", "busbw_GBps"}`` with busbw = algbw x 2(n-1)/n (nccl-tests);
+    the time is the slowest rank's mean over at least ``iters`` calls and ``min_time`` seconds, the
+    median of ``repeats`` rounds in which the sizes take turns (``seconds_low``/``_high``, see
+    :func:`tutorial_lib.bench.timing.allreduce_rounds`). ``device="auto"`` uses the GPUs when
+    every local rank has one, else the CPU (gloo), so two ranks can measure on a one-GPU machine.
+    """
+    import torch.distributed as dist
+
+    from tutorial_lib.engine import distributed as dist_utils
+    from tutorial_lib.scaling import bus_bandwidth_bytes_s
+
+    _, world, local_rank, local_world = dist_utils.env_rank_info()
+    if device == "auto" and torch.cuda.is_available() and local_world > torch.cuda.device_count():
+        device = "cpu"
+    device = dist_utils.pick_device(device, local_rank)
+    d = defaults(device)
+    sizes, iters = sizes or d["allreduce_sizes"], iters or d["allreduce_iters"]
+    warmup = d["allreduce_warmup"] if warmup is None else warmup
+    owned = not dist.is_initialized()
+    info = dist_utils.init_distributed(device) if owned else dist_utils.DistInfo(
+        dist.get_rank(), dist.get_world_size(), local_rank, 1, dist.get_backend())
+    if not info.distributed:
+        raise RuntimeError("allreduce needs several ranks. Fix: run it under torchrun, e.g. "
+                           "torchrun --nproc-per-node 2 -m tutorial_lib.bench allreduce")
+    hosts = dist_utils.all_gather_objects(dist_utils.node_name(), info)
+    torch_dtype = getattr(torch, dtype)
+    element = torch.tensor([], dtype=torch_dtype).element_size()
+    from tutorial_lib.bench.timing import allreduce_rounds
+
+    results = allreduce_rounds([torch.ones(max(1, size // element), dtype=torch_dtype, device=device)
+                                for size in sizes], iters, warmup, repeats, min_time, device)
+    for result in results:
+        result["busbw_GBps"] = bus_bandwidth_bytes_s(result["bytes"], result["seconds"], info.world_size) / 1e9
+        for end, other in (("low", "high"), ("high", "low")):  # the fastest round gives the highest bandwidth
+            result[f"busbw_GBps_{end}"] = bus_bandwidth_bytes_s(result["bytes"], result[f"seconds_{other}"],
+                                                                info.world_size) / 1e9
+    record = None
+    if info.is_main:
+        record = {"kind": "allreduce", "status": "ok", "backend": info.backend, "world_size": info.world_size,
+                  "gpus": info.world_size, "nodes": len(set(hosts)), "hosts": hosts, "dtype": dtype,
+                  "iters": iters, "warmup": warmup, "repeats": repeats, "min_time_s": min_time, "device": device.type,
+                  "timer": "torch.cuda.Event" if device.type == "cuda" else "time.perf_counter",
+                  "results": results, "env": environment_facts(device), "timestamp": time.time()}
+    if owned:
+        dist_utils.shutdown(info)
+    return record
+
+
+def launch_allreduce(nproc: int = 2, sizes: list[int] | None = None, iters: int | None = None,
+                     out: str | os.PathLike | None = None, timeout: float = 300) -> dict:
+    """Run the all-reduce benchmark on this machine with ``nproc`` ranks (torchrun); return its record.
+
+    The record also goes to ``out`` (JSON lines) if given. Feed it to
+    :func:`tutorial_lib.scaling.load_allreduce_samples` / :func:`tutorial_lib.scaling.calibrate`.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "allreduce.jsonl"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+                   "-m", "tutorial_lib.bench", "allreduce", "--quiet", "--out", str(target)]
+        if sizes:
+            command += ["--sizes", ",".join(str(s) for s in sizes)]
+        if iters:
+            command += ["--iters", str(iters)]
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                                 "MASTER_PORT", "LOCAL_WORLD_SIZE")}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                          env.get("PYTHONPATH")]))
+        env.setdefault("OMP_NUM_THREADS", "1")
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+        records = read_records(target)
+        if result.returncode != 0 or not records:
+            raise RuntimeError(f"all-reduce benchmark failed ({result.returncode}):\n{result.stderr[-2000:]}")
+    if out:
+        append_records(out, records[-1:])
+    return records[-1]
+
+

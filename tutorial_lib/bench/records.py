@@ -1,0 +1,179 @@
+"""Benchmark records: JSON lines written and read, one human line per record, tables and figure inputs.
+
+Every record names the device, the library versions and all settings (``env``); unsupported settings
+give ``status: "skipped"`` with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from tutorial_lib.rundir.metrics import append_jsonl, read_jsonl
+
+
+def append_records(path: str | os.PathLike, records: list[dict]) -> Path:
+    """Append records to a JSON-lines file (folders are created)."""
+    return append_jsonl(path, records)
+
+
+def read_records(path: str | os.PathLike, kind: str | None = None) -> list[dict]:
+    """Records of a JSON-lines file (unreadable lines skipped), optionally only one ``kind``."""
+    return [r for r in read_jsonl(path) if kind is None or r.get("kind") == kind]
+
+
+def human_bytes(nbytes: float) -> str:
+    """``4096`` -> ``4 KiB``, ``25 << 20`` -> ``25 MiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(nbytes) < 1024 or unit == "GiB":
+            return f"{nbytes:g} {unit}" if float(nbytes).is_integer() else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return f"{nbytes} GiB"  # pragma: no cover
+
+
+def _fmt(value, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def describe(record: dict) -> str:
+    """One human line for a record."""
+    kind, status = record.get("kind"), record.get("status")
+    head = {"train": "{arch} {precision} cl={channels_last} compile={compile} b={batch_size} {image_size}px",
+            "data": "{pipeline} workers={workers} b={batch_size} {image_size}px",
+            "e2e": "{arch} {precision} workers={workers} b={batch_size} {image_size}px",
+            "allreduce": "{backend} x{world_size}", "matmul": "{device}"}.get(kind, "{kind}")
+    text = f"{kind}: " + head.format_map({k: _fmt(v) for k, v in record.items()})
+    if status != "ok":
+        return f"{text}: {status} ({record.get('reason', '')})"
+    if kind == "train":
+        return (f"{text}: {record['images_per_sec']:.1f} img/s, peak {record['peak_memory_bytes'] / 2**30:.2f} GiB, "
+                f"{record['achieved_tflops']:.3f} TFLOP/s of {record['matmul_tflops']:.2f} matmul")
+    if kind == "data":
+        return f"{text}: {record['images_per_sec']:.1f} img/s, {record['mb_per_sec']:.1f} MB/s"
+    if kind == "e2e":
+        wait = 100 * record["data_wait_fraction"]
+        return f"{text}: {record['images_per_sec']:.1f} img/s, waiting for data {wait:.0f}% of the time"
+    if kind == "matmul":
+        return f"{text}: {record['matmul_dtype']} {record['matmul_size']}^3: {record['matmul_tflops']:.3f} TFLOP/s"
+    if kind == "allreduce":
+        best = max(r["busbw_GBps"] for r in record["results"])
+        return f"{text}: {len(record['results'])} sizes, best bus bandwidth {best:.2f} GB/s"
+    return text
+
+
+TABLE_COLUMNS = {
+    "train": [("arch", "arch", 0), ("precision", "precision", 0), ("channels_last", "channels_last", 0),
+              ("compile", "compile", 0), ("batch_size", "batch", 0), ("image_size", "px", 0),
+              ("images_per_sec", "img/s", 1), ("images_per_sec_low", "img/s low", 1),
+              ("images_per_sec_high", "img/s high", 1), ("step_time_ms", "step ms", 1),
+              ("peak_memory_gib", "peak GiB", 2),
+              ("training_memory_gib", "training GiB", 2),
+              ("achieved_tflops", "TFLOP/s", 3), ("matmul_tflops", "matmul TFLOP/s", 2),
+              ("fraction_of_matmul", "of matmul", 3), ("note", "note", 0)],
+    "data": [("pipeline", "pipeline", 0), ("workers", "workers", 0), ("batch_size", "batch", 0),
+             ("image_size", "px", 0), ("images_per_sec", "img/s", 1), ("images_per_sec_low", "img/s low", 1),
+             ("images_per_sec_high", "img/s high", 1), ("mb_per_sec", "MB/s", 1),
+             ("decode_ms_per_image", "decode ms/img", 2), ("augment_ms_per_image", "augment ms/img", 2),
+             ("note", "note", 0)],
+    "e2e": [("arch", "arch", 0), ("precision", "precision", 0), ("channels_last", "channels_last", 0),
+            ("workers", "workers", 0), ("batch_size", "batch", 0), ("image_size", "px", 0),
+            ("images_per_sec", "img/s from JPEG", 1), ("images_per_sec_low", "low", 1),
+            ("images_per_sec_high", "high", 1), ("synthetic_images_per_sec", "img/s synthetic", 1),
+            ("data_wait_fraction", "waiting for data", 2), ("note", "note", 0)],
+    "matmul": [("device", "device", 0), ("matmul_dtype", "dtype", 0), ("matmul_size", "size", 0),
+               ("matmul_tflops", "TFLOP/s", 3)],
+    "allreduce": [("backend", "backend", 0), ("world_size", "ranks", 0), ("nodes", "nodes", 0),
+                  ("size", "size", 0), ("time_ms", "time ms", 3), ("algbw_GBps", "algbw GB/s", 2),
+                  ("busbw_GBps", "busbw GB/s", 2)],
+}
+
+
+def flat_rows(records: list[dict], kind: str) -> list[dict]:
+    """Table rows of one kind (all-reduce records give one row per message size)."""
+    rows = []
+    for record in records:
+        if record.get("kind") != kind:
+            continue
+        row = {k: v for k, v in record.items() if k not in ("env", "results")}
+        row["note"] = "" if record.get("status") == "ok" else f"{record.get('status')}: {record.get('reason', '')}"
+        for key in ("peak_memory", "training_memory"):
+            if f"{key}_bytes" in record:
+                row[f"{key}_gib"] = record[f"{key}_bytes"] / 2**30
+        if kind == "allreduce":
+            for result in record.get("results", []):
+                rows.append({**row, **result, "time_ms": result["seconds"] * 1000,
+                             "size": human_bytes(result["bytes"])})
+        else:
+            rows.append(row)
+    return rows
+
+
+def results_frame(records: list[dict], kind: str = "train"):
+    """A pandas DataFrame of one kind of record with the table's readable column names."""
+    import pandas as pd
+
+    columns = TABLE_COLUMNS[kind]
+    rows = [{title: row.get(key) for key, title, _ in columns} for row in flat_rows(records, kind)]
+    return pd.DataFrame(rows, columns=[title for _, title, _ in columns])
+
+
+def markdown_tables(records: list[dict]) -> str:
+    """Markdown: the devices and library versions, then one table per kind of record."""
+    lines = []
+    envs = {json.dumps({k: r["env"].get(k) for k in ("device_name", "driver", "cuda", "torch", "torchvision",
+                                                      "python", "cpu_model")}, sort_keys=True)
+            for r in records if "env" in r}
+    for env in sorted(envs):
+        facts = json.loads(env)
+        lines.append("- " + ", ".join(f"{k}: {v}" for k, v in facts.items() if v is not None))
+    for kind, columns in TABLE_COLUMNS.items():
+        rows = flat_rows(records, kind)
+        if not rows:
+            continue
+        lines += ["", f"### {kind}", "", "| " + " | ".join(t for _, t, _ in columns) + " |",
+                  "|" + "---|" * len(columns)]
+        for row in rows:
+            lines.append("| " + " | ".join(_fmt(row.get(key), digits).replace("|", "/") for key, _, digits in columns)
+                         + " |")
+    return "\n".join(lines) + "\n"
+
+
+def setting_label(record: dict) -> str:
+    """Short label of a train record's settings: ``bf16``, ``bf16 +CL``, ``fp16 +CL compile=default``."""
+    label = record["precision"] + (" +CL" if record.get("channels_last") else "")
+    if record.get("compile", "none") != "none":
+        label += f" {record['compile']}"
+    return label
+
+
+def bar_values(records: list[dict], key: str = "images_per_sec", scale: float = 1.0) -> tuple[list, list]:
+    """(labels, values) of the successful train records, for :func:`tutorial_lib.lessons.plots.plot_bars`."""
+    ok = [r for r in records if r.get("status") == "ok" and r.get("kind") == "train"]
+    return [setting_label(r) for r in ok], [r[key] * scale for r in ok]
+
+
+def training_summary(records: list[dict]) -> dict:
+    """Key numbers of a train sweep: fp32 and best throughput, the best setting, its speed-up and
+    share of the matmul ceiling, and how many settings this device could not run."""
+    ok = [r for r in records if r.get("status") == "ok" and r.get("kind") == "train"]
+    if not ok:
+        return {"settings measured": 0}
+    best = max(ok, key=lambda r: r["images_per_sec"])
+    fp32 = [r["images_per_sec"] for r in ok if r["precision"] == "fp32" and not r["channels_last"]]
+    numbers = {"settings measured": len(ok), "settings skipped": len(records) - len(ok),
+               "fp32 images/s": fp32[0] if fp32 else None, "best setting": setting_label(best),
+               "best images/s": best["images_per_sec"],
+               "best speed-up over fp32": best["images_per_sec"] / fp32[0] if fp32 else None,
+               "best achieved TFLOP/s": best["achieved_tflops"], "matmul TFLOP/s": best["matmul_tflops"],
+               "best share of matmul rate": best["fraction_of_matmul"]}
+    return numbers
+
+

@@ -1,0 +1,88 @@
+"""The command lines of a job, built in one place: torchrun's for each node, sbatch's, and the job's environment.
+
+Both backends start every node with :func:`torchrun_command`: the local backend directly (one agent
+per emulated node), Slurm through ``cluster_scripts/train.sbatch``, whose per-node task runs
+``python -m tutorial_lib.jobs.launch`` (:mod:`tutorial_lib.jobs.launch`), which builds the same command
+from Slurm's variables and the job's environment (:func:`job_env`: ranks per node, ``max_restarts``,
+the program). Values are always separate argv elements, never a shell string.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tutorial_lib import REPO_ROOT
+from tutorial_lib.jobs.spec import JobSpec
+from tutorial_lib.rundir.layout import SLURM_LOG_PATTERN, STOP_FILE
+
+SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
+DEFAULT_MODULE = "tutorial_lib.train"
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the torchrun agents of a multi-node job meet (c10d), and whether this node hosts the store."""
+
+    endpoint: str  # host:port
+    run_id: str  # the same on every node of the job
+    is_host: bool | None = None  # None: torchrun decides by comparing host names
+
+
+def torchrun_command(python: str, nnodes: int, nproc_per_node: int, max_restarts: int, module: str,
+                     program_args: list[str], rendezvous: Rendezvous | None = None) -> list[str]:
+    """torchrun's argv for one node: ``nproc_per_node`` ranks of ``python -m module program_args``.
+
+    Without a ``rendezvous`` (one node) torchrun runs ``--standalone``. torchrun restarts all ranks of
+    the job up to ``max_restarts`` times when one of them dies.
+    """
+    command = [python, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node",
+               str(nproc_per_node), "--max-restarts", str(max_restarts)]
+    if rendezvous is None:
+        command += ["--standalone"]
+    else:
+        command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous.endpoint, "--rdzv-id", rendezvous.run_id]
+        if rendezvous.is_host is not None:  # emulated nodes share one host name: say which one hosts
+            command += ["--rdzv-conf", f"is_host={int(rendezvous.is_host)}"]
+    return command + ["-m", module] + list(program_args)
+
+
+def spec_torchrun_command(spec: JobSpec, rendezvous: Rendezvous | None = None) -> list[str]:
+    """:func:`torchrun_command` for one node of ``spec``."""
+    return torchrun_command(spec.python, spec.nodes, spec.ranks_per_node, spec.max_restarts, spec.module,
+                            spec.program_args(), rendezvous)
+
+
+def torchrun_env(max_restarts: int) -> dict:
+    """Environment torchrun needs for this job (empty unless ranks may be restarted)."""
+    if max_restarts > 0:
+        # torchrun shares its rendezvous store with the ranks; after a restart the new ranks read the dead
+        # ranks' addresses from it and fail to connect (pytorch/pytorch#135712). A fresh store per round fixes it.
+        return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    return {}
+
+
+def job_env(spec: JobSpec) -> dict:
+    """The environment of every node of the job (read by train.sbatch and :mod:`tutorial_lib.jobs.launch`)."""
+    env = {"TUTORIAL_RUN_DIR": str(spec.run_dir), "TUTORIAL_STOP_FILE": str(spec.run_dir / STOP_FILE),
+           "TUTORIAL_PYTHON": spec.python, "TUTORIAL_WORKDIR": str(REPO_ROOT),
+           "RANKS_PER_NODE": str(spec.ranks_per_node), "TUTORIAL_MAX_RESTARTS": str(spec.max_restarts),
+           "PYTHONPATH": str(REPO_ROOT), "TUTORIAL_MODULE": spec.module,
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1" if spec.config.device == "cpu" else "4")}
+    return {**env, **torchrun_env(spec.max_restarts)}
+
+
+def sbatch_command(spec: JobSpec, after_slurm_id: str | None = None) -> list[str]:
+    """The sbatch argv that submits ``spec`` with cluster_scripts/train.sbatch (start after job ``after_slurm_id``)."""
+    command = ["sbatch", "--parsable", f"--job-name={spec.config.name}", f"--nodes={spec.nodes}",
+               "--ntasks-per-node=1", f"--time={spec.time}", f"--chdir={REPO_ROOT}",
+               f"--output={spec.run_dir}/{SLURM_LOG_PATTERN}", "--export=ALL"]
+    if spec.partition:
+        command.append(f"--partition={spec.partition}")
+    if spec.account:
+        command.append(f"--account={spec.account}")
+    if spec.config.device == "cuda" or spec.config.profile in ("gpu", "hal"):
+        command.append(f"--gpus-per-node={spec.ranks_per_node}")
+    if after_slurm_id is not None:
+        command.append(f"--dependency=afterany:{after_slurm_id}")
+    return command + spec.sbatch_options + [str(SBATCH_SCRIPT)] + spec.program_args()

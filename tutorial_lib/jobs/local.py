@@ -1,0 +1,69 @@
+"""The local backend: a job on this machine, run by a detached supervisor (:mod:`tutorial_lib.jobs.supervisor`).
+
+Several nodes are emulated by one torchrun agent per node meeting at a c10d rendezvous on this host.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tutorial_lib import REPO_ROOT, free_port
+from tutorial_lib.jobs.commands import Rendezvous, job_env, spec_torchrun_command
+from tutorial_lib.jobs.spec import JobSpec, read_job_file, write_job_file
+from tutorial_lib.jobs.states import FINAL_STATES, read_state
+from tutorial_lib.rundir.layout import STATE_FILE, SUPERVISOR_LOG
+from tutorial_lib.rundir.lock import pid_alive
+
+
+def submit_local(spec: JobSpec, after_run_dir: Path | None = None) -> str:
+    """Start ``spec`` under a detached supervisor (after the job of ``after_run_dir`` ends); return the job id."""
+    if spec.nodes == 1:
+        commands = [spec_torchrun_command(spec)]
+    else:
+        endpoint = f"127.0.0.1:{free_port()}"
+        commands = [["env", f"TUTORIAL_NODE_NAME=local-node{n + 1}"]
+                    + spec_torchrun_command(spec, Rendezvous(endpoint, spec.config.name, is_host=n == 0))
+                    for n in range(spec.nodes)]
+    record = {"backend": "local", "name": spec.config.name, "spec": spec.to_dict(), "commands": commands,
+              "workdir": str(REPO_ROOT), "time": spec.time, "env": job_env(spec),
+              "after": str(after_run_dir) if after_run_dir else None, "submitted": time.time()}
+    (spec.run_dir / STATE_FILE).unlink(missing_ok=True)
+    write_job_file(spec.run_dir, {**record, "id": "local-pending"})
+    supervisor = subprocess.Popen([sys.executable, "-m", "tutorial_lib.jobs.supervisor", str(spec.run_dir)],
+                                  cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=open(spec.run_dir / SUPERVISOR_LOG, "ab"), start_new_session=True)
+    job_id = f"local-{supervisor.pid}"
+    write_job_file(spec.run_dir, {**record, "id": job_id, "supervisor_pid": supervisor.pid})
+    return job_id
+
+
+def local_status(run_dir: Path) -> dict:
+    """State and exit code of the local job in ``run_dir`` (FAILED if its supervisor died)."""
+    state = read_state(run_dir)
+    supervisor = read_job_file(run_dir).get("supervisor_pid")
+    if state is None:
+        if supervisor and not pid_alive(int(supervisor)):
+            return {"state": "FAILED", "exit_code": None, "reason": "the local supervisor died before starting"}
+        return {"state": "PENDING", "exit_code": None}
+    if state["state"] not in FINAL_STATES and supervisor and not pid_alive(int(supervisor)):
+        return {"state": "FAILED", "exit_code": None, "reason": "the local supervisor was killed"}
+    return {"state": state["state"], "exit_code": state.get("exit_code")}
+
+
+def local_cancel(run_dir: Path) -> None:
+    """Ask the supervisor to cancel (SIGTERM); if it is gone, kill its agents' process groups."""
+    supervisor = read_job_file(run_dir).get("supervisor_pid")
+    if supervisor and pid_alive(int(supervisor)):
+        os.kill(int(supervisor), signal.SIGTERM)
+        return
+    for pid in (read_state(run_dir) or {}).get("pids", []):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

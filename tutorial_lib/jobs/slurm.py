@@ -1,0 +1,80 @@
+"""The Slurm backend: submit with sbatch (cluster_scripts/train.sbatch), ask scontrol and sacct for the state."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from tutorial_lib.jobs.commands import job_env, sbatch_command
+from tutorial_lib.jobs.spec import JobError, JobSpec, write_job_file
+from tutorial_lib.jobs.states import FINAL_STATES, from_slurm
+from tutorial_lib.rundir.layout import DONE_FILE
+
+
+def slurm_available() -> tuple[bool, str]:
+    """Whether a Slurm controller answers here, and why (not)."""
+    if shutil.which("sbatch") is None:
+        return False, "sbatch is not on the PATH"
+    try:
+        ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"`scontrol ping` failed: {exc}"
+    if ping.returncode != 0 or "UP" not in ping.stdout:
+        answer = ping.stdout.strip() or ping.stderr.strip()
+        return False, f"the Slurm controller does not answer (`scontrol ping`: {answer})"
+    return True, "sbatch is on the PATH and the Slurm controller answers"
+
+
+def run_command(command: list[str], what: str, env: dict | None = None) -> str:
+    """Run a Slurm command; its stdout, or JobError with what it answered."""
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise JobError(f"{what} could not run: {exc}") from None
+    if result.returncode != 0:
+        raise JobError(f"{what} refused the request (exit {result.returncode}): "
+                       f"{(result.stderr or result.stdout).strip()}")
+    return result.stdout
+
+
+def submit_slurm(spec: JobSpec, after_slurm_id: str | None = None) -> str:
+    """sbatch ``spec``; record it in the run directory; return the Slurm job id."""
+    command = sbatch_command(spec, after_slurm_id)
+    output = run_command(command, "sbatch", env={**os.environ, **job_env(spec)})
+    job_id = output.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise JobError(f"sbatch answered {output.strip()!r}, not a job id")
+    write_job_file(spec.run_dir, {"backend": "slurm", "id": job_id, "name": spec.config.name,
+                                  "spec": spec.to_dict(), "command": command, "submitted": time.time()})
+    return job_id
+
+
+def cancel_slurm(job_id: str) -> None:
+    """scancel the job."""
+    run_command(["scancel", job_id], "scancel")
+
+
+def slurm_status(job_id: str, run_dir: Path) -> dict:
+    """State and exit code from scontrol, else sacct, else (Slurm forgot the job) from the run directory."""
+    try:
+        shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
+        if shown.returncode == 0 and "JobState=" in shown.stdout:
+            fields = dict(part.split("=", 1) for part in shown.stdout.split() if "=" in part)
+            raw = fields["JobState"]
+            exit_code = int(fields.get("ExitCode", "0:0").split(":")[0])
+            return {"state": from_slurm(raw), "exit_code": exit_code if raw in FINAL_STATES else None,
+                    "slurm_state": raw, "nodes": fields.get("NodeList")}
+        acct = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State,ExitCode", "-j", job_id],
+                              capture_output=True, text=True, timeout=30)
+        if acct.returncode == 0 and acct.stdout.strip():
+            raw, code = acct.stdout.strip().splitlines()[0].split("|")
+            raw = raw.split()[0]
+            return {"state": from_slurm(raw), "exit_code": int(code.split(":")[0]), "slurm_state": raw}
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    finished = (run_dir / DONE_FILE).exists()
+    return {"state": "COMPLETED" if finished else "FAILED", "exit_code": 0 if finished else None,
+            "reason": "Slurm no longer knows this job; state taken from the run directory"}
