@@ -22,6 +22,7 @@ from tutorial_lib.bench.compute import (
     peak_memory,
     release_memory,
     sweep_training,
+    synthetic_step,
     train_flops_per_image,
 )
 from tutorial_lib.bench.records import (
@@ -45,5 +46,5 @@ from tutorial_lib.engine.device import (
 __all__ = ["DEFAULTS", "append_records", "bar_values", "bench_config", "compile_support", "defaults", "describe",
            "environment_facts", "launch_allreduce", "main", "markdown_tables", "matmul_peak", "measure_allreduce",
            "measure_training", "parse_size", "peak_memory", "precision_support", "read_records", "release_memory",
-           "resolve_device", "results_frame", "setting_label", "sweep_training", "synchronize",
+           "resolve_device", "results_frame", "setting_label", "sweep_training", "synchronize", "synthetic_step",
            "train_flops_per_image", "training_summary"]

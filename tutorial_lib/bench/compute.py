@@ -232,25 +232,34 @@ def measure_training(arch: str | None = None, precision: str = "fp32", channels_
     return record
 
 
-def _measure(s: dict, device: torch.device) -> dict:
+def synthetic_step(settings: dict, device: torch.device, steps: int = 1000):
+    """A zero-argument callable running one step of the trainer's own :class:`tutorial_lib.engine.step.TrainStep`
+    on one batch of the trainer's synthetic loader (made on the device), with ``settings`` (arch, precision,
+    channels_last, compile, batch_size, image_size, num_classes); it returns the loss, on the device."""
     from tutorial_lib.engine.data import build_loaders
     from tutorial_lib.engine.step import TrainStep
 
-    steps = max(1, s["warmup"] + s["steps"])
-    cfg = bench_config(device, arch=s["arch"], precision=s["precision"], channels_last=s["channels_last"],
-                       compile=s["compile"], batch_size=s["batch_size"], image_size=s["image_size"],
-                       num_classes=s["num_classes"], synthetic_images=steps * s["batch_size"])
-    _peak_memory_start(device)
-    baseline_rss = current_rss()
+    cfg = bench_config(device, arch=settings["arch"], precision=settings["precision"],
+                       channels_last=settings["channels_last"], compile=settings["compile"],
+                       batch_size=settings["batch_size"], image_size=settings["image_size"],
+                       num_classes=settings.get("num_classes", 1000), synthetic_images=steps * settings["batch_size"])
     torch.manual_seed(0)
-    loaders = build_loaders(cfg, 0, 1, device)  # the trainer's synthetic loader: one batch made on the device
+    loaders = build_loaders(cfg, 0, 1, device)
     step = TrainStep(cfg, loaders.num_classes, device, steps_per_epoch=steps)
     batch = next(iter(loaders.train))
+    return lambda: step(batch)
+
+
+def _measure(s: dict, device: torch.device) -> dict:
+    steps = max(1, s["warmup"] + s["steps"])
+    _peak_memory_start(device)
+    baseline_rss = current_rss()
+    step = synthetic_step(s, device, steps)
     last = {}
 
     def run_steps(count: int) -> None:
         for _ in range(count):
-            last["loss"] = step(batch)
+            last["loss"] = step()
 
     started = time.perf_counter()
     run_steps(s["warmup"])

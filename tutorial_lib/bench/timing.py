@@ -221,24 +221,9 @@ def retime_training(records: list[dict], min_time: float | None = None, repeats:
 
 def _warm_step(record: dict, device, warmup: int):
     """A ready-to-time ``step()`` for one train record's settings (model built, warm-up steps run)."""
-    import torch
-
     from tutorial_lib import bench
 
-    cfg = bench.bench_config(device, arch=record["arch"], precision=record["precision"],
-                             channels_last=record["channels_last"], compile=record["compile"],
-                             batch_size=record["batch_size"], image_size=record["image_size"])
-    torch.manual_seed(0)
-    train_step = bench.TrainStep(cfg, record.get("num_classes", 1000), device)
-    size, batch = record["image_size"], record["batch_size"]
-    images = torch.randn(batch, 3, size, size, device=device)
-    if record["channels_last"]:
-        images = images.contiguous(memory_format=torch.channels_last)
-    targets = torch.randint(0, record.get("num_classes", 1000), (batch,), device=device)
-
-    def step():
-        train_step(images, targets)
-
+    step = bench.synthetic_step(record, device)
     for _ in range(max(1, warmup)):
         step()
     bench.synchronize(device)
@@ -321,10 +306,10 @@ def allreduce_rounds(tensors: list, iters: int, warmup: int, repeats: int, min_t
     import torch
     import torch.distributed as dist
 
-    from tutorial_lib import bench
+    from tutorial_lib.bench.compute import timed_windows
 
     def timed(tensor, count: int) -> float:
-        return bench.timed_windows(lambda n: [dist.all_reduce(tensor) for _ in range(n)], count, 1, device)[0]
+        return timed_windows(lambda n: [dist.all_reduce(tensor) for _ in range(n)], count, 1, device)[0]
 
     counts = []
     for tensor in tensors:
