@@ -77,7 +77,8 @@ def test_01_overlapping_ranges_name_no_winner():
     records = [train("fp32", [80, 95, 120]), train("bf16", [90, 140, 100]),
                train("fp32", [70, 80, 110], channels_last=True), train("bf16", [60, 85, 150], channels_last=True)]
     fastest = claims.fastest_setting(records)
-    assert fastest.verdict == claims.NOT_DISTINGUISHABLE and "not distinguishable from fp32 here" in fastest.sentence
+    assert fastest.verdict == claims.NOT_DISTINGUISHABLE and "are not distinguishable here" in fastest.sentence
+    assert "fp32 95.0 (80.0-120.0)" in fastest.sentence
     layout = claims.channels_last_effect(records)
     assert layout.verdict == claims.NOT_DISTINGUISHABLE and "is not distinguishable here" in layout.sentence
 
@@ -85,9 +86,36 @@ def test_01_overlapping_ranges_name_no_winner():
 def test_01_a_clear_speed_up_is_named_with_its_factor():
     records = [train("fp32", [80, 85, 90]), train("bf16", [160, 170, 175]), train("bf16", [168, 171, 180], True)]
     claim = claims.fastest_setting(records)
-    assert claim.verdict == "faster" and "bf16 +channels_last is the fastest here" in claim.sentence
-    assert "2.01x fp32" in claim.sentence
+    assert claim.verdict == "faster" and "2.01x fp32" in claim.sentence
+    assert "bf16 +channels_last and bf16 are the fastest here (not distinguishable from each other)" in claim.sentence
     assert claims.channels_last_effect(records).verdict == "matters little"
+
+
+def test_01_channels_last_verdict_over_precisions():
+    """A CPU run under load: fp32 0.78x but overlapping, bf16 1.05x: nothing helps, nothing is ranked."""
+    records = [train("fp32", [100.0, 110.8, 113.8]), train("fp32", [86.0, 86.7, 127.1], True),
+               train("bf16", [84.9, 94.7, 161.5]), train("bf16", [86.8, 99.0, 120.5], True)]
+    claim = claims.channels_last_effect(records)
+    assert claim.verdict == claims.NOT_DISTINGUISHABLE and "helps" not in claim.sentence.split(":")[0]
+    records[3] = train("bf16", [200, 210, 220], True)
+    assert claims.channels_last_effect(records).verdict == "helps some"
+    records[1] = train("fp32", [40, 41, 42], True)
+    assert claims.channels_last_effect(records).verdict == "mixed"
+
+
+def test_01_fp32_fastest_only_when_nothing_overlaps_it():
+    """A CPU run under load: fp32 110.8 (100.0-113.8) had the highest median, bf16 reached 161.5 in one round."""
+    overlapping = [train("fp32", [100.0, 110.8, 113.8]), train("bf16", [84.9, 94.7, 161.5])]
+    assert claims.fastest_setting(overlapping).verdict == claims.NOT_DISTINGUISHABLE
+    clear = [train("fp32", [100.0, 110.8, 113.8]), train("bf16", [60, 70, 75])]
+    claim = claims.fastest_setting(clear)
+    assert claim.verdict == "fp32" and "do not pay on this device" in claim.sentence
+
+
+def test_01_issue_14_single_windows_name_what_they_measured():
+    records = [train("fp32", [16.8]), train("bf16", [389]), train("bf16", [9], channels_last=True)]
+    claim = claims.fastest_setting(records)
+    assert claim.verdict == "faster" and "bf16 is the fastest here, 23.15x fp32" in claim.sentence
 
 
 def test_01_accuracy_gap_against_noise():

@@ -14,6 +14,11 @@ round). Two settings are told apart only when their spreads do not overlap
 * :func:`retime_training`: re-time the ``train`` records of :func:`tutorial_lib.bench.sweep_training`
   interleaved, keeping their memory and FLOP figures.
 * :func:`interleave_records`: the same for measurements that return whole records (loader, e2e).
+* :func:`model_and_files`: the model alone and the trainer fed from JPEG files, interleaved (notebook 02).
+* :func:`allreduce_rounds`: all-reduce times per message size, the sizes interleaved (``bench allreduce``).
+* :func:`job_threads`: on a CPU, measure on the threads a training job gets, so benchmark and jobs agree.
+
+Notebooks word their conclusions from these spreads with :mod:`tutorial_lib.lessons.claims`.
 """
 
 from __future__ import annotations
@@ -53,11 +58,6 @@ class Spread:
         value = float(record[key])
         return cls(value, float(record.get(f"{key}_low", value)), float(record.get(f"{key}_high", value)),
                    tuple(record.get(f"{key}_samples", (value,))))
-
-    @property
-    def relative(self) -> float:
-        """The range as a share of the median."""
-        return (self.high - self.low) / self.median if self.median else float("inf")
 
     def text(self, digits: int = 1) -> str:
         """``88.2 (80.1-95.0)``: median, then the range."""

@@ -66,28 +66,36 @@ def _label(key: tuple) -> str:
 
 
 def fastest_setting(records: list[dict]) -> Claim:
-    """Which measured setting trains fastest, and whether it is really faster than plain fp32."""
-    spreads = _train_spreads(records)
+    """Which measured settings train fastest (those not distinguishable from the highest median) and
+    whether they are really faster than plain fp32: ``faster``, ``fp32`` (nothing beats it), not
+    distinguishable here, or ``no fp32 baseline``."""
+    spreads = {key: spread for key, (spread, _) in _train_spreads(records).items()}
     if not spreads:
         return Claim("fastest setting", "no measurement", "no setting could be measured on this device")
-    best = max(spreads, key=lambda k: spreads[k][0].median)
+    best = max(spreads, key=lambda k: spreads[k].median)
+    top = [best] + [k for k in spreads if k != best and not distinguishable(spreads[k], spreads[best])]
     base = ("fp32", False, "none")
-    if base not in spreads or best == base:
-        return Claim("fastest setting", "fp32" if best == base else "no fp32 baseline",
-                     f"{_label(best)} measured fastest ({spreads[best][0].text()} img/s)")
-    fast, slow = spreads[best][0], spreads[base][0]
-    if not distinguishable(fast, slow):
+    listed = ", ".join(f"{_label(k)} {spreads[k].text()}" for k in top)
+    if base in top and len(top) > 1:
         return Claim("fastest setting", NOT_DISTINGUISHABLE,
-                     f"{_label(best)} has the highest median ({fast.text()} img/s) but is not "
-                     f"distinguishable from fp32 here ({slow.text()}): the ranges overlap")
+                     f"{_label(best)} has the highest median, but the fastest settings are not distinguishable "
+                     f"here ({listed} img/s; median and range over the rounds)")
+    if base in top:
+        return Claim("fastest setting", "fp32", f"fp32 is the fastest here ({listed} img/s): mixed precision and "
+                     "channels_last do not pay on this device")
+    if base not in spreads:
+        return Claim("fastest setting", "no fp32 baseline", f"fastest here: {listed} img/s (no fp32 measurement)")
+    which = _label(best) if len(top) == 1 else " and ".join(_label(k) for k in top)
+    tie = "" if len(top) == 1 else " (not distinguishable from each other)"
     return Claim("fastest setting", "faster",
-                 f"{_label(best)} is the fastest here, {fast.median / slow.median:.2f}x fp32 "
-                 f"({fast.text()} vs {slow.text()} img/s; median and range over the rounds)")
+                 f"{which} {'is' if len(top) == 1 else 'are'} the fastest here{tie}, "
+                 f"{spreads[best].median / spreads[base].median:.2f}x fp32 ({listed} vs fp32 {spreads[base].text()} "
+                 "img/s; median and range over the rounds)")
 
 
 def channels_last_effect(records: list[dict]) -> Claim:
     """What channels_last does to each precision's speed: helps, hurts, matters little, or not
-    distinguishable here (one verdict if all precisions agree, else ``mixed``)."""
+    distinguishable here; ``helps some``/``hurts some``/``mixed`` when the precisions differ."""
     spreads = _train_spreads(records)
     parts, verdicts = [], []
     for (precision, cl, mode), (with_cl, _) in spreads.items():
@@ -100,12 +108,22 @@ def channels_last_effect(records: list[dict]) -> Claim:
                      f"{with_cl.text()} vs {without.text()} img/s)")
     if not verdicts:
         return Claim("channels_last", "not measured", "channels_last was not measured against the default layout")
-    overall = verdicts[0] if len(set(verdicts)) == 1 else "mixed"
+    found = set(verdicts)
+    if len(found) == 1:
+        overall = verdicts[0]
+    elif {"helps", "hurts"} <= found:
+        overall = "mixed"
+    elif found & {"helps", "hurts"}:
+        overall = f"{(found & {'helps', 'hurts'}).pop()} some"
+    else:
+        overall = NOT_DISTINGUISHABLE  # some within 10%, the others not distinguishable
     head = {"helps": "channels_last speeds training up here",
             "hurts": "channels_last slows training down here",
+            "helps some": "channels_last speeds up some precisions here, not all",
+            "hurts some": "channels_last slows down some precisions here, not all",
             "matters little": "channels_last matters little here (within 10%)",
             NOT_DISTINGUISHABLE: f"channels_last against the default layout is {NOT_DISTINGUISHABLE}",
-            "mixed": "channels_last helps some precisions and not others here"}[overall]
+            "mixed": "channels_last speeds up some precisions and slows down others here"}[overall]
     return Claim("channels_last", overall, f"{head}: " + "; ".join(parts))
 
 
