@@ -242,7 +242,8 @@ def test_every_field_has_help_and_closed_sets_come_from_the_validation_tuples(ca
     assert all(f.metadata.get("help", "").strip() for f in fields), [f.name for f in fields if not f.metadata["help"]]
     assert field_choices() == {"profile": PROFILE_NAMES, "dataset": DATASETS, "norm": NORMS,
                                "compile": COMPILE_MODES, "lr_schedule": SCHEDULES, "optimizer": OPTIMIZERS,
-                               "precision": PRECISIONS, "device": DEVICES, "bad_data": BAD_DATA_POLICIES}
+                               "precision": PRECISIONS, "device": DEVICES, "bad_data": BAD_DATA_POLICIES,
+                               "input_pipeline": INPUT_PIPELINES}
     for key, allowed in field_choices().items():  # validate() refuses what the help does not list
         with pytest.raises(ConfigError, match=key):
             validate(dataclasses.replace(make_config("smoke"), **{key: "not-" + allowed[0]}), check_paths=False)
