@@ -13,6 +13,7 @@ from tutorial_lib.engine.config import (
     COMPILE_MODES,
     DATASETS,
     DEVICES,
+    INPUT_PIPELINES,
     NORMS,
     OPTIMIZERS,
     PRECISIONS,
