@@ -28,7 +28,7 @@ from tutorial_lib.scaling import (
     ring_allreduce_s,
     ring_traffic_factor,
 )
-from tutorial_lib.scaling.presets import Preset
+from tutorial_lib.scaling.reference import Preset
 
 MIB = 1 << 20
 
