@@ -6,6 +6,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 
+from tutorial_lib.lessons import allreduce
 from tutorial_lib.lessons import comm_figures as cf
 from tutorial_lib.lessons.param_server import RunResult
 from tutorial_lib.scaling import Cluster, Link, fit_link, ring_allreduce_s, ring_traffic_factor
@@ -16,21 +17,21 @@ matplotlib.use("Agg")
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 5, 8])
 def test_ring_schedule_is_an_allreduce_with_the_ring_cost(ranks):
-    schedule = cf.ring_schedule(ranks)
+    schedule = allreduce.ring_schedule(ranks)
     assert len(schedule) == 2 * (ranks - 1)  # the latency steps of scaling.ring_allreduce_s
     assert all(len(step) == ranks and all(len(t.chunks) == 1 for t in step) for step in schedule)
     assert all(t.dst == (t.src + 1) % ranks for step in schedule for t in step)
-    assert cf.is_allreduce(ranks, schedule)
-    assert cf.buffer_fraction_sent(ranks, schedule) == pytest.approx([ring_traffic_factor(ranks)] * ranks)
+    assert allreduce.is_allreduce(ranks, schedule)
+    assert allreduce.buffer_fraction_sent(ranks, schedule) == pytest.approx([ring_traffic_factor(ranks)] * ranks)
 
 
 @pytest.mark.parametrize("ranks", [2, 4, 8, 16])
 def test_halving_doubling_schedule_is_an_allreduce_in_2_log2_p_steps(ranks):
-    schedule = cf.halving_doubling_schedule(ranks)
+    schedule = allreduce.halving_doubling_schedule(ranks)
     assert len(schedule) == 2 * int(math.log2(ranks))
-    assert cf.is_allreduce(ranks, schedule)
+    assert allreduce.is_allreduce(ranks, schedule)
     # same bytes as a ring, far fewer steps
-    assert cf.buffer_fraction_sent(ranks, schedule) == pytest.approx([ring_traffic_factor(ranks)] * ranks)
+    assert allreduce.buffer_fraction_sent(ranks, schedule) == pytest.approx([ring_traffic_factor(ranks)] * ranks)
     # pairs exchange: in every step each rank sends to the rank that sends to it
     for step in schedule:
         partner = {t.src: t.dst for t in step}
@@ -39,31 +40,31 @@ def test_halving_doubling_schedule_is_an_allreduce_in_2_log2_p_steps(ranks):
     halving = [len(step[0].chunks) for step in schedule[:len(schedule) // 2]]
     assert halving == [ranks >> (k + 1) for k in range(len(halving))]
     # after the reduce-scatter, rank r holds exactly chunk r fully reduced
-    middle = cf.simulate(ranks, schedule)[len(schedule) // 2]
+    middle = allreduce.simulate(ranks, schedule)[len(schedule) // 2]
     assert all(middle[r][r] == frozenset(range(ranks)) for r in range(ranks))
 
 
 def test_halving_doubling_refuses_non_powers_of_two():
     with pytest.raises(ValueError):
-        cf.halving_doubling_schedule(6)
+        allreduce.halving_doubling_schedule(6)
     with pytest.raises(ValueError):
-        cf.ring_schedule(1)
+        allreduce.ring_schedule(1)
 
 
 def test_simulate_catches_a_chunk_added_twice():
-    broken = cf.ring_schedule(3)
+    broken = allreduce.ring_schedule(3)
     broken[1] = broken[0]  # repeating step 1 adds the same contributions again
     with pytest.raises(ValueError, match="twice"):
-        cf.simulate(3, broken)
-    assert not cf.is_allreduce(4, cf.ring_schedule(4)[:3])  # reduce-scatter alone is not enough
+        allreduce.simulate(3, broken)
+    assert not allreduce.is_allreduce(4, allreduce.ring_schedule(4)[:3])  # reduce-scatter alone is not enough
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 6])
 def test_ring_figure_has_one_panel_per_step_and_one_arrow_per_transfer(ranks):
-    fig = cf.draw_ring_allreduce(ranks)
+    fig = allreduce.draw_ring_allreduce(ranks)
     assert len(fig.axes) == 1 + 2 * (ranks - 1)
-    assert cf.arrow_count(fig.axes[0]) == 0
-    assert [cf.arrow_count(ax) for ax in fig.axes[1:]] == [ranks] * (2 * (ranks - 1))
+    assert allreduce.arrow_count(fig.axes[0]) == 0
+    assert [allreduce.arrow_count(ax) for ax in fig.axes[1:]] == [ranks] * (2 * (ranks - 1))
     expected = ([f"reduce-scatter {k}" for k in range(1, ranks)] + [f"all-gather {k}" for k in range(1, ranks)])
     assert [ax.get_title() for ax in fig.axes] == ["start", *expected]
     # every rank x chunk cell is drawn in every panel
@@ -72,17 +73,17 @@ def test_ring_figure_has_one_panel_per_step_and_one_arrow_per_transfer(ranks):
 
 @pytest.mark.parametrize("ranks", [2, 4, 8])
 def test_halving_doubling_figure_has_2_log2_p_step_panels(ranks):
-    fig = cf.draw_halving_doubling_allreduce(ranks)
+    fig = allreduce.draw_halving_doubling_allreduce(ranks)
     steps = 2 * int(math.log2(ranks))
     assert len(fig.axes) == 1 + steps
-    assert [cf.arrow_count(ax) for ax in fig.axes[1:]] == [ranks] * steps
+    assert [allreduce.arrow_count(ax) for ax in fig.axes[1:]] == [ranks] * steps
     assert fig.axes[-1].get_title() == f"all-gather {steps // 2}"
 
 
 def test_arrows_of_one_step_never_coincide():
-    for schedule in (cf.halving_doubling_schedule(8), cf.ring_schedule(5)):
+    for schedule in (allreduce.halving_doubling_schedule(8), allreduce.ring_schedule(5)):
         for step in schedule:
-            lanes = cf._arrow_lanes(step)
+            lanes = allreduce._arrow_lanes(step)
             pairs = {(x, min(t.src, t.dst)) for x, t in zip(lanes, step, strict=True)}
             assert len(pairs) == len(step)
 

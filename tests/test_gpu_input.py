@@ -24,7 +24,8 @@ from tutorial_lib.bench.data import make_fake_imagenet
 from tutorial_lib.engine import gpu_input as G
 from tutorial_lib.engine.config import make_config
 from tutorial_lib.engine.data import IMAGENET_MEAN, IMAGENET_STD, DataError, train_transform, val_transform
-from tutorial_lib.engine.trainer import STOP_FILE, Trainer
+from tutorial_lib.engine.trainer import Trainer
+from tutorial_lib.rundir.layout import STOP_FILE
 
 CPU = torch.device("cpu")
 LEVEL = 1 / (255 * min(IMAGENET_STD))  # one 8-bit level, in normalised units (the largest channel's)

@@ -27,7 +27,8 @@ from tutorial_lib.scaling import (
     load_allreduce_samples,
     ring_allreduce_s,
 )
-from tutorial_lib.scaling.presets import PRESETS, cli, compare
+from tutorial_lib.scaling.presets import PRESETS, cli
+from tutorial_lib.scaling.reference import compare
 
 REPO = Path(__file__).resolve().parents[1]
 TEN_GBIT = Link(bandwidth_gbit_s=10, latency_us=10)  # 1.25e9 bytes/s

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tutorial_lib.lessons import study
+from tutorial_lib.lessons import batch_jobs, study
 from tutorial_lib.rundir.layout import CONFIG_FILE, JOB_FILE, JOB_LOG, METRICS_FILE
 from tutorial_lib.scaling import IMAGENET_TRAIN_IMAGES
 
@@ -176,7 +176,7 @@ def test_efficiency_plot_puts_both_studies_on_one_axis(sweep):
 
 # ------------------------------------------------------------------ batch script sections
 def test_real_sbatch_script_sections():
-    sections = study.sbatch_sections()
+    sections = batch_jobs.sbatch_sections()
     assert list(sections)[:3] == ["header", "directives", "setup"]
     assert [k for k in sections if k.isdigit()] == [str(n) for n in range(1, 8)]
     assert "#SBATCH --signal=B:USR1@120" in sections["directives"].text
@@ -189,7 +189,7 @@ def test_real_sbatch_script_sections():
     assert "--rdzv-backend c10d" in launch and "is_host=" in launch and "--max-restarts" in launch
     assert "scontrol requeue" in sections["7"].text
     # nothing lost or duplicated: the sections together are the whole script
-    script = study.SBATCH_SCRIPT.read_text()
+    script = batch_jobs.SBATCH_SCRIPT.read_text()
     assert sum(len(s.text) for s in sections.values()) <= len(script)
     for line in script.splitlines():
         if line.strip():
@@ -201,7 +201,7 @@ def test_sections_of_a_small_script(tmp_path):
     script.write_text("#!/bin/bash\n# ===\n# usage\n# ===\n\n# why\n#SBATCH --nodes=1\n#SBATCH --time=5\n\n"
                       "set -e\n\n# ------------\n# 1. First part\n# ------------\necho one\n\n"
                       "# ------------\n# 2. Second\n# ------------\necho two\n")
-    sections = study.sbatch_sections(script)
+    sections = batch_jobs.sbatch_sections(script)
     assert list(sections) == ["header", "directives", "setup", "1", "2"]
     assert sections["directives"].text == "# why\n#SBATCH --nodes=1\n#SBATCH --time=5"
     assert sections["setup"].text == "set -e"
@@ -210,24 +210,24 @@ def test_sections_of_a_small_script(tmp_path):
 
 
 def test_show_sbatch_joins_sections_and_displays_as_bash():
-    shown = study.show_sbatch("1", "2")
+    shown = batch_jobs.show_sbatch("1", "2")
     assert "RANKS_PER_NODE" in shown.text and "HEAD=" in shown.text
     assert shown._repr_markdown_().count("```") == 2 and "```bash" in shown._repr_markdown_()
     assert repr(shown).startswith("1. Inputs")
     with pytest.raises(KeyError, match="it has: header, directives"):
-        study.show_sbatch("99")
+        batch_jobs.show_sbatch("99")
     with pytest.raises(KeyError):
-        study.show_sbatch()
+        batch_jobs.show_sbatch()
 
 
 def test_command_text_round_trips_and_keeps_pairs_together():
     argv = ["sbatch", "--parsable", "--nodes=2", "/x/train.sbatch", "--name", "a b;rm -rf /", "--epochs", "2",
             "--lr-milestones", "30,60,80"] + [f"--flag{i}" for i in range(30)]
-    text = study.command_text(argv, width=60)
+    text = batch_jobs.command_text(argv, width=60)
     assert shlex.split(text.replace("\\\n", " ")) == argv
     assert "--name 'a b;rm -rf /'" in text and "--epochs 2" in text
     assert all(len(line) <= 60 for line in text.splitlines())
-    assert study.command_text(["echo", "hi"]) == "echo hi"
+    assert batch_jobs.command_text(["echo", "hi"]) == "echo hi"
 
 
 # ------------------------------------------------------------------ live-job helpers (fake jobs)
@@ -254,14 +254,14 @@ class FakeJob:
 
 def test_wait_for_event_returns_the_first_matching_record(tmp_path):
     job = FakeJob(tmp_path, [{"event": "start"}, {"event": "step", "step": 5}, {"event": "step", "step": 10}])
-    assert study.wait_for_event(job, "step", timeout=1)["step"] == 5
+    assert batch_jobs.wait_for_event(job, "step", timeout=1)["step"] == 5
 
 
 def test_wait_for_event_explains_a_job_that_ended_first(tmp_path):
     with pytest.raises(RuntimeError, match="(?s)ended before logging a 'step' event.*explained"):
-        study.wait_for_event(FakeJob(tmp_path, [{"event": "start"}], done=True), "step", timeout=1)
+        batch_jobs.wait_for_event(FakeJob(tmp_path, [{"event": "start"}], done=True), "step", timeout=1)
     with pytest.raises(TimeoutError, match="no 'epoch' event within"):
-        study.wait_for_event(FakeJob(tmp_path, []), "epoch", timeout=0.2, poll=0.05)
+        batch_jobs.wait_for_event(FakeJob(tmp_path, []), "epoch", timeout=0.2, poll=0.05)
 
 
 def test_hosts_table_lists_the_node_of_every_rank(sweep):
@@ -275,12 +275,13 @@ def test_hosts_table_before_start_says_what_to_do(tmp_path):
 
 
 def test_queue_report_of_a_local_job(tmp_path):
-    report = study.queue_report(FakeJob(tmp_path, [], done=True))
+    report = batch_jobs.queue_report(FakeJob(tmp_path, [], done=True))
     assert report["JobState"] == "COMPLETED" and report["NumNodes"] == 2 and report["ExitCode"] == 0
 
 
 def test_parse_scontrol():
-    fields = study.parse_scontrol("JobId=31 JobName=05-multinode JobState=COMPLETED Reason=None NodeList=node[1-2]")
+    fields = batch_jobs.parse_scontrol(
+        "JobId=31 JobName=05-multinode JobState=COMPLETED Reason=None NodeList=node[1-2]")
     assert fields["JobState"] == "COMPLETED" and fields["NodeList"] == "node[1-2]"
 
 
@@ -292,8 +293,8 @@ def test_readable_log_drops_progress_bars_and_folds_stack_frames():
            "epoch 1/2: train loss 2.424  top-1 11.1%\n"
            "[W] recvVector failed\nframe #0: c10::Error\nframe #1: x\n<omitting python frames>\nframe #9: _start\n"
            "done\n")
-    assert study.readable_log(raw).splitlines() == [
+    assert batch_jobs.readable_log(raw).splitlines() == [
         "job 26 (restart 0): 2 node(s)", "epoch 1/2: train loss 2.424  top-1 11.1%", "[W] recvVector failed",
         "    [... 4 stack frame lines ...]", "done"]
-    assert study.readable_log(raw, tail=2).splitlines() == ["    [... 4 stack frame lines ...]", "done"]
-    assert study.readable_log("") == ""
+    assert batch_jobs.readable_log(raw, tail=2).splitlines() == ["    [... 4 stack frame lines ...]", "done"]
+    assert batch_jobs.readable_log("") == ""

@@ -16,117 +16,29 @@ SIGUSR1/SIGTERM, makes it finish the current step, checkpoint and exit (used bef
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import random
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from tutorial_lib.engine import distributed as dist_utils
 from tutorial_lib.engine.cli import config_from_args
 from tutorial_lib.engine.config import TrainConfig, scaled_batch_and_lr, validate
 from tutorial_lib.engine.data import Batch, prepare_dataset
 from tutorial_lib.engine.device import environment_facts
+from tutorial_lib.engine.evaluate import evaluate
 from tutorial_lib.engine.gpu_input import loaders_for
 from tutorial_lib.engine.models import count_parameters
-from tutorial_lib.engine.step import TrainStep, to_device
+from tutorial_lib.engine.step import TrainStep
+from tutorial_lib.engine.stop import StopRequest, launcher_owns_stop_file
 from tutorial_lib.rundir.checkpoint import load_checkpoint, remove_stale_temp_files, save_atomic
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE, STOP_FILE
 from tutorial_lib.rundir.lock import RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import MetricsWriter, ThroughputMeter
-
-STOP_GRACE_ENV = "TUTORIAL_STOP_GRACE_S"
-DEFAULT_STOP_GRACE_S = 20.0  # below Slurm's default KillWait (30 s): the message and LOCK release come before SIGKILL
-
-
-@dataclass
-class StopRequest:
-    """Set by SIGUSR1/SIGTERM or a STOP file; all ranks agree on it at the next check.
-
-    A watchdog thread also sees the request: if the trainer then makes no progress (no batch, no
-    checkpoint) for ``TUTORIAL_STOP_GRACE_S`` seconds (default 20), e.g. because a read never returns,
-    it says so, calls ``on_give_up`` (release the lock) and ends the process with exit code 1. A signal
-    alone cannot: Python runs its handler and goes back into the blocked system call.
-    """
-
-    run_dir: Path
-    signalled: bool = False
-    reason: str = ""
-    previous: dict = field(default_factory=dict)
-    on_give_up: object = None
-    last_progress: float = field(default_factory=time.monotonic)
-    _ended: threading.Event = field(default_factory=threading.Event)
-
-    def install(self) -> None:
-        """Turn SIGUSR1 and SIGTERM into a graceful stop request (until :meth:`uninstall`)."""
-        for sig in (signal.SIGUSR1, signal.SIGTERM):
-            self.previous[sig] = signal.signal(sig, self._on_signal)
-        self._ended.clear()
-        self.progress()
-        threading.Thread(target=self._watch, name="stop-watchdog", daemon=True).start()
-
-    def uninstall(self) -> None:
-        """Give the signals back to whoever handled them before (a notebook kernel, pytest)."""
-        self._ended.set()
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-        self.previous.clear()
-
-    def progress(self) -> None:
-        """Note that the trainer is still working (a batch done): the watchdog measures from here."""
-        self.last_progress = time.monotonic()
-
-    def _on_signal(self, signum, _frame) -> None:
-        self.signalled, self.reason = True, signal.Signals(signum).name
-
-    def local(self) -> bool:
-        """True if this process was asked to stop."""
-        if not self.signalled and (self.run_dir / STOP_FILE).exists():
-            self.reason = "STOP file"
-            return True
-        return self.signalled
-
-    def _watch(self) -> None:
-        grace = float(os.environ.get(STOP_GRACE_ENV) or DEFAULT_STOP_GRACE_S)
-        asked = None
-        while not self._ended.wait(0.25 if asked else 1.0):
-            if asked is None:
-                if self.signalled or (self.run_dir / STOP_FILE).exists():
-                    asked = time.monotonic()
-                continue
-            if time.monotonic() - max(asked, self.last_progress) > grace:
-                self._give_up(grace)
-
-    def _give_up(self, grace: float) -> None:
-        print(f"error: a stop was requested ({self.reason or 'STOP file'}) but the trainer did not reach a safe "
-              f"point within {grace:g} s (a read or collective that never returns?); exiting without a new "
-              f"checkpoint, the last one is kept. Fix: look for a file or mount that blocks; {STOP_GRACE_ENV} "
-              "sets this wait.", file=sys.stderr, flush=True)
-        try:
-            if callable(self.on_give_up):
-                self.on_give_up()
-            for child in multiprocessing.active_children():  # DataLoader workers may be the ones blocked
-                child.kill()
-        finally:
-            os._exit(1)
-
-
-def launcher_owns_stop_file(run_dir: Path) -> bool:
-    """True when a launcher (train.sbatch, the local supervisor) manages ``run_dir/STOP``.
-
-    It clears a stale file before starting the ranks, so a STOP present now is this run's request
-    (e.g. Slurm's warning signal arrived while the ranks were still starting): honour it, never delete it.
-    """
-    owned = os.environ.get("TUTORIAL_STOP_FILE")
-    return bool(owned) and Path(owned).resolve() == (Path(run_dir) / STOP_FILE).resolve()
 
 
 @dataclass
@@ -163,35 +75,6 @@ def set_rng_state(state: dict) -> None:
     np.random.set_state(state["numpy"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def evaluate(model, loader, device, info, channels_last: bool, amp_context, on_batch=None) -> dict:
-    """Validation loss, top-1 and top-5 over all ranks; every image counted exactly once.
-    ``on_batch`` is called after each batch is loaded (the trainer's progress signal)."""
-    model.eval()
-    # loss sum, top-1 hits, top-5 hits, images, skipped images; kept on the device (no sync per batch)
-    sums = torch.zeros(5, dtype=torch.float64, device=device)
-    with torch.no_grad():
-        for batch in loader:
-            if on_batch is not None:
-                on_batch()
-            sums[4] += batch.skipped
-            if batch.images.numel() == 0:
-                continue
-            images, targets = to_device(batch, device, channels_last)
-            with amp_context():
-                logits = model(images).float()
-            hits = logits.topk(min(5, logits.shape[1]), dim=1).indices.eq(targets[:, None])
-            sums[0] += F.cross_entropy(logits, targets, reduction="sum")
-            sums[1] += hits[:, :1].sum()
-            sums[2] += hits.sum()
-            sums[3] += len(targets)
-    loss, top1, top5, count, skipped = dist_utils.all_reduce_sum(sums.tolist(), info, device)
-    model.train()
-    images = int(count)
-    count = max(count, 1)
-    return {"val_loss": loss / count, "top1": 100 * top1 / count, "top5": 100 * top5 / count,
-            "val_images": images, "val_skipped_images": int(skipped)}
 
 
 class Trainer:

@@ -1,4 +1,4 @@
-"""Multi-node jobs and scaling studies, read back from their run directories.
+"""Multi-node jobs and scaling studies, read back from their run directories (notebooks 05 and 06).
 
     from tutorial_lib import jobs
     from tutorial_lib.lessons import study
@@ -8,9 +8,8 @@
     study.collect(runs)                   # the same numbers, unformatted (for plots)
     study.reference_table("hal")          # reference 000's published rows in the same columns
 
-Notebook 05 helpers: :func:`show_sbatch` (a section of ``cluster_scripts/train.sbatch``, displayed as code),
-:func:`command_text` (an argv as a copy-pasteable shell command), :func:`wait_for_event`,
-:func:`hosts_table` (which node each rank ran on) and :func:`queue_report` (what the scheduler says).
+:func:`hosts_table` shows which node each rank ran on (notebook 05); the job as the scheduler sees it
+(its batch script, command, queue state and log) is in :mod:`tutorial_lib.lessons.batch_jobs`.
 
 Everything here reads the run directory contract only (``config.json``, ``job.json``,
 ``metrics.jsonl``), so it works on jobs from either backend, on attached jobs after a kernel restart,
@@ -23,177 +22,21 @@ import json
 import math
 import os
 import re
-import shlex
-import subprocess
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from tutorial_lib import REPO_ROOT
 from tutorial_lib.rundir.layout import CONFIG_FILE, JOB_FILE
 from tutorial_lib.rundir.metrics import read_metrics
 from tutorial_lib.scaling import IMAGENET_TRAIN_IMAGES, format_duration
 
-SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
 REFERENCE_EPOCHS = 90  # reference 000 trains every run for 90 epochs
 # Reference 000: "All experiments reached a top1 accuracy of 76% and a top5 accuracy of 93%."
 REFERENCE_000_TOP1, REFERENCE_000_TOP5 = 76.0, 93.0
-_SECTION_RULE = re.compile(r"^# -{10,}\s*$")
-_SECTION_TITLE = re.compile(r"^#\s+(\d+)\.\s+(.*)$")
 
 
-# ------------------------------------------------------------ the batch script
-@dataclass(frozen=True)
-class ScriptSection:
-    """A piece of a shell script; shows as a bash code block in a notebook, as plain text elsewhere."""
-
-    key: str
-    title: str
-    text: str
-
-    def _repr_markdown_(self) -> str:
-        return f"**{self.title}**\n\n```bash\n{self.text}\n```"
-
-    def __repr__(self) -> str:
-        return f"{self.title}\n{self.text}"
-
-    def __str__(self) -> str:
-        return self.text
-
-
-def sbatch_sections(path: str | os.PathLike = SBATCH_SCRIPT) -> dict[str, ScriptSection]:
-    """Split a batch script into its sections, in file order.
-
-    Keys: ``header`` (the comment block at the top), ``directives`` (the ``#SBATCH`` lines and the
-    comments between them), ``setup`` (what follows them, up to the first numbered section), then
-    ``"1"``, ``"2"``... for every section that starts with a ``# ----`` rule followed by a
-    ``# N. Title`` line (the section runs to the next rule).
-    """
-    lines = Path(path).read_text().splitlines()
-    starts = [i for i in range(len(lines) - 1)
-              if _SECTION_RULE.match(lines[i]) and _SECTION_TITLE.match(lines[i + 1])]
-    first_numbered = starts[0] if starts else len(lines)
-    prologue = lines[:first_numbered]
-    directive_rows = [i for i, line in enumerate(prologue) if line.startswith("#SBATCH")]
-    sections: dict[str, ScriptSection] = {}
-
-    def add(key: str, title: str, chunk: list[str]) -> None:
-        text = "\n".join(chunk).strip("\n")
-        if text:
-            sections[key] = ScriptSection(key, title, text)
-
-    if directive_rows:
-        first, last = directive_rows[0], directive_rows[-1]
-        while first > 0 and prologue[first - 1].startswith("#") and not prologue[first - 1].startswith("# ="):
-            first -= 1  # comments right above the first #SBATCH line belong to it
-        add("header", "The header: usage, inputs, what the script does", prologue[:first])
-        add("directives", "#SBATCH directives (defaults; sbatch command-line options override them)",
-            prologue[first:last + 1])
-        add("setup", "Strict mode, and a guard against running the script without sbatch", prologue[last + 1:])
-    else:
-        add("header", "The header", prologue)
-    for n, start in enumerate(starts):
-        end = starts[n + 1] if n + 1 < len(starts) else len(lines)
-        number, title = _SECTION_TITLE.match(lines[start + 1]).groups()
-        add(number, f"{number}. {title.strip()}", lines[start:end])
-    return sections
-
-
-def show_sbatch(*keys: str, path: str | os.PathLike = SBATCH_SCRIPT) -> ScriptSection:
-    """The named section(s) of ``cluster_scripts/train.sbatch`` as one displayable code block.
-
-    Example: ``study.show_sbatch("2")`` (the rendezvous), ``study.show_sbatch("directives")``.
-    """
-    sections = sbatch_sections(path)
-    missing = [key for key in keys if key not in sections]
-    if missing or not keys:
-        raise KeyError(f"{Path(path).name} has no section {missing or '(none asked for)'}; "
-                       f"it has: {', '.join(sections)}")
-    chosen = [sections[key] for key in keys]
-    return ScriptSection("+".join(keys), " / ".join(s.title for s in chosen),
-                         "\n\n".join(s.text for s in chosen))
-
-
-def command_text(argv: Sequence[str], width: int = 100, indent: str = "    ") -> str:
-    """An argv list as one shell command a person can copy: quoted, wrapped with backslashes.
-
-    A ``--flag value`` pair is never split across lines.
-    """
-    words = [shlex.quote(str(word)) for word in argv]
-    units: list[str] = []
-    i = 0
-    while i < len(words):
-        word = words[i]
-        takes_value = word.startswith("--") and "=" not in word and i + 1 < len(words)
-        if takes_value and not words[i + 1].startswith("-"):
-            units.append(f"{word} {words[i + 1]}")
-            i += 2
-        else:
-            units.append(word)
-            i += 1
-    lines, current = [], ""
-    for unit in units:
-        if current and len(current) + 1 + len(unit) > width - 2:
-            lines.append(current)
-            current = indent + unit
-        else:
-            current = f"{current} {unit}" if current else unit
-    lines.append(current)
-    return " \\\n".join(lines)
-
-
-# ---------------------------------------------------------------- live jobs
-def wait_for_event(job, event: str = "step", timeout: float = 300, poll: float = 0.5) -> dict:
-    """Block until ``job`` has logged its first ``event`` record; return that record.
-
-    Raises RuntimeError (with the job's own explanation) if the job ends first, TimeoutError after
-    ``timeout`` seconds.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        done = job.done()  # before reading the metrics: a job that logged and then ended counts
-        for record in job.events():
-            if record.get("event") == event:
-                return record
-        if done:
-            raise RuntimeError(f"{job.name} ended before logging a {event!r} event.\n{job.explain()}")
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"{job.name} logged no {event!r} event within {timeout:g} s (state {job.state}). "
-                               "Fix: check job.logs(), or raise the timeout on a busy cluster.")
-        time.sleep(poll)
-
-
-_STACK_FRAME = re.compile(r"^frame #\d+: ")
-_PROGRESS_BAR = re.compile(r"\d{1,3}%\|.*\|\s*\d+/\d+")  # a tqdm redraw: "epoch 1/2:  50%|#####  | 5/10 [..]"
-
-
-def readable_log(text: str, tail: int | None = None) -> str:
-    """A job log made for reading: progress-bar redraws dropped (tqdm writes one per update; text
-    read in Python's universal-newline mode turns each ``\\r`` into a line break), blank lines dropped,
-    runs of C++ stack frames (``frame #3: ...``) folded into one line; the last ``tail`` lines if given.
-
-    ``Job.logs()`` gives the raw text; this is for reading it in a notebook.
-    """
-    lines: list[str] = []
-    frames = 0
-    for raw in text.split("\n"):
-        line = next((part for part in reversed(raw.split("\r")) if part.strip()), "").strip()
-        if _STACK_FRAME.match(line) or line == "<omitting python frames>":
-            frames += 1
-            continue
-        if frames:
-            lines.append(f"    [... {frames} stack frame lines ...]")
-            frames = 0
-        if line and not _PROGRESS_BAR.search(line):
-            lines.append(line)
-    if frames:
-        lines.append(f"    [... {frames} stack frame lines ...]")
-    return "\n".join(lines[-tail:] if tail else lines)
-
-
+# ------------------------------------------------------------ run directories
 def _ranks_per_node(spec: dict, default: int) -> int:
     """Ranks per node of a job record (``gpus_per_node`` in records written before the rename)."""
     return spec.get("ranks_per_node", spec.get("gpus_per_node", default))
@@ -219,38 +62,8 @@ def hosts_table(run) -> pd.DataFrame:
     hosts = _read_json(_run_dir(run) / CONFIG_FILE).get("hosts")
     if not hosts:
         raise ValueError(f"{_run_dir(run)}: config.json has no 'hosts' yet. Fix: wait until the job has started "
-                         "(study.wait_for_event(job, 'start')).")
+                         "(batch_jobs.wait_for_event(job, 'start')).")
     return pd.DataFrame({"rank": range(len(hosts)), "node": hosts}).set_index("rank")
-
-
-SCONTROL_FIELDS = ("JobId", "JobName", "JobState", "Reason", "NumNodes", "NodeList", "BatchHost", "RunTime",
-                   "TimeLimit", "Restarts", "ExitCode", "StdOut")
-
-
-def parse_scontrol(text: str) -> dict:
-    """``scontrol show job -o`` output (``Key=Value`` words) as a dict."""
-    return dict(word.split("=", 1) for word in text.split() if "=" in word)
-
-
-def queue_report(job) -> pd.Series:
-    """What the scheduler says about ``job``: selected fields of ``scontrol show job`` for a Slurm job,
-    the local supervisor's state for a local one."""
-    if job.backend == "slurm":
-        try:
-            shown = subprocess.run(["scontrol", "show", "job", "-o", str(job.id)], capture_output=True,
-                                   text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return pd.Series({"JobId": job.id, "error": f"scontrol could not run: {exc}"}, name=job.name)
-        fields = parse_scontrol(shown.stdout) if shown.returncode == 0 else {}
-        if not fields:
-            return pd.Series({"JobId": job.id, "error": (shown.stderr or shown.stdout).strip()}, name=job.name)
-        return pd.Series({key: fields.get(key, "") for key in SCONTROL_FIELDS}, name=job.name)
-    status = job.status()
-    spec = job.record.get("spec", {})
-    return pd.Series({"JobId": job.id, "JobName": job.name, "JobState": status["state"],
-                      "Reason": status.get("reason", ""), "NumNodes": spec.get("nodes"),
-                      "NodeList": "this machine (emulated nodes)", "ExitCode": status.get("exit_code"),
-                      "StdOut": str(job.log_path)}, name=job.name)
 
 
 # ----------------------------------------------------------- scaling study
@@ -373,7 +186,8 @@ def reference_frame(preset: str = "hal") -> pd.DataFrame:
     (validation and start-up included); efficiency from the logged throughput, like ours.
     For ``hal`` (reference 000) top-1/top-5 are the 76% / 93% every run reached.
     """
-    from tutorial_lib.scaling.presets import PRESETS, compare
+    from tutorial_lib.scaling.presets import PRESETS
+    from tutorial_lib.scaling.reference import compare
 
     report = compare(PRESETS[preset])
     cluster = PRESETS[preset].model.cluster
@@ -437,7 +251,8 @@ def projection_from_run(run, gpus: Sequence[int], preset: str = "hal", epochs: f
 def model_comparison_text(preset: str = "hal", details: bool = False) -> str:
     """The scaling model's table for a preset (as ``python -m tutorial_lib.scaling --preset``
     prints it); without ``details`` only the table and the lines right below it."""
-    from tutorial_lib.scaling.presets import PRESETS, compare, render_text
+    from tutorial_lib.scaling.presets import PRESETS
+    from tutorial_lib.scaling.reference import compare, render_text
 
     text = render_text(compare(PRESETS[preset]))
     return text if details else text.split("\n\nAssumptions")[0]
