@@ -15,15 +15,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-# Notebook 07 calls the algorithms as ``comm_figures.ring_schedule`` etc.; they live in lessons/allreduce.py.
-from tutorial_lib.lessons.allreduce import (  # noqa: F401
-    buffer_fraction_sent,
-    draw_halving_doubling_allreduce,
-    draw_ring_allreduce,
-    halving_doubling_schedule,
-    is_allreduce,
-    ring_schedule,
-)
 from tutorial_lib.scaling import (
     Cluster,
     DataPipeline,
