@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--device", default="auto", help="auto | cpu | cuda")
     common.add_argument("--out", help="append JSON lines here (default: print them)")
     common.add_argument("--quiet", action="store_true", help="no human-readable lines")
+    common.add_argument("--label", help="stored in every record as `label` (e.g. which run of a pair this is)")
 
     train = sub.add_parser("train", parents=[common], help="training throughput on synthetic batches")
     train.add_argument("--arch", type=_parse_list, help="comma list of torchvision models")
@@ -171,6 +172,8 @@ def run_data_command(args, device: torch.device, emit) -> None:
 
 
 def _emit(records: list[dict], args) -> None:
+    if getattr(args, "label", None):
+        records = [{**record, "label": args.label} for record in records]
     if args.out:
         append_records(args.out, records)
     for record in records:
