@@ -109,12 +109,12 @@ def test_a_real_data_set_is_never_replaced(tmp_path, fake_set):
     assert keep.is_file() and not (real / bench_data.FAKE_MARKER).exists()
 
 
-def test_data_command_cpu_workers_and_skipped_gpu_decode(tmp_path, fake_set):
+def test_data_command_cpu_workers_and_skipped_gpu_pipeline(tmp_path, fake_set):
     out = tmp_path / "data.jsonl"
     assert bench.main(["data", *TINY, "--data-dir", str(fake_set), "--workers", "0,1", "--batch-size", "2",
-                       "--image-size", "32", "--batches", "2", "--gpu-decode", "auto", "--out", str(out)]) == 0
+                       "--image-size", "32", "--batches", "2", "--gpu-pipeline", "auto", "--out", str(out)]) == 0
     records = lines(out)
-    assert [r["pipeline"] for r in records] == ["cpu-dataloader", "cpu-dataloader", "gpu-decode"]
+    assert [r["pipeline"] for r in records] == ["cpu-dataloader", "cpu-dataloader", "gpu-pipeline"]
     for record in records:
         check_common(record, "data")
     for record, workers in zip(records[:2], (0, 1), strict=True):
@@ -122,27 +122,54 @@ def test_data_command_cpu_workers_and_skipped_gpu_decode(tmp_path, fake_set):
         for key in ("images_per_sec", "mb_per_sec", "decode_ms_per_image", "read_ms_per_image",
                     "augment_ms_per_image", "startup_s"):
             assert record[key] > 0, key
-    if not torch.cuda.is_available():
-        assert records[2]["status"] == "skipped"
+    if not torch.cuda.is_available():  # auto on a CPU: the GPU pipeline is named and skipped, not run
+        assert records[2]["status"] == "skipped" and "--device cpu" in records[2]["reason"]
 
 
-def test_gpu_decode_code_path_runs_on_the_cpu(fake_set):
-    record = bench_data.measure_gpu_decode(fake_set, batch_size=2, image_size=24, batches=2, device="cpu")
-    assert record["status"] == "ok" and record["pipeline"] == "torchvision-decode-cpu"
-    assert record["output_shape"] == [2, 3, 24, 24] and record["images_per_sec"] > 0
+def test_data_command_times_the_trainers_gpu_pipeline_on_the_cpu(tmp_path, fake_set):
+    out = tmp_path / "data.jsonl"
+    assert bench.main(["data", *TINY, "--data-dir", str(fake_set), "--workers", "0", "--batch-size", "3",
+                       "--image-size", "24", "--batches", "2", "--repeats", "2", "--gpu-pipeline", "yes",
+                       "--read-workers", "0", "--out", str(out)]) == 0
+    loader, pipeline = lines(out)
+    check_common(pipeline, "data")
+    assert loader["pipeline"] == "cpu-dataloader" and pipeline["pipeline"] == "gpu-pipeline"
+    assert pipeline["status"] == "ok" and pipeline["decode_device"] == "cpu" and pipeline["env"]["device"] == "cpu"
+    assert pipeline["output_shape"] == [3, 3, 24, 24] and pipeline["output_dtype"] == "float32"
+    assert pipeline["repeats"] == 2 and len(pipeline["images_per_sec_samples"]) == 2
+    assert pipeline["images_per_sec_low"] <= pipeline["images_per_sec"] <= pipeline["images_per_sec_high"]
+    assert pipeline["timed_batches"] >= 2 and pipeline["dataset_images"] == loader["dataset_images"]
 
 
-def test_e2e_command_trains_from_jpeg_files(tmp_path, fake_set):
+def test_gpu_pipeline_measurement_is_the_trainers_loader(fake_set, monkeypatch):
+    from tutorial_lib.engine import gpu_input
+
+    built = []
+    original = gpu_input.build_gpu_loaders
+    monkeypatch.setattr(gpu_input, "build_gpu_loaders", lambda *a, **k: built.append(a[0]) or original(*a, **k))
+    record = bench_data.measure_gpu_pipeline(fake_set, batch_size=2, image_size=24, batches=1, device="cpu",
+                                             min_time=0.2)
+    (cfg,) = built
+    assert cfg.input_pipeline == "gpu" and cfg.dataset == "imagefolder" and cfg.batch_size == 2
+    assert record["status"] == "ok" and record["timed_batches"] * 2 / record["images_per_sec"] >= 0.2
+    too_big = bench_data.measure_gpu_pipeline(fake_set, batch_size=64, image_size=24, batches=1, device="cpu")
+    assert too_big["status"] == "error" and "batch_size" in too_big["reason"]
+
+
+def test_e2e_command_trains_from_jpeg_files_with_both_pipelines(tmp_path, fake_set):
     out = tmp_path / "e2e.jsonl"
     assert bench.main(["e2e", *TINY, "--data-dir", str(fake_set), "--arch", "resnet18", "--workers", "0",
                        "--batch-size", "2", "--image-size", "32", "--steps", "2", "--warmup", "1",
-                       "--out", str(out)]) == 0
-    (record,) = lines(out)
-    check_common(record, "e2e")
-    assert record["status"] == "ok", record.get("reason")
-    assert record["num_classes"] == 2 and record["workers"] == 0 and record["precision"] == "fp32"
-    assert record["images_per_sec"] > 0 and record["synthetic_images_per_sec"] > 0
-    assert 0 <= record["data_wait_fraction"] <= 1
+                       "--input-pipeline", "cpu,gpu", "--out", str(out)]) == 0
+    records = lines(out)
+    assert [r["input_pipeline"] for r in records] == ["cpu", "gpu"]
+    for record in records:
+        check_common(record, "e2e")
+        assert record["status"] == "ok", record.get("reason")
+        assert record["num_classes"] == 2 and record["workers"] == 0 and record["precision"] == "fp32"
+        assert record["images_per_sec"] > 0 and record["synthetic_images_per_sec"] > 0
+        assert 0 <= record["data_wait_fraction"] <= 1
+    assert bench.main(["e2e", *TINY, "--data-dir", str(fake_set), "--input-pipeline", "cpu,dali"]) == 2
 
 
 def test_loader_is_timed_for_at_least_min_time(fake_set):

@@ -176,6 +176,18 @@ def test_07_recorded_fit_does_not_reproduce():
     assert claims.fit_quality(0.6, 0.9).verdict == "does not fit"
 
 
+def test_input_pipelines_are_ranked_only_when_their_ranges_part():
+    faster = claims.input_pipelines(Spread.of([1900, 1960, 2000]), Spread.of([5100, 5300, 5400]), 0.52, 0.03, 16)
+    assert faster.verdict == "gpu pipeline faster" and "2.70x" in faster.sentence
+    assert "16 CPU workers" in faster.sentence and "52%" in faster.sentence and "3%" in faster.sentence
+    slower = claims.input_pipelines(Spread.of([5000, 5100]), Spread.of([3000, 3100]), workers=1)
+    assert slower.verdict == "cpu workers faster" and "1 CPU worker " in slower.sentence
+    assert claims.input_pipelines(Spread.of([900, 1000, 1500]), Spread.of([1300, 1400, 1600])).verdict == \
+        claims.NOT_DISTINGUISHABLE
+    assert claims.input_pipelines(Spread.of([1000, 1010]), Spread.of([1040, 1050])).verdict == "matters little"
+    assert claims.input_pipelines(Spread.of([1000]), None).verdict == "not measured"
+
+
 # --------------------------------------------------------------------------- notebooks and SUMMARY.md use them
 MEASURED_PHRASES = ("grows with worker", "throughput grows with the number", "shows up here as", "matters little",
                     "reproduces the measured", "the model is the slow part", "without losing accuracy here")

@@ -20,7 +20,7 @@ from scipy.stats import ks_2samp
 from torchvision.transforms import RandomResizedCrop
 from torchvision.transforms import functional as F
 
-from tutorial_lib.bench.data import make_fake_imagenet
+from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
 from tutorial_lib.engine import gpu_input as G
 from tutorial_lib.engine.config import make_config
 from tutorial_lib.engine.data import IMAGENET_MEAN, IMAGENET_STD, DataError, train_transform, val_transform

@@ -123,7 +123,7 @@ def test_the_gpu_file_fits_one_gpu_without_slurm(digits_root, monkeypatch):
 
 
 def test_the_gpu_file_works_on_an_imagenet_layout_folder(tmp_path, monkeypatch, digits_root):
-    from tutorial_lib.bench.data import make_fake_imagenet
+    from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
 
     monkeypatch.chdir(digits_root)
     fake = make_fake_imagenet(tmp_path / "imagenet", classes=2, per_class=4, size=(64, 48))

@@ -2,8 +2,10 @@
 
 * :mod:`~tutorial_lib.bench.compute`: the matmul ceiling, FLOPs per image, and the speed of the
   trainer's own step (:class:`tutorial_lib.engine.step.TrainStep`) on synthetic batches;
-* :mod:`~tutorial_lib.bench.data`: a generated ImageNet-like JPEG set, loader speed, and the trainer's
-  step fed by the trainer's loader from JPEGs;
+* :mod:`~tutorial_lib.bench.data`: loader speed of both input pipelines (CPU workers, the GPU pipeline),
+  and the trainer's step fed by the trainer's loaders from JPEGs;
+* :mod:`~tutorial_lib.bench.fake_imagenet`: a generated ImageNet-like JPEG set;
+* :mod:`~tutorial_lib.bench.runs`: a training run's own steady-state speed, from its run directory;
 * :mod:`~tutorial_lib.bench.comm`: all-reduce bandwidth across the ranks of a torchrun job;
 * :mod:`~tutorial_lib.bench.records`: JSON lines written and read, one-line descriptions, tables;
 * :mod:`~tutorial_lib.bench.cli`: ``python -m tutorial_lib.bench ...`` (run it with ``--help``).

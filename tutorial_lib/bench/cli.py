@@ -1,4 +1,4 @@
-"""The benchmarks' command line: ``python -m tutorial_lib.bench train|data|e2e|allreduce|matmul|table``."""
+"""The benchmarks' command line: ``python -m tutorial_lib.bench train|data|e2e|runs|allreduce|matmul|table``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from tutorial_lib.bench.data import (
     FAKE_MARKER,
     make_fake_imagenet,
     measure_e2e,
-    measure_gpu_decode,
+    measure_gpu_pipeline,
     measure_loader,
 )
 from tutorial_lib.bench.records import append_records, describe, markdown_tables, read_records
@@ -27,7 +27,9 @@ from tutorial_lib.engine.device import environment_facts
 USAGE = """examples:
     python -m tutorial_lib.bench train --precision fp32,bf16 --channels-last off,on --out results/train.jsonl
     python -m tutorial_lib.bench data --workers 0,1,2 --out results/data.jsonl
-    python -m tutorial_lib.bench e2e --workers 2 --out results/e2e.jsonl
+    python -m tutorial_lib.bench data --device cpu --gpu-pipeline yes   # the GPU pipeline's code, on the CPU
+    python -m tutorial_lib.bench e2e --workers 2 --input-pipeline cpu,gpu --out results/e2e.jsonl
+    python -m tutorial_lib.bench runs runs/my_run --out results/trainer.jsonl   # a trainer run's own speed
     torchrun --nproc-per-node 2 -m tutorial_lib.bench allreduce --out results/allreduce.jsonl
     python -m tutorial_lib.bench matmul                      # dense matrix-product rate of this device
     python -m tutorial_lib.bench table results/train.jsonl   # markdown tables of result files
@@ -50,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--device", default="auto", help="auto | cpu | cuda")
     common.add_argument("--out", help="append JSON lines here (default: print them)")
     common.add_argument("--quiet", action="store_true", help="no human-readable lines")
+    common.add_argument("--label", help="stored in every record as `label` (e.g. which run of a pair this is)")
 
     train = sub.add_parser("train", parents=[common], help="training throughput on synthetic batches")
     train.add_argument("--arch", type=_parse_list, help="comma list of torchvision models")
@@ -77,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     reduce.add_argument("--warmup", type=int)
     reduce.add_argument("--dtype", default="float32")
     add_data_arguments(sub, common)
+    runs = sub.add_parser("runs", help="a training run's own steady-state speed, from its run directory")
+    runs.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    runs.add_argument("--skip-steps", type=int, default=0, help="also leave out windows ending at or before this "
+                      "step (the first window of every epoch always is)")
+    runs.add_argument("--reference", help="a run directory (e.g. the same settings on synthetic data): each record "
+                      "gets its images/s as a fraction of this run's")
+    runs.add_argument("--out", help="append JSON lines here (default: print them)")
+    runs.add_argument("--quiet", action="store_true", help="no human-readable lines")
     table = sub.add_parser("table", help="markdown tables of result files")
     table.add_argument("files", nargs="+")
     table.add_argument("--out", help="also write the markdown here")
@@ -85,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_data_arguments(sub, common) -> None:
     """The ``data`` and ``e2e`` subcommands of ``python -m tutorial_lib.bench``."""
-    for name, text in (("data", "JPEG loader speed: CPU workers vs GPU decoding"),
+    for name, text in (("data", "JPEG loader speed: CPU workers vs the GPU input pipeline"),
                        ("e2e", "training throughput fed from JPEG files by the trainer's loader")):
         parser = sub.add_parser(name, parents=[common], help=text)
         parser.add_argument("--data-dir", default=DEFAULT_FAKE_DIR, help="ImageNet-layout folder (generated if "
@@ -97,9 +108,16 @@ def add_data_arguments(sub, common) -> None:
         parser.add_argument("--batch-size", type=int)
         parser.add_argument("--image-size", type=int)
         if name == "data":
-            parser.add_argument("--batches", type=int, help="timed batches per measurement")
-            parser.add_argument("--gpu-decode", default="auto", choices=("auto", "yes", "no"))
-            parser.add_argument("--read-threads", type=int, default=8)
+            parser.add_argument("--batches", type=int, help="timed batches per measurement and round, at least")
+            parser.add_argument("--min-time", type=float, default=0.0, help="seconds per measurement and round, "
+                                "at least")
+            parser.add_argument("--repeats", type=int, default=1, help="rounds; the settings take turns in every "
+                                "round (median and range are reported)")
+            parser.add_argument("--gpu-pipeline", default="auto", choices=("auto", "yes", "no"),
+                                help="the trainer's GPU input pipeline too (auto: on a GPU; yes on the CPU runs "
+                                "its CPU form)")
+            parser.add_argument("--read-workers", type=int, help="workers reading file bytes for the GPU pipeline "
+                                "(default: the largest --workers)")
         else:
             parser.add_argument("--arch")
             parser.add_argument("--precision", default=None, help="default: bf16 on a GPU, fp32 on the CPU")
@@ -109,6 +127,8 @@ def add_data_arguments(sub, common) -> None:
             parser.add_argument("--steps", type=int)
             parser.add_argument("--warmup", type=int)
             parser.add_argument("--no-reference", action="store_true", help="skip the synthetic-data comparison")
+            parser.add_argument("--input-pipeline", type=_parse_list, help="comma list of cpu,gpu (default: the "
+                                "profile's: gpu on a GPU, cpu on the CPU)")
 
 
 def _ensure_data(args, d: dict) -> None:
@@ -127,22 +147,33 @@ def run_data_command(args, device: torch.device, emit) -> None:
     batch = args.batch_size or d["batch_size"]
     size = args.image_size or d["image_size"]
     if args.command == "data":
-        batches = args.batches or d["loader_batches"]
-        for workers in args.workers or d["workers"]:
-            emit(measure_loader(args.data_dir, workers, batch, size, batches))
-        if args.gpu_decode != "no":
-            emit(measure_gpu_decode(args.data_dir, batch, size, batches, device="cuda",
-                                    read_threads=args.read_threads))
+        from tutorial_lib.bench.timing import interleave_records
+
+        batches, worker_list = args.batches or d["loader_batches"], args.workers or d["workers"]
+        runs = {w: (lambda w=w: measure_loader(args.data_dir, w, batch, size, batches, min_time=args.min_time))
+                for w in worker_list}
+        if args.gpu_pipeline == "yes" or (args.gpu_pipeline == "auto" and gpu):
+            read_workers = max(worker_list) if args.read_workers is None else args.read_workers
+            runs["gpu"] = lambda: measure_gpu_pipeline(args.data_dir, batch, size, batches, device=device,
+                                                       workers=read_workers, min_time=args.min_time)
+        elif args.gpu_pipeline == "auto":
+            runs["gpu"] = lambda: measure_gpu_pipeline(args.data_dir, batch, size, batches, device="cuda")
+        for record in interleave_records(runs, args.repeats, keys=("images_per_sec", "mb_per_sec")).values():
+            emit(record)
         return
     precision = args.precision or ("bf16" if gpu else "fp32")
     channels_last = gpu if args.channels_last is None else args.channels_last
-    for workers in args.workers or [max(d["workers"])]:
-        emit(measure_e2e(args.data_dir, args.arch, precision, channels_last, batch, size, args.steps, args.warmup,
-                         workers, args.compile, device, reference=not args.no_reference))
+    for pipeline in args.input_pipeline or [None]:
+        for workers in args.workers or [max(d["workers"])]:
+            emit(measure_e2e(args.data_dir, args.arch, precision, channels_last, batch, size, args.steps,
+                             args.warmup, workers, args.compile, device, reference=not args.no_reference,
+                             input_pipeline=pipeline))
 
 
 
 def _emit(records: list[dict], args) -> None:
+    if getattr(args, "label", None):
+        records = [{**record, "label": args.label} for record in records]
     if args.out:
         append_records(args.out, records)
     for record in records:
@@ -162,6 +193,18 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(text)
         print(text)
+        return 0
+    if args.command == "runs":
+        from tutorial_lib.bench.runs import RunSummaryError, compare_to, trainer_record
+
+        try:
+            records = [trainer_record(run, args.skip_steps) for run in args.run_dirs]
+            if args.reference:
+                records = compare_to(records, trainer_record(args.reference, args.skip_steps))
+        except RunSummaryError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        _emit(records, args)
         return 0
     if args.command == "allreduce":
         record = measure_allreduce(args.sizes, args.iters, args.warmup, args.dtype, args.device, args.repeats,
@@ -194,5 +237,9 @@ def main(argv: list[str] | None = None) -> int:
                        args.steps, args.warmup, args.windows, device, isolate, args.num_classes,
                        on_record=lambda record: _emit([record], args))
         return 0
+    bad = [p for p in getattr(args, "input_pipeline", None) or [] if p not in ("cpu", "gpu")]
+    if bad:
+        print(f"error: --input-pipeline: unknown {', '.join(bad)}. Fix: a comma list of cpu,gpu.", file=sys.stderr)
+        return 2
     run_data_command(args, device, emit=lambda record: _emit([record], args))
     return 0

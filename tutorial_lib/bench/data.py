@@ -1,35 +1,37 @@
-"""Input-pipeline benchmarks: a generated ImageNet-like JPEG set, loader speed, and training fed from JPEGs.
+"""Input-pipeline benchmarks: loader speed of both input pipelines, and training fed from JPEGs.
 
-* :func:`make_fake_imagenet` writes realistic-size JPEGs (500x375, about 110 KB, like ImageNet's
-  average) in ImageNet layout, so decoding costs what it costs on the real data set.
 * :func:`measure_loader`: the trainer's CPU pipeline (``CountingImageFolder`` + ``train_transform``
   in DataLoader workers): images/s, MB/s read, and the per-image cost of reading, decoding and
   augmenting in one process.
-* :func:`measure_gpu_decode`: files read by threads, decoded in batches on the GPU with nvJPEG
-  (``torchvision.io.decode_jpeg(device="cuda")``), cropped, resized and flipped on the GPU.
+* :func:`measure_gpu_pipeline`: the trainer's GPU pipeline (:func:`tutorial_lib.engine.gpu_input.build_gpu_loaders`:
+  workers read file bytes, the device decodes and augments in batches); on a CPU the same code with
+  torchvision's CPU decoder.
 * :func:`measure_e2e`: the trainer's own step (:class:`tutorial_lib.engine.step.TrainStep`) fed by the
-  trainer's own loader (``build_loaders`` with ``dataset="imagefolder"``), timed as the trainer runs.
+  trainer's own loaders (:func:`tutorial_lib.engine.gpu_input.loaders_for`, either input pipeline), timed as
+  the trainer runs.
 
-Used by ``python -m tutorial_lib.bench data|e2e`` and by notebook 02.
+The generated ImageNet-like JPEG set is :mod:`tutorial_lib.bench.fake_imagenet` (its names are
+re-exported here). Used by ``python -m tutorial_lib.bench data|e2e`` and by notebook 02.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
-import random
-import statistics
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-import numpy as np
 import torch
 
 from tutorial_lib.bench.compute import bench_config, defaults, measure_training, release_memory
+from tutorial_lib.bench.fake_imagenet import (  # noqa: F401  (re-exported for notebooks)
+    DEFAULT_FAKE_DIR,
+    FAKE_MARKER,
+    dataset_summary,
+    make_fake_imagenet,
+    prepare_fake_imagenet,
+    split_dir,
+)
 from tutorial_lib.engine.device import (
     compile_support,
     environment_facts,
@@ -37,114 +39,6 @@ from tutorial_lib.engine.device import (
     resolve_device,
     synchronize,
 )
-
-FAKE_MARKER = "fake_imagenet.json"
-DEFAULT_FAKE_DIR = "data/fake_imagenet"
-
-
-# --------------------------------------------------------------------------- the generated data set
-def _fake_image(seed: int, size: tuple[int, int], quality: int, path: Path) -> None:
-    """One JPEG: a colour gradient, a few flat shapes and grainy noise (its amount sets the file size)."""
-    from PIL import Image, ImageDraw
-
-    rng = np.random.default_rng(seed)
-    width, height = size
-    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
-    angle = rng.uniform(0, 2 * np.pi)
-    ramp = np.cos(angle) * xx / width + np.sin(angle) * yy / height
-    ramp = (ramp - ramp.min()) / (np.ptp(ramp) + 1e-6)
-    start, end = rng.uniform(0, 255, 3).astype(np.float32), rng.uniform(0, 255, 3).astype(np.float32)
-    pixels = start * (1 - ramp[..., None]) + end * ramp[..., None]
-    image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
-    draw = ImageDraw.Draw(image)
-    for _ in range(int(rng.integers(4, 10))):
-        x, y, r = rng.uniform(0, width), rng.uniform(0, height), rng.uniform(0.02, 0.25) * width
-        colour = tuple(int(v) for v in rng.integers(0, 256, 3))
-        box = [x - r, y - r, x + r * rng.uniform(0.5, 2), y + r * rng.uniform(0.5, 1.5)]
-        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=colour)
-    sigma = rng.uniform(17, 30)
-    grain = rng.standard_normal(((height + 1) // 2, (width + 1) // 2, 3), dtype=np.float32) * sigma
-    grain = np.repeat(np.repeat(grain, 2, 0), 2, 1)[:height, :width]
-    fine = rng.standard_normal((height, width, 3), dtype=np.float32) * (0.4 * sigma)
-    out = np.asarray(image, dtype=np.float32) + grain + fine
-    Image.fromarray(out.clip(0, 255).astype(np.uint8)).save(path, "JPEG", quality=quality)
-
-
-def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int = 2, per_class: int = 16,
-                       size: tuple[int, int] = (500, 375), val_per_class: int | None = None, quality: int = 90,
-                       seed: int = 0, workers: int | None = None, processes: bool | None = None) -> Path:
-    """Write an ImageNet-layout JPEG set: ``root/{train,val}/n000000NN/n000000NN_I.JPEG``.
-
-    Images are ``size`` (ImageNet's typical 500x375) and about 110 KB each. ``val_per_class``
-    defaults to an eighth of ``per_class`` (at least 1). Idempotent: a set with the same settings is
-    reused; the tree is built in a temporary folder and renamed into place. Images are made by
-    ``workers`` threads, or processes (``processes``; default: for sets of 512 images or more).
-    """
-    root = Path(root)
-    val_per_class = max(1, per_class // 8) if val_per_class is None else val_per_class
-    settings = {"classes": classes, "per_class": per_class, "val_per_class": val_per_class, "size": list(size),
-                "quality": quality, "seed": seed, "version": 1}
-    marker = root / FAKE_MARKER
-    if marker.is_file() and json.loads(marker.read_text()) == settings:
-        return root
-    from tutorial_lib.engine.data import check_replaceable, publish_tree
-
-    check_replaceable(root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".fake-imagenet-", dir=root.parent))
-    jobs = []
-    for split, count in (("train", per_class), ("val", val_per_class)):
-        for label in range(classes):
-            folder = staging / split / f"n{label:08d}"
-            folder.mkdir(parents=True)
-            for index in range(count):
-                image_seed = seed * 1_000_003 + label * 10_007 + index + (0 if split == "train" else 500_009)
-                jobs.append((image_seed, tuple(size), quality, folder / f"n{label:08d}_{index}.JPEG"))
-    workers = workers or min(32, os.cpu_count() or 1)
-    if processes if processes is not None else len(jobs) >= 512 and workers > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["tutorial_lib.bench.data"])  # imported once, then forked per worker
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            list(pool.map(_fake_image, *zip(*jobs, strict=True), chunksize=16))
-    else:
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(lambda job: _fake_image(*job), jobs))
-    (staging / FAKE_MARKER).write_text(json.dumps(settings))
-    return publish_tree(staging, root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
-
-
-def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int = 2, per_class: int = 16,
-                          size: tuple[int, int] = (500, 375), batch_size: int = 8, loader_batches: int = 4,
-                          device: str | torch.device | None = "auto") -> Path:
-    """The data set the benchmarks read: ``root`` as it is if it already holds images that were not
-    generated here (a real ImageNet, say), else :func:`make_fake_imagenet` with at least enough
-    training images for ``loader_batches + 4`` batches and the device's default e2e steps."""
-    root = Path(root)
-    if root.is_dir() and not (root / FAKE_MARKER).is_file() and any(root.iterdir()):
-        from tutorial_lib.engine.data import check_imagefolder
-
-        return check_imagefolder(root)
-    d = defaults(device)
-    needed = batch_size * max(loader_batches + 4, d["e2e_steps"] + d["warmup"] + 1)
-    return make_fake_imagenet(root, classes, max(per_class, math.ceil(needed / classes)), tuple(size))
-
-
-def dataset_summary(data_dir: str | os.PathLike) -> dict:
-    """Image count, classes and mean file size of ``data_dir/train``."""
-    from tutorial_lib.engine.data import CountingImageFolder
-
-    dataset = CountingImageFolder(_split_dir(data_dir))
-    sizes = [os.path.getsize(path) for path, _ in dataset.samples]
-    return {"images": len(sizes), "classes": len(dataset.classes),
-            "mean_file_kb": statistics.fmean(sizes) / 1e3 if sizes else 0.0}
-
-
-def _split_dir(data_dir, split: str = "train") -> Path:
-    root = Path(data_dir)
-    return root / split if (root / split).is_dir() else root
 
 
 def _order(length: int, count: int, seed: int = 0) -> list[int]:
@@ -175,7 +69,7 @@ def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, 
 
     from tutorial_lib.engine.data import train_transform
 
-    dataset_dir = _split_dir(data_dir)
+    dataset_dir = split_dir(data_dir)
     paths = sorted(dataset_dir.rglob("*"))
     paths = [p for p in paths if p.suffix.lower() in (".jpeg", ".jpg", ".png")][:images]
     transform = train_transform(image_size)
@@ -209,7 +103,7 @@ def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int 
 
     from tutorial_lib.engine.data import CountingImageFolder, collate_skipping, train_transform
 
-    dataset = CountingImageFolder(_split_dir(data_dir), train_transform(image_size))
+    dataset = CountingImageFolder(split_dir(data_dir), train_transform(image_size))
     warmup_batches = max(1, workers) if warmup_batches is None else warmup_batches
     most = batches if min_time <= 0 else max(batches, 100_000 // batch_size)  # open-ended when timed
     order = _order(len(dataset), (warmup_batches + most) * batch_size, seed)
@@ -239,86 +133,74 @@ def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int 
     return {**record, "env": environment_facts("cpu"), "timestamp": time.time()}
 
 
-# --------------------------------------------------------------------------- GPU decoding
-def gpu_augment(images: list[torch.Tensor], image_size: int, min_crop_scale: float = 0.08,
-                hflip: bool = True) -> torch.Tensor:
-    """RandomResizedCrop + flip + ImageNet normalisation of decoded uint8 CHW images, on their device."""
-    from torchvision.transforms import RandomResizedCrop
+# --------------------------------------------------------------------------- the GPU input pipeline
+def measure_gpu_pipeline(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, batch_size: int = 8, image_size: int = 64,
+                         batches: int = 4, warmup_batches: int | None = None,
+                         device: str | torch.device | None = "auto", workers: int = 0, min_time: float = 0.0,
+                         repeats: int = 1, seed: int = 0) -> dict:
+    """Images/s of the trainer's own GPU input pipeline (``input_pipeline: gpu``) on ``device``.
 
-    from tutorial_lib.engine.data import IMAGENET_MEAN, IMAGENET_STD
-
-    out = []
-    for image in images:
-        top, left, height, width = RandomResizedCrop.get_params(image, scale=(min_crop_scale, 1.0),
-                                                                ratio=(3 / 4, 4 / 3))
-        crop = image[None, :, top:top + height, left:left + width].float()
-        crop = torch.nn.functional.interpolate(crop, size=(image_size, image_size), mode="bilinear",
-                                               antialias=True, align_corners=False)
-        out.append(crop.flip(-1) if hflip and random.random() < 0.5 else crop)
-    batch = torch.cat(out) / 255.0
-    device = batch.device
-    mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1)
-    std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1)
-    return (batch - mean) / std
-
-
-def measure_gpu_decode(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, batch_size: int = 8, image_size: int = 64,
-                       batches: int = 4, warmup_batches: int = 1, device: str | torch.device | None = "cuda",
-                       read_threads: int = 8, seed: int = 0) -> dict:
-    """Images/s of reading JPEG files with threads and decoding + augmenting them in batches on the GPU.
-
-    nvJPEG does the decoding (``decode_jpeg(list_of_files, device="cuda")``); the crops, resizes
-    and flips run on the GPU too. The next batch's files are read while this one is decoded.
-    ``device="cpu"`` runs the same code with torchvision's CPU decoder (for tests). On a machine
-    without a GPU asking for cuda gives ``status: "skipped"``.
+    The loaders are the trainer's (:func:`tutorial_lib.engine.gpu_input.build_gpu_loaders`): ``workers``
+    DataLoader workers read the files' bytes, the device decodes them in batches (nvJPEG on CUDA,
+    torchvision's CPU decoder on the CPU) and crops, resizes, flips and normalises them in batched form.
+    After ``warmup_batches`` untimed batches (default: one per worker, at least one) each of
+    ``repeats`` rounds takes ``batches`` batches, or more until ``min_time`` seconds have passed,
+    and synchronises the device at its end; the record holds the median round and its range
+    (``images_per_sec_low``/``_high``). Asking for cuda without a GPU gives ``status: "skipped"``.
     """
-    import warnings
+    from tutorial_lib.bench.timing import Spread, store
 
-    with warnings.catch_warnings():  # torchvision 0.29 deprecates its image I/O in favour of TorchCodec
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return _gpu_decode(data_dir, batch_size, image_size, batches, warmup_batches, device, read_threads, seed)
+    record = {"kind": "data", "pipeline": "gpu-pipeline", "workers": workers, "batch_size": batch_size,
+              "image_size": image_size, "batches": batches, "data_dir": str(data_dir), "min_time_s": min_time}
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        return {**record, "status": "skipped", "reason": "no CUDA GPU here (nvJPEG decoding needs one); "
+                "--device cpu runs the same pipeline on the CPU", "env": environment_facts("cpu"),
+                "timestamp": time.time()}
+    from tutorial_lib.engine.data import DataError
+    from tutorial_lib.engine.gpu_input import build_gpu_loaders
 
-
-def _gpu_decode(data_dir, batch_size, image_size, batches, warmup_batches, device, read_threads, seed) -> dict:
-    from torchvision.io import ImageReadMode, decode_jpeg, read_file
-
-    from tutorial_lib.engine.data import CountingImageFolder
-
-    record = {"kind": "data", "pipeline": "gpu-decode", "workers": 0, "read_threads": read_threads,
-              "batch_size": batch_size, "image_size": image_size, "batches": batches,
-              "warmup_batches": warmup_batches, "data_dir": str(data_dir)}
-    if device != "cpu" and not torch.cuda.is_available():
-        return {**record, "status": "skipped", "reason": "no CUDA GPU here (nvJPEG decoding needs one)",
-                "env": environment_facts("cpu"), "timestamp": time.time()}
     device = resolve_device(device)
-    if device.type == "cpu":
-        record["pipeline"] = "torchvision-decode-cpu"
-    dataset = CountingImageFolder(_split_dir(data_dir))
-    order = _order(len(dataset), (warmup_batches + batches) * batch_size, seed)
-    paths = [dataset.samples[i][0] for i in order]
-    groups = [paths[i:i + batch_size] for i in range(0, len(paths), batch_size)]
-    decode_s, count, t0 = 0.0, 0, time.perf_counter()
-    with ThreadPoolExecutor(read_threads) as pool:
-        pending = pool.map(read_file, groups[0])
-        for index in range(len(groups)):
-            if index == warmup_batches:
-                synchronize(device)
-                t0, decode_s, count = time.perf_counter(), 0.0, 0
-            files = list(pending)
-            if index + 1 < len(groups):
-                pending = pool.map(read_file, groups[index + 1])
-            d0 = time.perf_counter()
-            decoded = decode_jpeg(files, mode=ImageReadMode.RGB, device=device)
-            synchronize(device)
-            decode_s += time.perf_counter() - d0
-            batch = gpu_augment(decoded, image_size)
-            synchronize(device)
-            count += len(batch)
-    elapsed = time.perf_counter() - t0
-    nbytes = sum(os.path.getsize(p) for p in paths[warmup_batches * batch_size:])
-    return {**record, "status": "ok", "decode_device": str(device), "images_per_sec": count / elapsed,
-            "mb_per_sec": nbytes / 1e6 / elapsed, "decode_ms_per_image": 1000 * decode_s / max(1, count),
-            "output_shape": list(batch.shape), "env": environment_facts(device), "timestamp": time.time()}
+    warmup_batches = max(1, workers) if warmup_batches is None else warmup_batches
+    cfg = bench_config(device, dataset="imagefolder", data_dir=str(data_dir), batch_size=batch_size,
+                       image_size=image_size, workers=workers, input_pipeline="gpu", seed=seed)
+    try:
+        loaders = build_gpu_loaders(cfg, 0, 1, device)
+    except DataError as exc:  # a batch larger than the data set, a wrong layout: the message names the fix
+        return {**record, "status": "error", "reason": str(exc), "env": environment_facts(device),
+                "timestamp": time.time()}
+    stream = _endless(loaders)
+    for _ in range(warmup_batches):
+        batch = next(stream)
+    synchronize(device)
+    rates, timed_batches = [], 0
+    for _ in range(max(1, repeats)):
+        t0, count, done = time.perf_counter(), 0, 0
+        while done < batches or time.perf_counter() - t0 < min_time:
+            batch = next(stream)
+            count, done = count + len(batch.targets), done + 1
+        synchronize(device)
+        rates.append(count / (time.perf_counter() - t0))
+        timed_batches += done
+    stream.close()
+    record.update(status="ok", warmup_batches=warmup_batches, timed_batches=timed_batches,
+                  decode_device=str(device), dataset_images=loaders.train_images,
+                  output_shape=list(batch.images.shape), output_dtype=str(batch.images.dtype).removeprefix("torch."),
+                  repeats=len(rates), spread_method="median of the rounds; spread = lowest..highest round "
+                  "(one loader, its rounds back to back)",
+                  timer="time.perf_counter (the device synchronised at the end of each round)")
+    store(record, "images_per_sec", Spread.of(rates))
+    record["images_per_sec_per_worker"] = record["images_per_sec"] / max(1, workers)
+    del loaders, batch
+    release_memory(device)
+    return {**record, "env": environment_facts(device), "timestamp": time.time()}
+
+
+def _endless(loaders):
+    """The training batches of epoch 0, 1, 2, ... back to back (as the trainer sees them)."""
+    epoch = 0
+    while True:
+        yield from loaders.train_epoch(epoch)
+        epoch += 1
 
 
 # --------------------------------------------------------------------------- training fed from JPEGs
@@ -365,13 +247,7 @@ def measure_e2e(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, arch: str | None
     loaders = loaders_for(cfg, 0, 1, device)
     step = TrainStep(cfg, loaders.num_classes, device, steps_per_epoch=len(loaders.train))
 
-    def batches(source):
-        epoch = 0
-        while True:
-            yield from source.train_epoch(epoch)
-            epoch += 1
-
-    stream, wait, images = batches(loaders), 0.0, 0
+    stream, wait, images = _endless(loaders), 0.0, 0
     for _ in range(s["warmup"]):
         loss = step(next(stream))
     synchronize(device)

@@ -48,7 +48,9 @@ def describe(record: dict) -> str:
     kind, status = record.get("kind"), record.get("status")
     head = {"train": "{arch} {precision} cl={channels_last} compile={compile} b={batch_size} {image_size}px",
             "data": "{pipeline} workers={workers} b={batch_size} {image_size}px",
-            "e2e": "{arch} {precision} workers={workers} b={batch_size} {image_size}px",
+            "e2e": "{arch} {precision} {input_pipeline}-pipeline workers={workers} b={batch_size} {image_size}px",
+            "trainer": "{run}: {dataset} {input_pipeline}-pipeline {arch} {precision} b={batch_size}",
+            "peer": "{peer} {arch} {precision} cl={channels_last} compile={compile} b={batch}",
             "allreduce": "{backend} x{world_size}", "matmul": "{device}"}.get(kind, "{kind}")
     text = f"{kind}: " + head.format_map({k: _fmt(v) for k, v in record.items()})
     if status != "ok":
@@ -57,10 +59,18 @@ def describe(record: dict) -> str:
         return (f"{text}: {record['images_per_sec']:.1f} img/s, peak {record['peak_memory_bytes'] / 2**30:.2f} GiB, "
                 f"{record['achieved_tflops']:.3f} TFLOP/s of {record['matmul_tflops']:.2f} matmul")
     if kind == "data":
-        return f"{text}: {record['images_per_sec']:.1f} img/s, {record['mb_per_sec']:.1f} MB/s"
+        read = f", {record['mb_per_sec']:.1f} MB/s" if record.get("mb_per_sec") is not None else ""
+        return f"{text}: {record['images_per_sec']:.1f} img/s{read}"
     if kind == "e2e":
         wait = 100 * record["data_wait_fraction"]
         return f"{text}: {record['images_per_sec']:.1f} img/s, waiting for data {wait:.0f}% of the time"
+    if kind == "trainer":
+        ratio = record.get("fraction_of_reference")
+        versus = f", {ratio:.2f} of {record['reference_run']}" if ratio is not None else ""
+        return (f"{text}: {record['images_per_sec']:.1f} img/s (windows {record['images_per_sec_low']:.1f}-"
+                f"{record['images_per_sec_high']:.1f}){versus}")
+    if kind == "peer":
+        return f"{text}: {record['images_per_sec']:.1f} img/s, peak {record.get('peak_mem_gb')} GB"
     if kind == "matmul":
         return f"{text}: {record['matmul_dtype']} {record['matmul_size']}^3: {record['matmul_tflops']:.3f} TFLOP/s"
     if kind == "allreduce":
@@ -77,17 +87,28 @@ TABLE_COLUMNS = {
               ("peak_memory_gib", "peak GiB", 2),
               ("training_memory_gib", "training GiB", 2),
               ("achieved_tflops", "TFLOP/s", 3), ("matmul_tflops", "matmul TFLOP/s", 2),
-              ("fraction_of_matmul", "of matmul", 3), ("note", "note", 0)],
+              ("fraction_of_matmul", "of matmul", 3), ("warmup_s", "warm-up s (with compiling)", 1),
+              ("note", "note", 0)],
     "data": [("pipeline", "pipeline", 0), ("workers", "workers", 0), ("batch_size", "batch", 0),
              ("image_size", "px", 0), ("images_per_sec", "img/s", 1), ("images_per_sec_low", "img/s low", 1),
              ("images_per_sec_high", "img/s high", 1), ("mb_per_sec", "MB/s", 1),
              ("decode_ms_per_image", "decode ms/img", 2), ("augment_ms_per_image", "augment ms/img", 2),
              ("note", "note", 0)],
     "e2e": [("arch", "arch", 0), ("precision", "precision", 0), ("channels_last", "channels_last", 0),
-            ("workers", "workers", 0), ("batch_size", "batch", 0), ("image_size", "px", 0),
+            ("input_pipeline", "input pipeline", 0), ("workers", "workers", 0), ("batch_size", "batch", 0),
+            ("image_size", "px", 0),
             ("images_per_sec", "img/s from JPEG", 1), ("images_per_sec_low", "low", 1),
             ("images_per_sec_high", "high", 1), ("synthetic_images_per_sec", "img/s synthetic", 1),
             ("data_wait_fraction", "waiting for data", 2), ("note", "note", 0)],
+    "trainer": [("run", "run", 0), ("dataset", "data", 0), ("input_pipeline", "input pipeline", 0),
+                ("arch", "arch", 0), ("precision", "precision", 0), ("compile", "compile", 0),
+                ("batch_size", "batch", 0), ("workers", "workers", 0), ("images_per_sec", "img/s", 1),
+                ("images_per_sec_low", "low", 1), ("images_per_sec_high", "high", 1),
+                ("fraction_of_reference", "of reference", 2), ("reference_run", "reference", 0),
+                ("note", "note", 0)],
+    "peer": [("peer", "peer", 0), ("arch", "arch", 0), ("precision", "precision", 0),
+             ("channels_last", "channels_last", 0), ("compile", "compile", 0), ("batch", "batch", 0),
+             ("images_per_sec", "img/s", 1), ("peak_mem_gb", "peak GB", 2), ("warmup_s", "warm-up s", 1)],
     "matmul": [("device", "device", 0), ("matmul_dtype", "dtype", 0), ("matmul_size", "size", 0),
                ("matmul_tflops", "TFLOP/s", 3)],
     "allreduce": [("backend", "backend", 0), ("world_size", "ranks", 0), ("nodes", "nodes", 0),

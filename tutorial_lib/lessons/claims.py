@@ -220,6 +220,28 @@ def model_vs_files(model: Spread | None, from_files: Spread | None) -> Claim:
     return Claim("model vs files", "consistent", numbers)
 
 
+def input_pipelines(cpu: Spread | None, gpu: Spread | None, cpu_wait: float | None = None,
+                    gpu_wait: float | None = None, workers: int | None = None) -> Claim:
+    """The trainer fed by CPU workers against the trainer fed by the GPU input pipeline, same settings."""
+    if cpu is None or gpu is None:
+        return Claim("input pipelines", "not measured", "the two input pipelines were not both measured here "
+                     "(the GPU pipeline needs a CUDA GPU)")
+    waits = "" if cpu_wait is None or gpu_wait is None else (
+        f"; waiting for data {100 * cpu_wait:.0f}% of the time with CPU workers, {100 * gpu_wait:.0f}% with the "
+        "GPU pipeline")
+    who = f"{workers} CPU worker{'s' * (workers != 1)}" if workers is not None else "CPU workers"
+    numbers = f"fed by {who} the trainer runs at {cpu.text()} img/s, fed by the GPU pipeline at {gpu.text()}{waits}"
+    verdict = _ratio_verdict(gpu, cpu, "gpu pipeline faster", "cpu workers faster")
+    if verdict == "gpu pipeline faster":
+        sentence = f"decoding on the GPU speeds the trainer up {gpu.median / cpu.median:.2f}x: {numbers}"
+    elif verdict == "cpu workers faster":
+        sentence = (f"the CPU workers feed the trainer faster here ({cpu.median / gpu.median:.2f}x): {numbers}; "
+                    "the GPU pipeline's decoding competes with the training step for the GPU")
+    else:
+        sentence = f"the two input pipelines {verdict}: {numbers}"
+    return Claim("input pipelines", verdict, sentence)
+
+
 # --------------------------------------------------------------------------- notebook 07
 def fit_quality(median_error: float, max_error: float) -> Claim:
     """Whether a fitted alpha-beta model reproduces the measured all-reduce times."""

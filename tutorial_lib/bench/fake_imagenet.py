@@ -1,0 +1,130 @@
+"""A generated ImageNet-like JPEG set, so input-pipeline benchmarks decode what ImageNet costs to decode.
+
+* :func:`make_fake_imagenet` writes realistic-size JPEGs (500x375, about 110 KB, like ImageNet's
+  average) in ImageNet layout.
+* :func:`prepare_fake_imagenet`: the set a benchmark reads (a real ImageNet-layout folder is used as it is).
+* :func:`dataset_summary`: image count, classes and mean file size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tutorial_lib.bench.compute import defaults
+
+FAKE_MARKER = "fake_imagenet.json"
+DEFAULT_FAKE_DIR = "data/fake_imagenet"
+
+
+def _fake_image(seed: int, size: tuple[int, int], quality: int, path: Path) -> None:
+    """One JPEG: a colour gradient, a few flat shapes and grainy noise (its amount sets the file size)."""
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    width, height = size
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    angle = rng.uniform(0, 2 * np.pi)
+    ramp = np.cos(angle) * xx / width + np.sin(angle) * yy / height
+    ramp = (ramp - ramp.min()) / (np.ptp(ramp) + 1e-6)
+    start, end = rng.uniform(0, 255, 3).astype(np.float32), rng.uniform(0, 255, 3).astype(np.float32)
+    pixels = start * (1 - ramp[..., None]) + end * ramp[..., None]
+    image = Image.fromarray(pixels.clip(0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(image)
+    for _ in range(int(rng.integers(4, 10))):
+        x, y, r = rng.uniform(0, width), rng.uniform(0, height), rng.uniform(0.02, 0.25) * width
+        colour = tuple(int(v) for v in rng.integers(0, 256, 3))
+        box = [x - r, y - r, x + r * rng.uniform(0.5, 2), y + r * rng.uniform(0.5, 1.5)]
+        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=colour)
+    sigma = rng.uniform(17, 30)
+    grain = rng.standard_normal(((height + 1) // 2, (width + 1) // 2, 3), dtype=np.float32) * sigma
+    grain = np.repeat(np.repeat(grain, 2, 0), 2, 1)[:height, :width]
+    fine = rng.standard_normal((height, width, 3), dtype=np.float32) * (0.4 * sigma)
+    out = np.asarray(image, dtype=np.float32) + grain + fine
+    Image.fromarray(out.clip(0, 255).astype(np.uint8)).save(path, "JPEG", quality=quality)
+
+
+def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int = 2, per_class: int = 16,
+                       size: tuple[int, int] = (500, 375), val_per_class: int | None = None, quality: int = 90,
+                       seed: int = 0, workers: int | None = None, processes: bool | None = None) -> Path:
+    """Write an ImageNet-layout JPEG set: ``root/{train,val}/n000000NN/n000000NN_I.JPEG``.
+
+    Images are ``size`` (ImageNet's typical 500x375) and about 110 KB each. ``val_per_class``
+    defaults to an eighth of ``per_class`` (at least 1). Idempotent: a set with the same settings is
+    reused; the tree is built in a temporary folder and renamed into place. Images are made by
+    ``workers`` threads, or processes (``processes``; default: for sets of 512 images or more).
+    """
+    root = Path(root)
+    val_per_class = max(1, per_class // 8) if val_per_class is None else val_per_class
+    settings = {"classes": classes, "per_class": per_class, "val_per_class": val_per_class, "size": list(size),
+                "quality": quality, "seed": seed, "version": 1}
+    marker = root / FAKE_MARKER
+    if marker.is_file() and json.loads(marker.read_text()) == settings:
+        return root
+    from tutorial_lib.engine.data import check_replaceable, publish_tree
+
+    check_replaceable(root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".fake-imagenet-", dir=root.parent))
+    jobs = []
+    for split, count in (("train", per_class), ("val", val_per_class)):
+        for label in range(classes):
+            folder = staging / split / f"n{label:08d}"
+            folder.mkdir(parents=True)
+            for index in range(count):
+                image_seed = seed * 1_000_003 + label * 10_007 + index + (0 if split == "train" else 500_009)
+                jobs.append((image_seed, tuple(size), quality, folder / f"n{label:08d}_{index}.JPEG"))
+    workers = workers or min(32, os.cpu_count() or 1)
+    if processes if processes is not None else len(jobs) >= 512 and workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["tutorial_lib.bench.fake_imagenet"])  # imported once, then forked per worker
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            list(pool.map(_fake_image, *zip(*jobs, strict=True), chunksize=16))
+    else:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda job: _fake_image(*job), jobs))
+    (staging / FAKE_MARKER).write_text(json.dumps(settings))
+    return publish_tree(staging, root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
+
+
+def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int = 2, per_class: int = 16,
+                          size: tuple[int, int] = (500, 375), batch_size: int = 8, loader_batches: int = 4,
+                          device: str | torch.device | None = "auto") -> Path:
+    """The data set the benchmarks read: ``root`` as it is if it already holds images that were not
+    generated here (a real ImageNet, say), else :func:`make_fake_imagenet` with at least enough
+    training images for ``loader_batches + 4`` batches and the device's default e2e steps."""
+    root = Path(root)
+    if root.is_dir() and not (root / FAKE_MARKER).is_file() and any(root.iterdir()):
+        from tutorial_lib.engine.data import check_imagefolder
+
+        return check_imagefolder(root)
+    d = defaults(device)
+    needed = batch_size * max(loader_batches + 4, d["e2e_steps"] + d["warmup"] + 1)
+    return make_fake_imagenet(root, classes, max(per_class, math.ceil(needed / classes)), tuple(size))
+
+
+def dataset_summary(data_dir: str | os.PathLike) -> dict:
+    """Image count, classes and mean file size of ``data_dir/train``."""
+    from tutorial_lib.engine.data import CountingImageFolder
+
+    dataset = CountingImageFolder(split_dir(data_dir))
+    sizes = [os.path.getsize(path) for path, _ in dataset.samples]
+    return {"images": len(sizes), "classes": len(dataset.classes),
+            "mean_file_kb": statistics.fmean(sizes) / 1e3 if sizes else 0.0}
+
+
+def split_dir(data_dir, split: str = "train") -> Path:
+    """``data_dir/split`` if that folder exists, else ``data_dir`` itself."""
+    root = Path(data_dir)
+    return root / split if (root / split).is_dir() else root

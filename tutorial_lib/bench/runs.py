@@ -1,0 +1,78 @@
+"""The trainer's own speed as a benchmark record: ``python -m tutorial_lib.bench runs RUN_DIR...``.
+
+A training run writes a ``step`` event every ``log_every`` steps with the images/s of that window
+(``metrics.jsonl``) and its resolved settings and environment (``config.json``). :func:`trainer_record`
+turns them into one JSON line of kind ``trainer``, like the benchmarks' records: the median images/s
+of the steady-state windows and their range, the settings (data set, input pipeline, precision...)
+and the device. Steady state leaves out the first window of every epoch (loader start-up, and in
+the first epoch torch.compile's compilation and cuDNN's autotuning) and every window that ends at
+or before ``skip_steps``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from tutorial_lib.bench.timing import Spread, store
+from tutorial_lib.rundir.layout import CONFIG_FILE
+from tutorial_lib.rundir.metrics import read_metrics
+
+SETTINGS = ("dataset", "input_pipeline", "arch", "precision", "channels_last", "compile", "batch_size",
+            "global_batch", "image_size", "workers", "world_size", "log_every", "epochs", "max_steps_per_epoch",
+            "steps_per_epoch", "optimizer", "data_dir")
+ENV_KEYS = ("device", "device_name", "cpu_model", "cpus", "torch_threads", "hostname", "python", "torch",
+            "torchvision", "pillow", "cuda", "driver")
+
+
+class RunSummaryError(ValueError):
+    """A folder that is not a trainer's run directory (the message names the fix)."""
+
+
+def steady_windows(steps: list[dict], skip_steps: int = 0) -> tuple[list[dict], int]:
+    """The ``step`` events of the steady state and how many were left out (see the module's docstring)."""
+    kept, seen_epochs = [], set()
+    for event in steps:
+        first_of_epoch = event.get("epoch") not in seen_epochs
+        seen_epochs.add(event.get("epoch"))
+        if not first_of_epoch and event["step"] > skip_steps and event.get("images_per_sec"):
+            kept.append(event)
+    return kept, len(steps) - len(kept)
+
+
+def trainer_record(run_dir: str | os.PathLike, skip_steps: int = 0) -> dict:
+    """One ``kind: "trainer"`` record of a run directory: steady-state images/s (median and range of
+    the logged windows), its settings and the device it ran on. Too few windows: ``status: "skipped"``."""
+    run_dir = Path(run_dir)
+    config_path = run_dir / CONFIG_FILE
+    if not config_path.is_file():
+        raise RunSummaryError(f"{run_dir}: no {CONFIG_FILE}. Fix: pass the run directory of a training run "
+                              "(output_root/name) that has started")
+    config = json.loads(config_path.read_text())
+    steps = [e for e in read_metrics(run_dir) if e.get("event") == "step"]
+    kept, dropped = steady_windows(steps, skip_steps)
+    record = {"kind": "trainer", "run": config.get("name", run_dir.name), "run_dir": str(run_dir),
+              **{key: config.get(key) for key in SETTINGS}, "skip_steps": skip_steps,
+              "step_events": len(steps), "dropped_events": dropped, "steady_events": len(kept),
+              "env": {key: config.get(key) for key in ENV_KEYS}, "timestamp": time.time()}
+    if not kept:
+        return {**record, "status": "skipped", "reason": f"{len(steps)} step events, none in the steady state "
+                "(the first of each epoch is left out). Fix: run more steps per epoch (--max-steps-per-epoch) "
+                "or log more often (--log-every)"}
+    record.update(status="ok", first_steady_step=kept[0]["step"], last_step=kept[-1]["step"],
+                  spread_method="median of the logged windows; spread = slowest..fastest window",
+                  timer="the trainer's step events (time.perf_counter; a device synchronisation per window)")
+    return store(record, "images_per_sec", Spread.of([e["images_per_sec"] for e in kept]))
+
+
+def compare_to(records: list[dict], reference: dict) -> list[dict]:
+    """``records`` with ``reference_run``, ``reference_images_per_sec`` and ``fraction_of_reference``
+    (each run's median over the reference's; e.g. JPEG files over synthetic batches)."""
+    if reference.get("status") != "ok":
+        return records
+    base = reference["images_per_sec"]
+    return [{**r, "reference_run": reference["run"], "reference_images_per_sec": base,
+             "fraction_of_reference": r["images_per_sec"] / base} if r.get("status") == "ok" else r
+            for r in records]
