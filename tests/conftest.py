@@ -207,3 +207,20 @@ def write_image_tree(root: Path, counts: dict[str, dict[str, int]], size: int = 
             for i in range(count):
                 pixels = torch.randint(0, 256, (size, size, 3), dtype=torch.uint8, generator=generator)
                 Image.fromarray(pixels.numpy()).save(folder / f"{i}{suffix}")
+
+
+# A stand-in for a local job's supervisor: RUNNING until SIGTERM, then CANCELLED after argv[2] seconds
+# (a real job takes a moment to end). Run as: python -c FAKE_SUPERVISOR RUN_DIR DELAY_S
+FAKE_SUPERVISOR = """
+import signal, sys, time
+from pathlib import Path
+from tutorial_lib.jobs.supervisor import write_state
+run_dir, delay = Path(sys.argv[1]), float(sys.argv[2])
+def cancelled(*_):
+    time.sleep(delay)
+    write_state(run_dir, "CANCELLED", exit_code=None)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, cancelled)
+write_state(run_dir, "RUNNING")
+time.sleep(120)
+"""

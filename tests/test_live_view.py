@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
+from tests.conftest import FAKE_SUPERVISOR  # noqa: E402
 from tutorial_lib.engine.config import make_config  # noqa: E402
 from tutorial_lib.jobs import Job  # noqa: E402
 from tutorial_lib.jobs.spec import write_job_file  # noqa: E402
@@ -85,26 +86,13 @@ def test_long_job_names_are_not_cut_in_the_figure_table(tmp_path):
     assert text_width < cell.get_window_extent(renderer).width  # the cell holds the whole name
 
 
-FAKE_SUPERVISOR = """
-import signal, sys, time
-from pathlib import Path
-from tutorial_lib.jobs.supervisor import write_state
-run_dir = Path(sys.argv[1])
-def cancelled(*_):
-    time.sleep(0.5)  # a real job takes a moment to end
-    write_state(run_dir, "CANCELLED", exit_code=None)
-    sys.exit(0)
-signal.signal(signal.SIGTERM, cancelled)
-write_state(run_dir, "RUNNING")
-time.sleep(120)
-"""
 
 
 def test_cancel_click_after_an_interrupted_watch_redraws(tmp_path, capsys):
     """Kernel > Interrupt stops ``watch``; a later Cancel click must leave the figure and button current."""
     pytest.importorskip("ipywidgets")
     job = fake_job(tmp_path, "long", "PENDING")
-    supervisor = subprocess.Popen([sys.executable, "-c", FAKE_SUPERVISOR, str(job.run_dir)],
+    supervisor = subprocess.Popen([sys.executable, "-c", FAKE_SUPERVISOR, str(job.run_dir), "0.5"],
                                   env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     try:
         job = fake_job(tmp_path, "long", "PENDING", supervisor_pid=supervisor.pid)

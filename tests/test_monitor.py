@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
+from tests.conftest import FAKE_SUPERVISOR  # noqa: E402
 from tutorial_lib import REPO_ROOT  # noqa: E402
 from tutorial_lib.jobs import Job  # noqa: E402
 from tutorial_lib.jobs.spec import write_job_file  # noqa: E402
@@ -324,18 +325,6 @@ def test_notebook_keeps_exactly_one_figure_output(tmp_path, monkeypatch):
     assert int(fields["draws"]) >= 2  # it was redrawn, yet there is one output: the last update
 
 
-FAKE_SUPERVISOR = """
-import signal, sys, time
-from pathlib import Path
-from tutorial_lib.jobs.supervisor import write_state
-run_dir = Path(sys.argv[1])
-def cancelled(*_):
-    write_state(run_dir, "CANCELLED", exit_code=None)
-    sys.exit(0)
-signal.signal(signal.SIGTERM, cancelled)
-write_state(run_dir, "RUNNING")
-time.sleep(120)
-"""
 
 
 def test_cancel_button_cancels_a_job_while_watch_async_awaits(tmp_path, monkeypatch):
@@ -345,7 +334,7 @@ def test_cancel_button_cancels_a_job_while_watch_async_awaits(tmp_path, monkeypa
     monkeypatch.setenv(monitor.CONTROLS_ENV, "1")  # stands in for JupyterLab's widget frontend
     run_dir = tmp_path / "c"
     write_job_file(run_dir, {"backend": "local", "id": "local-c", "name": "c", "time": "00:10:00"})
-    supervisor = subprocess.Popen([sys.executable, "-c", FAKE_SUPERVISOR, str(run_dir)],
+    supervisor = subprocess.Popen([sys.executable, "-c", FAKE_SUPERVISOR, str(run_dir), "0"],
                                   env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
     write_job_file(run_dir, {"backend": "local", "id": "local-c", "name": "c", "time": "00:10:00",
                              "supervisor_pid": supervisor.pid})
