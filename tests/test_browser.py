@@ -42,16 +42,16 @@ REQUIRE_ENV = "TUTORIAL_REQUIRE_BROWSER"
 PARAMS_05 = {"output_root": "build/browser/runs", "epochs": 2, "max_steps_per_epoch": 8, "watch_timeout": 240}
 CANCEL_CELL = """\
 # Added by tests/test_browser.py: a long job watched with its Cancel button (the test clicks it).
-button_cfg = make_config(profile, name="05-cancel-button", output_root=output_root, data_dir=data_dir, arch=arch,
-                         image_size=image_size, batch_size=batch_size, epochs=cancel_epochs)
-button_job = jobs.submit(button_cfg, backend=chosen, fresh=True, **resources)
+import dataclasses
+template = plan["05-cancel-me"]  # the notebook's own long job: same resources, another name
+button_job = jobs.submit(dataclasses.replace(template.config, name="05-cancel-button"), nodes=template.nodes,
+                         ranks_per_node=template.ranks_per_node, backend=chosen, fresh=True, **template.options)
 button_table = await monitor.watch_async(button_job, timeout=watch_timeout)
 print(f"watch_async ended: {button_job.name} {button_table.loc[0, 'state']}")"""
 INTERRUPT_CELL = """\
 # Added by tests/test_browser.py: a blocking watch that the test stops with Kernel > Interrupt, then cancels.
-stuck_cfg = make_config(profile, name="05-interrupt-me", output_root=output_root, data_dir=data_dir, arch=arch,
-                        image_size=image_size, batch_size=batch_size, epochs=cancel_epochs)
-stuck_job = jobs.submit(stuck_cfg, backend=chosen, fresh=True, **resources)
+stuck_job = jobs.submit(dataclasses.replace(template.config, name="05-interrupt-me"), nodes=template.nodes,
+                        ranks_per_node=template.ranks_per_node, backend=chosen, fresh=True, **template.options)
 monitor.watch(stuck_job, timeout=watch_timeout)"""
 # JupyterLab settings of a fresh user, minus what needs the internet or hides cells from the page.
 LAB_SETTINGS = {
