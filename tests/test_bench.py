@@ -181,14 +181,14 @@ def test_loader_is_timed_for_at_least_min_time(fake_set):
 def test_retime_training_interleaves_rounds_and_keeps_memory(monkeypatch):
     import torch
 
-    from tutorial_lib.bench import timing
+    from tutorial_lib.bench import rounds
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     threads = torch.get_num_threads()
 
     first = bench.measure_training("resnet18", "fp32", False, 4, 16, 1, 0, "none", "cpu", num_classes=10)
     skipped = bench.measure_training("resnet18", "fp16", False, 4, 16, 1, 0, "none", "cpu", num_classes=10)
-    retimed, still_skipped = timing.retime_training([first, skipped], min_time=0.05, repeats=2, warmup=1)
+    retimed, still_skipped = rounds.retime_training([first, skipped], min_time=0.05, repeats=2, warmup=1)
     assert still_skipped == skipped
     assert len(retimed["images_per_sec_samples"]) == 2 and retimed["repeats"] == 2
     assert retimed["images_per_sec_low"] <= retimed["images_per_sec"] <= retimed["images_per_sec_high"]

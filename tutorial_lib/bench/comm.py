@@ -6,6 +6,7 @@ Run under torchrun (gloo on CPU, nccl on GPU); the record has the shape
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -16,8 +17,9 @@ from pathlib import Path
 import torch
 
 from tutorial_lib import REPO_ROOT
-from tutorial_lib.bench.compute import defaults
+from tutorial_lib.bench.compute import defaults, timed_windows
 from tutorial_lib.bench.records import append_records, read_records
+from tutorial_lib.bench.timing import Spread
 from tutorial_lib.engine.device import environment_facts
 
 
@@ -38,7 +40,7 @@ def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, 
     ``{"bytes", "seconds", "algbw_GBps", "busbw_GBps"}`` with busbw = algbw x 2(n-1)/n (nccl-tests);
     the time is the slowest rank's mean over at least ``iters`` calls and ``min_time`` seconds, the
     median of ``repeats`` rounds in which the sizes take turns (``seconds_low``/``_high``, see
-    :func:`tutorial_lib.bench.timing.allreduce_rounds`). ``device="auto"`` uses the GPUs when
+    :func:`allreduce_rounds`). ``device="auto"`` uses the GPUs when
     every local rank has one, else the CPU (gloo), so two ranks can measure on a one-GPU machine.
     """
     import torch.distributed as dist
@@ -62,8 +64,6 @@ def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, 
     hosts = dist_utils.all_gather_objects(dist_utils.node_name(), info)
     torch_dtype = getattr(torch, dtype)
     element = torch.tensor([], dtype=torch_dtype).element_size()
-    from tutorial_lib.bench.timing import allreduce_rounds
-
     results = allreduce_rounds([torch.ones(max(1, size // element), dtype=torch_dtype, device=device)
                                 for size in sizes], iters, warmup, repeats, min_time, device)
     for result in results:
@@ -112,3 +112,41 @@ def launch_allreduce(nproc: int = 2, sizes: list[int] | None = None, iters: int 
     return records[-1]
 
 
+def allreduce_rounds(tensors: list, iters: int, warmup: int, repeats: int, min_time: float, device) -> list[dict]:
+    """All-reduce times of each tensor, interleaved: call in every rank of a process group.
+
+    Every tensor gets at least ``iters`` all-reduces per round, more if that would take under
+    ``min_time`` seconds (all ranks agree on the count); the tensors take turns for ``repeats``
+    rounds. Per tensor: ``bytes``, ``seconds`` (the slowest rank's mean per all-reduce, median over
+    the rounds), ``seconds_low``/``_high``, ``algbw_GBps`` (and ``_low``/``_high``), ``iters``.
+    """
+    import torch.distributed as dist
+
+    def timed(tensor, count: int) -> float:
+        return timed_windows(lambda n: [dist.all_reduce(tensor) for _ in range(n)], count, 1, device)[0]
+
+    counts = []
+    for tensor in tensors:
+        for _ in range(warmup):
+            dist.all_reduce(tensor)
+        window = torch.tensor([timed(tensor, iters)], dtype=torch.float64, device=device)
+        dist.all_reduce(window, op=dist.ReduceOp.MAX)
+        counts.append(max(iters, math.ceil(iters * min_time / max(float(window.item()), 1e-9))))
+    seconds = [[] for _ in tensors]
+    for round_index in range(repeats):
+        order = list(range(len(tensors)))
+        order = order[round_index % len(order):] + order[:round_index % len(order)]
+        for index in order:
+            dist.barrier()
+            seconds[index].append(timed(tensors[index], counts[index]) / counts[index])
+    results = []
+    for tensor, count, times in zip(tensors, counts, seconds, strict=True):
+        slowest = torch.tensor(times, dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        spread = Spread.of(slowest.tolist())
+        nbytes = tensor.numel() * tensor.element_size()
+        results.append({"bytes": nbytes, "seconds": spread.median, "seconds_low": spread.low,
+                        "seconds_high": spread.high, "seconds_samples": list(spread.samples), "iters": count,
+                        "algbw_GBps": nbytes / spread.median / 1e9, "algbw_GBps_low": nbytes / spread.high / 1e9,
+                        "algbw_GBps_high": nbytes / spread.low / 1e9})
+    return results
