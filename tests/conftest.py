@@ -224,3 +224,21 @@ signal.signal(signal.SIGTERM, cancelled)
 write_state(run_dir, "RUNNING")
 time.sleep(120)
 """
+
+
+@pytest.fixture(scope="session")
+def jpeg_tree(tmp_path_factory) -> Path:
+    """A tiny ImageFolder tree of 16 px JPEGs: 32 training images (3 classes), 6 validation images."""
+    root = tmp_path_factory.mktemp("jpeg_tree")
+    write_image_tree(root, {"train": {"a": 12, "b": 12, "c": 8}, "val": {"a": 2, "b": 2, "c": 2}}, 16, ".jpg")
+    return root
+
+
+@pytest.fixture
+def single_thread():
+    """torch on one thread during the test: tiny in-process runs on a busy machine are several times faster
+    without OpenMP threads waiting for each other (child processes get OMP_NUM_THREADS=1 already)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
