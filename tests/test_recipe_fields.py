@@ -194,9 +194,9 @@ def test_model_fields_reach_the_model(build):
     assert type(small.model).__name__ == "MobileNetV3"
 
 
-def test_channels_last_reaches_the_weights_and_the_batches(build):
-    for channels_last in (True, False):
-        trainer = build(channels_last=channels_last)
+def test_channels_last_reaches_the_weights_and_the_batches(build, jpeg_tree):
+    for channels_last in (True, False):  # the CPU pipeline's loader gives NCHW batches: the step converts them
+        trainer = build(dataset="imagefolder", data_dir=str(jpeg_tree), channels_last=channels_last)
         assert trainer.model.conv1.weight.is_contiguous(memory_format=torch.channels_last) is channels_last
         formats = []
         hook = trainer.model.register_forward_pre_hook(
