@@ -1,7 +1,6 @@
 """fp16 with the enabled GradScaler, run on the CPU: the trainer's own TrainStep on CPU tensors.
 
-``validate()`` refuses fp16 on a CPU (it would be slow, and the course has no use for it there), but
-the step itself runs: autocast to float16 and the GradScaler both work on CPU tensors. So the loss
+``validate()`` refuses fp16 on a CPU (test_config.py::test_fp16_needs_a_gpu), but the step itself runs: autocast to float16 and the GradScaler both work on CPU tensors. So the loss
 scaling of the ``hal`` recipe is checked here without a GPU: an overflowing step is skipped and halves
 the scale, the scale grows back after ``growth_interval`` good steps, and a good step applies the
 unscaled gradient.
@@ -15,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from tutorial_lib.engine.config import ConfigError, make_config, validate
+from tutorial_lib.engine.config import make_config
 from tutorial_lib.engine.data import Batch
 from tutorial_lib.engine.step import TrainStep
 
@@ -50,11 +49,6 @@ def _batch() -> Batch:
 
 def _weights(step: TrainStep) -> list[torch.Tensor]:
     return [p.detach().clone() for p in step.model.parameters()]
-
-
-def test_fp16_is_refused_on_the_cpu_only_by_validation():
-    with pytest.raises(ConfigError, match="precision"):
-        validate(make_config("smoke", **FP16), check_paths=False, cuda_available=False)
 
 
 def test_fp16_overflow_step_is_skipped_and_the_scale_grows_back():
