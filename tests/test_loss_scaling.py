@@ -1,9 +1,9 @@
 """fp16 with the enabled GradScaler, run on the CPU: the trainer's own TrainStep on CPU tensors.
 
-``validate()`` refuses fp16 on a CPU (test_config.py::test_fp16_needs_a_gpu), but the step itself runs: autocast to float16 and the GradScaler both work on CPU tensors. So the loss
-scaling of the ``hal`` recipe is checked here without a GPU: an overflowing step is skipped and halves
-the scale, the scale grows back after ``growth_interval`` good steps, and a good step applies the
-unscaled gradient.
+``validate()`` refuses fp16 on a CPU (test_config.py::test_fp16_needs_a_gpu), but the step itself
+runs: autocast to float16 and the GradScaler both work on CPU tensors. So the loss scaling of the ``hal``
+recipe is checked here without a GPU: an overflowing step is skipped and halves the scale, the scale
+grows back after ``growth_interval`` good steps, and a good step applies the unscaled gradient.
 """
 
 from __future__ import annotations
