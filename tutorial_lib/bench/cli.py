@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="comma list of flat,hierarchical,hybrid (nodes = torchrun's local world), interleaved")
     reduce.add_argument("--links", action="store_true",
                         help="also point-to-point times inside a node and across nodes (to fit the scaling model)")
+    reduce.add_argument("--phases", action="store_true",
+                        help="also time each phase of a hierarchical all-reduce of the largest size")
     reduce.add_argument("--ddp-steps", type=int, default=0,
                         help="also time this many DDP training steps per round with each algorithm (0: off)")
     add_data_arguments(sub, common)
@@ -227,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "allreduce":
         record = measure_allreduce(args.sizes, args.iters, args.warmup, args.dtype, args.device, args.repeats,
-                                   args.min_time, tuple(args.algorithm), args.links, args.ddp_steps)
+                                   args.min_time, tuple(args.algorithm), args.links, args.ddp_steps,
+                                   args.phases)
         if record is not None:
             _emit([record], args)
         return 0

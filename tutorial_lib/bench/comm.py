@@ -34,7 +34,7 @@ def parse_size(text: str) -> int:
 def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, warmup: int | None = None,
                       dtype: str = "float32", device: str = "auto", repeats: int = 3,
                       min_time: float = 0.05, algorithms: tuple = ("flat",), links: bool = False,
-                      ddp_steps: int = 0) -> dict | None:
+                      ddp_steps: int = 0, phases: bool = False) -> dict | None:
     """All-reduce time and bandwidth per message size, across the ranks of this torchrun job.
 
     Call it in every rank (joins the process group from torchrun's environment: nccl on GPUs,
@@ -48,7 +48,8 @@ def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, 
     ``algorithms`` (``flat``, ``hierarchical``, ``hybrid``; nodes = torchrun's local world) are timed
     in the same interleaved rounds, each result naming its ``algorithm``. ``links`` adds point-to-point
     times inside a node and across nodes, ``ddp_steps`` the speed of DDP training steps with each
-    algorithm (:mod:`tutorial_lib.bench.twolevel`). The record names the network
+    algorithm, ``phases`` the time of each phase of a hierarchical all-reduce of the largest size
+    (:mod:`tutorial_lib.bench.twolevel`). The record names the network
     (``TUTORIAL_NETLAB``, set by :class:`tutorial_lib.jobs.netlab.Lab`, else this host).
     """
     import torch.distributed as dist
@@ -89,12 +90,14 @@ def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, 
         extra["links"] = twolevel.point_to_point(sizes, local_world, repeats, device)
     if ddp_steps:
         extra["ddp_training"] = twolevel.ddp_step_rates(algorithms, ddp_steps, repeats, device)
+    if phases and info.world_size > local_world > 1:
+        extra["hierarchical_phases"] = twolevel.hierarchical_phases(max(sizes), local_world, repeats, device)
     record = None
     if info.is_main:
         record = {"kind": "allreduce", "status": "ok", "backend": info.backend, "world_size": info.world_size,
                   "gpus": info.world_size, "nodes": len(set(hosts)), "hosts": hosts, "dtype": dtype,
                   "algorithms": list(algorithms), "local_world_size": local_world,
-                  "network": twolevel.network(), **extra,
+                  "network": twolevel.network(), "loadavg_at_end": list(os.getloadavg()), **extra,
                   "iters": iters, "warmup": warmup, "repeats": repeats, "min_time_s": min_time, "device": device.type,
                   "timer": "torch.cuda.Event" if device.type == "cuda" else "time.perf_counter",
                   "results": results, "env": environment_facts(device), "timestamp": time.time()}

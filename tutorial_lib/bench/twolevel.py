@@ -126,3 +126,33 @@ def ddp_step_rates(algorithms, steps: int, repeats: int, device, arch: str = "re
     return {"arch": arch, "image_size": image_size, "batch_size": batch_size, "steps": steps, "repeats": repeats,
             "gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
             "bucket_sizes": logged.get("bucket_sizes"), "results": results}
+
+
+def hierarchical_phases(nbytes: int, local_world_size: int, repeats: int, device) -> dict:
+    """Seconds of each phase of one hierarchical all-reduce of ``nbytes`` (median over ``repeats``, slowest
+    rank): reduce-scatter in the node, the shards' all-reduce across nodes (all local ranks at once, and local
+    rank 0's alone, to see whether the concurrent shards share the port as the model assumes), all-gather."""
+    from tutorial_lib.engine.comm_hooks import _collective, build_groups
+
+    groups = build_groups("hierarchical", local_world_size)
+    g = groups.local_world_size
+    padded = torch.ones(-(-nbytes // 4 // g) * g, device=device)
+    shard = padded.new_empty(padded.numel() // g)
+    alone = dist.get_rank() % g == 0
+    phases = {
+        "reduce_scatter": lambda: _collective("reduce_scatter")(shard, padded, group=groups.intra),
+        "inter_allreduce": lambda: dist.all_reduce(shard, group=groups.inter),
+        "inter_allreduce_one_shard_alone": lambda: dist.all_reduce(shard, group=groups.inter) if alone else None,
+        "all_gather": lambda: _collective("all_gather")(padded, shard, group=groups.intra),
+    }
+    seconds = {name: [] for name in phases}
+    for _ in range(repeats + 1):  # the first round warms up
+        for name, run in phases.items():
+            dist.barrier()
+            begin = time.perf_counter()
+            run()
+            seconds[name].append(time.perf_counter() - begin)
+    out = {"bytes": padded.numel() * 4, "shard_bytes": shard.numel() * 4}
+    for name, values in seconds.items():
+        store(out, f"{name}_s", Spread.of(_slowest(values[1:], device)))
+    return out

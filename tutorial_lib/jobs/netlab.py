@@ -229,21 +229,12 @@ def recorded() -> list[dict]:
     return [json.loads(path.read_text()) for path in sorted(STATE_DIR.glob(f"{PREFIX}*.json"))]
 
 
-def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return True  # started from the command line: stays until removed by name
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_orphans() -> list[str]:
     """Remove the labs whose owner process is gone (left by a crash or a kill); return their tags."""
-    tags = [r["tag"] for r in recorded() if not _alive(r.get("owner_pid"))]
+    from tutorial_lib.rundir.lock import pid_alive
+
+    # a lab without owner was started from the command line: it stays until removed by its tag
+    tags = [r["tag"] for r in recorded() if r.get("owner_pid") is not None and not pid_alive(r["owner_pid"])]
     for tag in tags:
         remove(tag)
     return tags

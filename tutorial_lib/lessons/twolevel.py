@@ -33,10 +33,11 @@ ALGORITHMS = ("flat", "hierarchical")
 
 def measure(rates_mbit=(200, 1000), nodes: int = 2, ranks_per_node: int = 2, sizes: str = "64K,1M,4M",
             repeats: int = 3, ddp_steps: int = 1, min_time: float = 0.05, out: str | Path | None = None,
-            timeout: float = 600) -> list[dict] | str:
+            timeout: float = 600, phases: bool = False) -> list[dict] | str:
     """One benchmark record per inter-node rate (Mbit/s), measured in a fresh lab; also appended to ``out``.
 
-    Returns the sentence saying why nothing was measured where no lab can be built (not root).
+    Returns the sentence saying why nothing was measured where no lab can be built (not root). ``phases``
+    adds the time of each phase of a hierarchical all-reduce of the largest size.
     """
     reason = netlab.unavailable()
     if reason:
@@ -48,7 +49,7 @@ def measure(rates_mbit=(200, 1000), nodes: int = 2, ranks_per_node: int = 2, siz
             target = Path(tmp) / "allreduce.jsonl"
             lab.torchrun(["-m", "tutorial_lib.bench", "allreduce", "--algorithm", ",".join(ALGORITHMS), "--links",
                           "--sizes", sizes, "--repeats", str(repeats), "--min-time", str(min_time), "--ddp-steps",
-                          str(ddp_steps), "--device", "cpu", "--quiet", "--out", str(target)],
+                          str(ddp_steps), "--device", "cpu", "--quiet", "--out", str(target)] + ["--phases"] * phases,
                          ranks_per_node, timeout=timeout)
             records.append(read_records(target, kind="allreduce")[-1])
     if out:
