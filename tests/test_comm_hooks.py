@@ -74,6 +74,32 @@ def _low_precision_gradients(dtype, mode: str) -> tuple[torch.Tensor, object]:
     return torch.cat([p.grad.float().flatten() for p in model.parameters()]), state
 
 
+def _without_reduce_scatter() -> dict:
+    """A backend without reduce-scatter (older gloo): the all-reduce-then-slice stand-in gives the same sum."""
+    from tutorial_lib.engine import comm_hooks
+
+    real = comm_hooks._collective
+
+    def lacking(name):
+        if name == "reduce_scatter":
+            def refuse(*args, **kwargs):
+                raise RuntimeError("ProcessGroupGloo does not support reduce_scatter")
+            return refuse
+        return real(name)
+
+    comm_hooks._collective = lacking
+    try:
+        groups = comm_hooks.build_groups("hierarchical")
+        generator = torch.Generator().manual_seed(torch.distributed.get_rank())
+        tensor = torch.randn(1001, generator=generator)  # odd: padded to the node size
+        expected = tensor.clone()
+        torch.distributed.all_reduce(expected)
+        comm_hooks.two_level_all_reduce(tensor, groups)
+        return {"max_diff": (tensor - expected).abs().max().item(), "fallbacks": sorted(groups.fallbacks)}
+    finally:
+        comm_hooks._collective = real
+
+
 def _worker(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
@@ -108,6 +134,7 @@ def _worker(rank: int, port: int, out: str) -> None:
             report[f"grad/{mode}/{dtype}"] = {"max_diff": (gradients - reference).abs().max().item(),
                                               "scale": reference.abs().max().item(), "buckets": state.buckets,
                                               "two_level_buckets": state.two_level_buckets}
+    report["fallback"] = _without_reduce_scatter()
     if rank == 0:
         with open(out, "w") as handle:
             json.dump(report, handle)
@@ -127,11 +154,11 @@ def test_two_nodes_of_two_ranks_train_like_flat(tmp_path):
     out = tmp_path / "report.json"
     torch.multiprocessing.spawn(_worker, args=(free_port(), str(out)), nprocs=WORLD, join=True)
     report = json.loads(out.read_text())
-    print(json.dumps(report, indent=1))
 
     expected = [["intra", [[0, 1], [2, 3]]], ["inter", [[0, 2], [1, 3]]]]
     assert report["created"] == [expected] * WORLD  # every rank, same calls, same order
     assert report["intra_size"] == 2 and report["inter_ranks"] == [0, 2]
+    assert report["fallback"]["fallbacks"] == ["reduce_scatter"] and report["fallback"]["max_diff"] < 1e-5
     for key in ("hierarchical/sgd", "hybrid/lars"):
         result = report[key]
         assert result["moved"] > 1e-3, result  # the runs trained: the equality below is not trivial
