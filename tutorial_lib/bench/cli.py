@@ -31,8 +31,9 @@ USAGE = """examples:
     python -m tutorial_lib.bench e2e --workers 2 --input-pipeline cpu,gpu --out results/e2e.jsonl
     python -m tutorial_lib.bench runs runs/my_run --out results/trainer.jsonl   # a trainer run's own speed
     torchrun --nproc-per-node 2 -m tutorial_lib.bench allreduce --out results/allreduce.jsonl
-    python -m tutorial_lib.jobs.netlab ...   # then, per node namespace: torchrun --nnodes 2 ... -m tutorial_lib.bench \
-        allreduce --algorithm flat,hierarchical --links   # (tutorial_lib.lessons.twolevel runs it for you)
+    python -m tutorial_lib.jobs.netlab up --rate-mbit 200   # as root; then in node namespace tlab-n<i>:
+    ip netns exec tlab-n0 env GLOO_SOCKET_IFNAME=eth0 torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2 \\
+        --master-addr 10.77.0.1 -m tutorial_lib.bench allreduce --algorithm flat,hierarchical --links
     python -m tutorial_lib.bench matmul                      # dense matrix-product rate of this device
     python -m tutorial_lib.bench table results/train.jsonl   # markdown tables of result files
 
