@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PARAMS ?=
 
-.PHONY: setup tutorial course test lab lint slurm-up slurm-down clean
+.PHONY: setup tutorial course test lab lint slurm-up slurm-down netlab-up netlab-down clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,14 @@ slurm-up:  ## start the emulated two-node Slurm cluster (root, Debian: apt-get i
 
 slurm-down:
 	bash cluster_scripts/stop_local_slurm.sh
+
+NODES ?= 2
+RATE_MBIT ?= 200
+netlab-up: $(STAMP)  ## an emulated two-level network (root): NODES namespaces, each node's port capped at RATE_MBIT
+	$(PY) -m tutorial_lib.jobs.netlab up --nodes $(NODES) --rate-mbit $(RATE_MBIT)
+
+netlab-down: $(STAMP)  ## remove it (and any lab whose owner process is gone)
+	$(PY) -m tutorial_lib.jobs.netlab down
 
 clean:
 	rm -rf runs executed build .pytest_cache

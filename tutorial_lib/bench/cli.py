@@ -31,6 +31,9 @@ USAGE = """examples:
     python -m tutorial_lib.bench e2e --workers 2 --input-pipeline cpu,gpu --out results/e2e.jsonl
     python -m tutorial_lib.bench runs runs/my_run --out results/trainer.jsonl   # a trainer run's own speed
     torchrun --nproc-per-node 2 -m tutorial_lib.bench allreduce --out results/allreduce.jsonl
+    python -m tutorial_lib.jobs.netlab up --rate-mbit 200   # as root; then in node namespace tlab-n<i>:
+    ip netns exec tlab-n0 env GLOO_SOCKET_IFNAME=eth0 torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2 \\
+        --master-addr 10.77.0.1 -m tutorial_lib.bench allreduce --algorithm flat,hierarchical --links
     python -m tutorial_lib.bench matmul                      # dense matrix-product rate of this device
     python -m tutorial_lib.bench table results/train.jsonl   # markdown tables of result files
 
@@ -39,6 +42,17 @@ Defaults depend on the device: tiny on a CPU, ResNet-50 / 224 px / batch 256 on 
 
 def _parse_list(text: str, kind=str) -> list:
     return [kind(v) for v in str(text).replace(" ", "").split(",") if v]
+
+
+def _algorithms(text: str) -> list[str]:
+    from tutorial_lib.engine.config import ALLREDUCE_MODES
+
+    names = _parse_list(text)
+    unknown = [name for name in names if name not in ALLREDUCE_MODES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown all-reduce algorithm {', '.join(unknown) or '(none)'}; "
+                                         f"use a comma list of {', '.join(ALLREDUCE_MODES)}")
+    return names
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,6 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
     reduce.add_argument("--min-time", type=float, default=0.05, help="seconds per size per round, at least")
     reduce.add_argument("--warmup", type=int)
     reduce.add_argument("--dtype", default="float32")
+    reduce.add_argument("--algorithm", type=_algorithms, default=["flat"],
+                        help="comma list of flat,hierarchical,hybrid (nodes = torchrun's local world), interleaved")
+    reduce.add_argument("--links", action="store_true",
+                        help="also point-to-point times inside a node and across nodes (to fit the scaling model)")
+    reduce.add_argument("--phases", action="store_true",
+                        help="also time each phase of a hierarchical all-reduce of the largest size")
+    reduce.add_argument("--ddp-steps", type=int, default=0,
+                        help="also time this many DDP training steps per round with each algorithm (0: off)")
     add_data_arguments(sub, common)
     runs = sub.add_parser("runs", help="a training run's own steady-state speed, from its run directory")
     runs.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
@@ -208,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "allreduce":
         record = measure_allreduce(args.sizes, args.iters, args.warmup, args.dtype, args.device, args.repeats,
-                                   args.min_time)
+                                   args.min_time, tuple(args.algorithm), args.links, args.ddp_steps,
+                                   args.phases)
         if record is not None:
             _emit([record], args)
         return 0

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from tutorial_lib import REPO_ROOT
+from tutorial_lib.bench import twolevel
 from tutorial_lib.bench.compute import defaults, timed_windows
 from tutorial_lib.bench.records import append_records, read_records
 from tutorial_lib.bench.timing import Spread
@@ -32,7 +33,8 @@ def parse_size(text: str) -> int:
 
 def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, warmup: int | None = None,
                       dtype: str = "float32", device: str = "auto", repeats: int = 3,
-                      min_time: float = 0.05) -> dict | None:
+                      min_time: float = 0.05, algorithms: tuple = ("flat",), links: bool = False,
+                      ddp_steps: int = 0, phases: bool = False) -> dict | None:
     """All-reduce time and bandwidth per message size, across the ranks of this torchrun job.
 
     Call it in every rank (joins the process group from torchrun's environment: nccl on GPUs,
@@ -42,6 +44,13 @@ def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, 
     median of ``repeats`` rounds in which the sizes take turns (``seconds_low``/``_high``, see
     :func:`allreduce_rounds`). ``device="auto"`` uses the GPUs when
     every local rank has one, else the CPU (gloo), so two ranks can measure on a one-GPU machine.
+
+    ``algorithms`` (``flat``, ``hierarchical``, ``hybrid``; nodes = torchrun's local world) are timed
+    in the same interleaved rounds, each result naming its ``algorithm``. ``links`` adds point-to-point
+    times inside a node and across nodes, ``ddp_steps`` the speed of DDP training steps with each
+    algorithm, ``phases`` the time of each phase of a hierarchical all-reduce of the largest size
+    (:mod:`tutorial_lib.bench.twolevel`). The record names the network
+    (``TUTORIAL_NETLAB``, set by :class:`tutorial_lib.jobs.netlab.Lab`, else this host).
     """
     import torch.distributed as dist
 
@@ -64,17 +73,31 @@ def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, 
     hosts = dist_utils.all_gather_objects(dist_utils.node_name(), info)
     torch_dtype = getattr(torch, dtype)
     element = torch.tensor([], dtype=torch_dtype).element_size()
+    reducers = twolevel.reducers(algorithms, local_world)
+    plan = [(algorithm, size) for size in sizes for algorithm in algorithms]
     results = allreduce_rounds([torch.ones(max(1, size // element), dtype=torch_dtype, device=device)
-                                for size in sizes], iters, warmup, repeats, min_time, device)
+                                for _, size in plan], iters, warmup, repeats, min_time, device,
+                               [reducers[algorithm] for algorithm, _ in plan])
+    for (algorithm, _), result in zip(plan, results, strict=True):
+        result["algorithm"] = algorithm
     for result in results:
         result["busbw_GBps"] = bus_bandwidth_bytes_s(result["bytes"], result["seconds"], info.world_size) / 1e9
         for end, other in (("low", "high"), ("high", "low")):  # the fastest round gives the highest bandwidth
             result[f"busbw_GBps_{end}"] = bus_bandwidth_bytes_s(result["bytes"], result[f"seconds_{other}"],
                                                                 info.world_size) / 1e9
+    extra = {}
+    if links:
+        extra["links"] = twolevel.point_to_point(sizes, local_world, repeats, device)
+    if ddp_steps:
+        extra["ddp_training"] = twolevel.ddp_step_rates(algorithms, ddp_steps, repeats, device)
+    if phases and info.world_size > local_world > 1:
+        extra["hierarchical_phases"] = twolevel.hierarchical_phases(max(sizes), local_world, repeats, device)
     record = None
     if info.is_main:
         record = {"kind": "allreduce", "status": "ok", "backend": info.backend, "world_size": info.world_size,
                   "gpus": info.world_size, "nodes": len(set(hosts)), "hosts": hosts, "dtype": dtype,
+                  "algorithms": list(algorithms), "local_world_size": local_world,
+                  "network": twolevel.network(), "loadavg_at_end": list(os.getloadavg()), **extra,
                   "iters": iters, "warmup": warmup, "repeats": repeats, "min_time_s": min_time, "device": device.type,
                   "timer": "torch.cuda.Event" if device.type == "cuda" else "time.perf_counter",
                   "results": results, "env": environment_facts(device), "timestamp": time.time()}
@@ -112,8 +135,12 @@ def launch_allreduce(nproc: int = 2, sizes: list[int] | None = None, iters: int 
     return records[-1]
 
 
-def allreduce_rounds(tensors: list, iters: int, warmup: int, repeats: int, min_time: float, device) -> list[dict]:
+def allreduce_rounds(tensors: list, iters: int, warmup: int, repeats: int, min_time: float, device,
+                     reducers: list | None = None) -> list[dict]:
     """All-reduce times of each tensor, interleaved: call in every rank of a process group.
+
+    ``reducers`` (one per tensor, default ``dist.all_reduce``) is the all-reduce each tensor is timed with,
+    e.g. :func:`tutorial_lib.engine.comm_hooks.two_level_all_reduce` bound to its groups.
 
     Every tensor gets at least ``iters`` all-reduces per round, more if that would take under
     ``min_time`` seconds (all ranks agree on the count); the tensors take turns for ``repeats``
@@ -122,14 +149,17 @@ def allreduce_rounds(tensors: list, iters: int, warmup: int, repeats: int, min_t
     """
     import torch.distributed as dist
 
-    def timed(tensor, count: int) -> float:
-        return timed_windows(lambda n: [dist.all_reduce(tensor) for _ in range(n)], count, 1, device)[0]
+    reducers = reducers or [dist.all_reduce] * len(tensors)
+
+    def timed(index: int, count: int) -> float:
+        reduce, tensor = reducers[index], tensors[index]
+        return timed_windows(lambda n: [reduce(tensor) for _ in range(n)], count, 1, device)[0]
 
     counts = []
-    for tensor in tensors:
+    for index, tensor in enumerate(tensors):
         for _ in range(warmup):
-            dist.all_reduce(tensor)
-        window = torch.tensor([timed(tensor, iters)], dtype=torch.float64, device=device)
+            reducers[index](tensor)
+        window = torch.tensor([timed(index, iters)], dtype=torch.float64, device=device)
         dist.all_reduce(window, op=dist.ReduceOp.MAX)
         counts.append(max(iters, math.ceil(iters * min_time / max(float(window.item()), 1e-9))))
     seconds = [[] for _ in tensors]
@@ -138,7 +168,7 @@ def allreduce_rounds(tensors: list, iters: int, warmup: int, repeats: int, min_t
         order = order[round_index % len(order):] + order[:round_index % len(order)]
         for index in order:
             dist.barrier()
-            seconds[index].append(timed(tensors[index], counts[index]) / counts[index])
+            seconds[index].append(timed(index, counts[index]) / counts[index])
     results = []
     for tensor, count, times in zip(tensors, counts, seconds, strict=True):
         slowest = torch.tensor(times, dtype=torch.float64, device=device)

@@ -24,6 +24,7 @@ NORMS = ("batch", "group")
 BAD_DATA_POLICIES = ("skip", "error")
 DEVICES = ("auto", "cpu", "cuda")
 INPUT_PIPELINES = ("cpu", "gpu")
+ALLREDUCE_MODES = ("flat", "hierarchical", "hybrid")  # engine.comm_hooks
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PROFILE_NAMES = ("smoke", "gpu", "hal")  # the keys of PROFILES
 # Config keys that were renamed: loading the old name is refused with a message naming the new one.
@@ -107,6 +108,8 @@ class TrainConfig:
                             PRECISIONS, default="fp32")
     device: str = _field("auto: a GPU if one is visible, else the CPU", DEVICES, default="auto")
     bucket_cap_mb: int = _field("DDP gradient bucket size: all-reduce of a full bucket overlaps backward", default=25)
+    allreduce: str = _field("gradients: flat all-reduce, hierarchical (node = torchrun's local world), hybrid "
+                            "(flat below 1 MiB)", ALLREDUCE_MODES, default="flat")
     seed: int = _field("seed of weights, shuffling and augmentation", default=0)
     # --- logging, checkpointing, limits
     log_every: int = _field("write a `step` event every this many steps", default=10)

@@ -13,6 +13,7 @@ from contextlib import nullcontext
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from tutorial_lib.engine.comm_hooks import register_allreduce
 from tutorial_lib.engine.config import TrainConfig, scaled_batch_and_lr
 from tutorial_lib.engine.data import Batch
 from tutorial_lib.engine.models import build_model
@@ -60,6 +61,7 @@ class TrainStep:
                                  cfg.channels_last).to(device)
         wrapped = (DistributedDataParallel(self.model, device_ids=[device] if device.type == "cuda" else None,
                                            bucket_cap_mb=cfg.bucket_cap_mb) if distributed else self.model)
+        self.comm = register_allreduce(wrapped, cfg.allreduce) if distributed else None  # hook state or None
         self.train_model, self.eval_model = wrapped, self.model
         if cfg.compile != "none":
             self.train_model = torch.compile(wrapped, mode=cfg.compile)

@@ -254,3 +254,60 @@ def fit_quality(median_error: float, max_error: float) -> Claim:
                      "on a busy machine the small messages scatter most")
     return Claim("all-reduce fit", "does not fit", f"the fit does not reproduce the measured times ({numbers}); "
                  "treat alpha and beta as rough guesses")
+
+
+# --------------------------------------------------------------------------- notebook 07: two-level network
+def hierarchical_vs_flat(rows: list[dict]) -> Claim:
+    """Where hierarchical all-reduce beats flat on the emulated two-level network, where it does not.
+
+    ``rows``: ``{"rate_mbit", "bytes", "flat", "hierarchical"}`` with bus bandwidths as Spreads (higher is
+    better). Verdict: ``wins``, ``wins at large messages``, ``loses``, ``mixed`` or not distinguishable here.
+    """
+    from tutorial_lib.bench.records import human_bytes
+
+    if not rows:
+        return Claim("hierarchical all-reduce", "not measured", "no two-level measurement was made here")
+    verdicts, largest, parts = [], [], []
+    for rate in sorted({r["rate_mbit"] for r in rows}):
+        here = sorted((r for r in rows if r["rate_mbit"] == rate), key=lambda r: r["bytes"])
+        kinds = [_ratio_verdict(r["hierarchical"], r["flat"], "wins", "loses") for r in here]
+        verdicts += kinds
+        largest.append(kinds[-1])
+        said = []
+        for kind, word in (("wins", "faster"), ("loses", "slower"), ("matters little", "within 10%"),
+                           (NOT_DISTINGUISHABLE, NOT_DISTINGUISHABLE)):
+            sizes = [r for r, k in zip(here, kinds, strict=True) if k == kind]
+            if sizes:
+                ratios = ", ".join(f"{human_bytes(r['bytes'])} {r['hierarchical'].median / r['flat'].median:.2f}x"
+                                   for r in sizes)
+                said.append(f"{word} at {ratios}")
+        parts.append(f"at {rate:g} Mbit/s hierarchical is " + "; ".join(said))
+    found = set(verdicts)
+    if found == {"wins"}:
+        verdict = "wins"
+    elif set(largest) == {"wins"}:
+        verdict = "wins at large messages"
+    elif "wins" in found:
+        verdict = "mixed"
+    elif "loses" in found:
+        verdict = "loses"
+    else:
+        verdict = NOT_DISTINGUISHABLE
+    return Claim("hierarchical all-reduce", verdict, "; ".join(parts) + " (bus bandwidth against flat; "
+                 "median and range over interleaved rounds)")
+
+
+def model_error(errors: dict[str, float], limit: float = 0.25) -> Claim:
+    """How far the scaling model's predictions are from what was measured: ``errors`` maps a label to the
+    relative error (model / measured - 1)."""
+    if not errors:
+        return Claim("model vs measured", "not measured", "no prediction could be compared here")
+    worst = max(errors, key=lambda k: abs(errors[k]))
+    within = [k for k, e in errors.items() if abs(e) <= limit]
+    numbers = (f"median {100 * sorted(abs(e) for e in errors.values())[len(errors) // 2]:.0f}%, largest "
+               f"{100 * errors[worst]:+.0f}% ({worst})")
+    if len(within) == len(errors):
+        return Claim("model vs measured", "within", f"the model, its links fitted to point-to-point times on the "
+                     f"same namespaces, predicts all {len(errors)} measurements within {100 * limit:.0f}% ({numbers})")
+    return Claim("model vs measured", "off", f"the model is within {100 * limit:.0f}% for {len(within)} of "
+                 f"{len(errors)} measurements ({numbers})")

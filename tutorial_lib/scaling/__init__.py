@@ -23,6 +23,7 @@ from tutorial_lib.scaling.model import (
     calibrate,
     exposed_communication_s,
     fit_link,
+    fit_point_to_point,
     flat_allreduce_s,
     format_duration,
     halving_doubling_allreduce_s,
@@ -35,5 +36,6 @@ from tutorial_lib.scaling.model import (
 __all__ = ["ALGORITHMS", "DEFAULT_OVERLAP_FRACTION", "FLAT_ALLREDUCE", "IMAGENET_TRAIN_IMAGES", "IMAGENET_VAL_IMAGES",
            "RESNET50_PARAMETERS", "Cluster", "DataPipeline", "Link", "Projection", "ScalingModel", "Workload",
            "allreduce_s", "bandwidth_to_hide_allreduce_gbit_s", "bus_bandwidth_bytes_s", "calibrate",
-           "exposed_communication_s", "fit_link", "flat_allreduce_s", "format_duration", "halving_doubling_allreduce_s",
+           "exposed_communication_s", "fit_link",
+           "fit_point_to_point", "flat_allreduce_s", "format_duration", "halving_doubling_allreduce_s",
            "hierarchical_allreduce_s", "load_allreduce_samples", "ring_allreduce_s", "ring_traffic_factor"]

@@ -298,6 +298,19 @@ def fit_link(samples: Iterable[tuple[float, float]], gpus: int, algorithm: str =
     return Link(bandwidth_gbit_s=float(8 / beta / 1e9), latency_us=float(alpha * 1e6))
 
 
+def fit_point_to_point(samples: Iterable[tuple[float, float]]) -> Link:
+    """Latency and bandwidth of one link from one-way message times: least squares on t = alpha + bytes * beta."""
+    pairs = np.asarray(list(samples), dtype=float)
+    if pairs.ndim != 2 or len(pairs) < 2:
+        raise ValueError("need at least two (bytes, seconds) samples")
+    beta, alpha = np.polyfit(pairs[:, 0], pairs[:, 1], 1)
+    if alpha < 0:  # noise on tiny messages: no latency, the bandwidth from the bytes alone
+        alpha, beta = 0.0, float(pairs[:, 0] @ pairs[:, 1] / (pairs[:, 0] @ pairs[:, 0]))
+    if beta <= 0:
+        raise ValueError("the samples do not grow with message size; cannot fit a bandwidth")
+    return Link(bandwidth_gbit_s=float(8 / beta / 1e9), latency_us=float(alpha * 1e6))
+
+
 def load_allreduce_samples(source: str | os.PathLike | dict,
                            ) -> tuple[int, list[tuple[float, float]]]:
     """(gpus, [(bytes, seconds), ...]) from an all-reduce benchmark's record (dict, JSON file,
@@ -320,7 +333,8 @@ def load_allreduce_samples(source: str | os.PathLike | dict,
         samples = [(float(size), float(t)) for size, t in data["times_s"].items()]
     else:
         samples = [(float(r.get("bytes", r.get("size_bytes"))),
-                    float(r.get("seconds", r.get("time_s")))) for r in data["results"]]
+                    float(r.get("seconds", r.get("time_s")))) for r in data["results"]
+                   if r.get("algorithm", "flat") == "flat"]  # the other algorithms are not a ring
     return gpus, samples
 
 
