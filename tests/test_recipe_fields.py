@@ -74,6 +74,7 @@ FIELD_TESTS: dict[str, tuple[str, ...]] = {
                       "test_sampler_order.py::test_two_rank_trainer_wraps_ddp_with_the_bucket_cap"),
     "seed": ("test_recipe_fields.py::test_seed_sets_the_initial_weights",
              "test_sampler_order.py::test_the_order_depends_on_the_epoch_and_the_seed_only"),
+    "allreduce": ("test_comm_hooks.py::test_two_nodes_of_two_ranks_train_like_flat",),
 }
 
 # Fields that change nothing trained: where the outputs go, what is shown, when the run pauses.
