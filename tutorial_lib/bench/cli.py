@@ -31,6 +31,7 @@ USAGE = """examples:
     python -m tutorial_lib.bench e2e --workers 2 --input-pipeline cpu,gpu --out results/e2e.jsonl
     python -m tutorial_lib.bench runs runs/my_run --out results/trainer.jsonl   # a trainer run's own speed
     torchrun --nproc-per-node 2 -m tutorial_lib.bench allreduce --out results/allreduce.jsonl
+    python -m tutorial_lib.bench prepare --out results/prepare.jsonl   # the data-prepare command on each form
     python -m tutorial_lib.bench matmul                      # dense matrix-product rate of this device
     python -m tutorial_lib.bench table results/train.jsonl   # markdown tables of result files
 
@@ -71,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     matmul = sub.add_parser("matmul", parents=[common], help="dense matrix-product rate (the compute ceiling)")
     matmul.add_argument("--dtype", type=_parse_list, help="comma list, e.g. bfloat16,float32 (default: bf16 on a "
                         "GPU, fp32 on the CPU; float32 means true fp32, TF32 off)")
+    prep = sub.add_parser("prepare", parents=[common], help="time `python -m tutorial_lib.data prepare` on each "
+                          "form of a generated ImageNet")
+    prep.add_argument("--classes", type=int, default=20)
+    prep.add_argument("--per-class", type=int, default=100)
+    prep.add_argument("--val-per-class", type=int, default=10)
     reduce = sub.add_parser("allreduce", parents=[common], help="all-reduce bandwidth (run under torchrun)")
     reduce.add_argument("--sizes", type=lambda t: [parse_size(v) for v in _parse_list(t)],
                         help="comma list of message sizes, e.g. 4K,1M,256M")
@@ -205,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         _emit(records, args)
+        return 0
+    if args.command == "prepare":
+        from tutorial_lib.bench.prepare import measure_prepare
+
+        _emit(measure_prepare(classes=args.classes, per_class=args.per_class, val_per_class=args.val_per_class), args)
         return 0
     if args.command == "allreduce":
         record = measure_allreduce(args.sizes, args.iters, args.warmup, args.dtype, args.device, args.repeats,
