@@ -169,7 +169,8 @@ def _extract_val(source: Source, dest: Path, labels: dict[str, str], show: bool)
         members = [m for m in tar.getmembers() if m.isfile()]
         _check_labels([Path(m.name).stem for m in members], labels, source)
         targets = [dest / "val" / labels[Path(m.name).stem] / _safe_name(m, source.val) for m in members]
-        todo = {m.name for m, t in zip(members, targets, strict=True) if not (t.is_file() and t.stat().st_size == m.size)}
+        todo = {m.name for m, t in zip(members, targets, strict=True)
+                if not (t.is_file() and t.stat().st_size == m.size)}
         _check_space(dest, sum(m.size for m in members if m.name in todo))
         with _bar(len(members), "val: extracting into class folders", show) as bar:
             for member, target in zip(members, targets, strict=True):

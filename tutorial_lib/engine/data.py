@@ -22,7 +22,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from torchvision import datasets, transforms
 
-from tutorial_lib.data import PREPARE_COMMAND
+from tutorial_lib.data import PREPARE_COMMAND, file_index
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -140,10 +140,17 @@ def check_imagefolder(data_dir: str | os.PathLike) -> Path:
 
 def open_regular_file(path: str | os.PathLike):
     """Open ``path`` for reading, refusing (OSError) anything but a regular file: a FIFO or a device
-    named like an image would block open() or read() forever."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise OSError("not a regular file (a FIFO, device or socket)")
-    return open(path, "rb")
+    named like an image would block open() or read() forever. One open (non-blocking, so a FIFO does
+    not wait for a writer) and an fstat of the open file: no second lookup of the path."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file (a FIFO, device or socket)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class CountingImageFolder(datasets.ImageFolder):
@@ -157,6 +164,21 @@ class CountingImageFolder(datasets.ImageFolder):
     def __init__(self, root: str | os.PathLike, transform=None, bad_data: str = "skip"):
         super().__init__(str(root), transform=transform, allow_empty=True)
         self.bad_data = bad_data
+
+    def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
+        """The class folders from the job's file index (:mod:`tutorial_lib.data.file_index`), else a scan."""
+        known = file_index.classes(directory)
+        if known is None:
+            return super().find_classes(directory)
+        return known, {name: label for label, name in enumerate(known)}
+
+    @staticmethod
+    def make_dataset(directory, class_to_idx, extensions=None, is_valid_file=None, allow_empty=False):
+        """The (path, label) list from the job's file index, else torchvision's walk of the folders."""
+        listed = file_index.samples(directory, class_to_idx)
+        if listed is not None:
+            return listed
+        return datasets.DatasetFolder.make_dataset(directory, class_to_idx, extensions, is_valid_file, allow_empty)
 
     def __getitem__(self, index: int):
         path, target = self.samples[index]

@@ -9,8 +9,9 @@ Run it the same way everywhere (distributed settings come from torchrun's enviro
 
 Everything a watcher needs lands in the run directory (``output_root/name``): ``config.json``,
 ``metrics.jsonl``, ``checkpoint.pt`` and, once training is finished, ``model.pt`` (the weights to take
-away) and ``DONE``. Started again on the same run directory it resumes from the checkpoint. A ``STOP`` file in the run directory, or
-SIGUSR1/SIGTERM, makes it finish the current step, checkpoint and exit (used before time limits).
+away) and ``DONE``. Started again on the same run directory it resumes from the checkpoint. A ``STOP``
+file in the run directory, or SIGUSR1/SIGTERM, makes it finish the current step, checkpoint and exit
+(used before time limits).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from tutorial_lib.data import file_index
 from tutorial_lib.engine import distributed as dist_utils
 from tutorial_lib.engine.cli import config_from_args
 from tutorial_lib.engine.config import TrainConfig, scaled_batch_and_lr, validate
@@ -110,6 +112,11 @@ class Trainer:
         if info.local_rank == 0:
             prepare_dataset(cfg)
         dist_utils.barrier(info)
+        if cfg.dataset != "synthetic":  # one scan per job: rank 0 lists the files, every rank reads the list
+            if self.is_main:
+                file_index.build(cfg.data_dir, self.run_dir)
+            dist_utils.barrier(info)
+            file_index.use(self.run_dir)
         self.stop.install()
         self.metrics = MetricsWriter(self.run_dir, enabled=self.is_main)
         self.loaders = loaders_for(cfg, info.rank, info.world_size, self.device)  # cfg.input_pipeline
@@ -288,6 +295,7 @@ class Trainer:
     def close(self) -> None:
         """Release the run lock, restore signal handlers and leave the process group."""
         self.stop.uninstall()
+        file_index.use(None)
         if self.is_main:
             self.lock.release()
         dist_utils.shutdown(self.info)
