@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAST_SETTINGS, Runs, subprocess_env
+from tests.conftest import Runs, subprocess_env
 from tutorial_lib import REPO_ROOT
 from tutorial_lib.bench.fake_forms import FORMS, make_fake_source
 from tutorial_lib.data import PREPARE_COMMAND
@@ -89,7 +89,6 @@ def test_training_runs_from_each_prepared_form(prepared, form, tmp_path):
     assert result["status"] == "completed"
     config = json.loads((runs.run_dir(f"from-{form}") / "config.json").read_text())
     assert (config["train_images"], config["val_images"], config["num_classes"]) == (12, 6, 3)
-    assert FAST_SETTINGS["device"] == "cpu"
 
 
 def test_torchvision_reads_the_fake_devkit_as_we_do(prepared, tmp_path, monkeypatch):
@@ -106,7 +105,7 @@ def test_torchvision_reads_the_fake_devkit_as_we_do(prepared, tmp_path, monkeypa
     assert val_wnids == [ids[i] for i in truth]
     assert val_wnids == [w for _, w in sorted(prepared["archives"]["truth"]["val"].items())]
     assert wnid_to_classes["n01440764"] == ("tench", "Tinca tinca")
-    assert sorted(ids.values()) != [ids[i] for i in sorted(ids)] or len(ids) < 3  # IDs not in wnid order
+    assert [ids[i] for i in sorted(ids)] != sorted(ids.values())  # IDs not in wnid order, as in ImageNet
 
 
 def test_an_interrupted_extraction_resumes_and_redoes_only_what_is_missing(prepared, tmp_path):
