@@ -34,6 +34,8 @@ USAGE = """examples:
     python -m tutorial_lib.jobs.netlab up --rate-mbit 200   # as root; then in node namespace tlab-n<i>:
     ip netns exec tlab-n0 env GLOO_SOCKET_IFNAME=eth0 torchrun --nnodes 2 --node-rank 0 --nproc-per-node 2 \\
         --master-addr 10.77.0.1 -m tutorial_lib.bench allreduce --algorithm flat,hierarchical --links
+    python -m tutorial_lib.bench prepare --out results/prepare.jsonl   # the data-prepare command on each form
+    python -m tutorial_lib.bench scan --ranks 4 --out results/scan.jsonl   # one file list per job vs per rank
     python -m tutorial_lib.bench matmul                      # dense matrix-product rate of this device
     python -m tutorial_lib.bench table results/train.jsonl   # markdown tables of result files
 
@@ -85,6 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
     matmul = sub.add_parser("matmul", parents=[common], help="dense matrix-product rate (the compute ceiling)")
     matmul.add_argument("--dtype", type=_parse_list, help="comma list, e.g. bfloat16,float32 (default: bf16 on a "
                         "GPU, fp32 on the CPU; float32 means true fp32, TF32 off)")
+    prep = sub.add_parser("prepare", parents=[common], help="time `python -m tutorial_lib.data prepare` on each "
+                          "form of a generated ImageNet")
+    prep.add_argument("--classes", type=int, default=20)
+    prep.add_argument("--per-class", type=int, default=100)
+    prep.add_argument("--val-per-class", type=int, default=10)
+    scan = sub.add_parser("scan", parents=[common], help="start-up time and directory reads of N ranks listing "
+                          "an ImageFolder tree: every rank walking it (before) or one file index per job (after)")
+    scan.add_argument("--tree", default="data/scan_tree", help="where the tree of empty files is made (or reused)")
+    scan.add_argument("--ranks", type=int, default=4)
+    scan.add_argument("--classes", type=int, default=1000)
+    scan.add_argument("--train-per-class", type=int, default=190)
+    scan.add_argument("--val-per-class", type=int, default=10)
+    scan.add_argument("--repeats", type=int, default=3)
     reduce = sub.add_parser("allreduce", parents=[common], help="all-reduce bandwidth (run under torchrun)")
     reduce.add_argument("--sizes", type=lambda t: [parse_size(v) for v in _parse_list(t)],
                         help="comma list of message sizes, e.g. 4K,1M,256M")
@@ -227,6 +242,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         _emit(records, args)
+        return 0
+    if args.command == "prepare":
+        from tutorial_lib.bench.prepare import measure_prepare
+
+        _emit(measure_prepare(classes=args.classes, per_class=args.per_class, val_per_class=args.val_per_class), args)
+        return 0
+    if args.command == "scan":
+        from tutorial_lib.bench.scan import make_tree, measure_scan
+
+        tree = make_tree(args.tree, args.classes, args.train_per_class, args.val_per_class)
+        _emit(measure_scan(tree, args.ranks, repeats=args.repeats), args)
         return 0
     if args.command == "allreduce":
         record = measure_allreduce(args.sizes, args.iters, args.warmup, args.dtype, args.device, args.repeats,

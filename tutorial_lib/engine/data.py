@@ -22,10 +22,13 @@ from PIL import Image
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from torchvision import datasets, transforms
 
+from tutorial_lib.data import PREPARE_COMMAND, file_index
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 _IMAGE_SUFFIXES = datasets.folder.IMG_EXTENSIONS
 _DIGITS_MARKER = "digits_export.json"
+PREPARE_FIX = f"make it with `{PREPARE_COMMAND}` from the archives, the Kaggle download or a flat val/"
 
 
 class DataError(ValueError):
@@ -121,27 +124,33 @@ def check_imagefolder(data_dir: str | os.PathLike) -> Path:
     """Check ``data_dir`` has ImageNet layout (train/ and val/, one folder per class); raise DataError."""
     root = Path(data_dir)
     if not root.is_dir():
-        raise DataError(f"data_dir: {root} does not exist. Fix: pass --data-dir with the folder that "
-                        "holds train/ and val/ (ImageNet layout), or use --dataset digits or synthetic.")
+        raise DataError(f"data_dir: {root} does not exist. Fix: pass --data-dir with the folder that holds "
+                        f"train/ and val/ (ImageNet layout; {PREPARE_FIX}), or use --dataset digits or synthetic.")
     for split in ("train", "val"):
         split_dir = root / split
         if not split_dir.is_dir():
-            raise DataError(f"data_dir: {root} has no {split}/ folder. Fix: arrange the data as "
-                            f"{root}/train/<class>/<image>.JPEG and {root}/val/<class>/<image>.JPEG "
-                            "(ImageNet validation images must be sorted into class folders).")
+            raise DataError(f"data_dir: {root} has no {split}/ folder. Fix: {PREPARE_FIX}, or arrange the "
+                            f"data as {root}/train/<class>/<image>.JPEG and {root}/val/<class>/<image>.JPEG.")
         classes = [d for d in split_dir.iterdir() if d.is_dir()]
         if not classes:
-            raise DataError(f"data_dir: {split_dir} has no class folders. Fix: put each class's "
-                            f"images in its own folder, {split_dir}/<class>/<image>.JPEG.")
+            raise DataError(f"data_dir: {split_dir} has no class folders. Fix: {PREPARE_FIX} (it sorts a flat "
+                            f"val/ by its ground truth), or put each class's images in {split_dir}/<class>/.")
     return root
 
 
 def open_regular_file(path: str | os.PathLike):
     """Open ``path`` for reading, refusing (OSError) anything but a regular file: a FIFO or a device
-    named like an image would block open() or read() forever."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise OSError("not a regular file (a FIFO, device or socket)")
-    return open(path, "rb")
+    named like an image would block open() or read() forever. One open (non-blocking, so a FIFO does
+    not wait for a writer) and an fstat of the open file: no second lookup of the path."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("not a regular file (a FIFO, device or socket)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class CountingImageFolder(datasets.ImageFolder):
@@ -155,6 +164,21 @@ class CountingImageFolder(datasets.ImageFolder):
     def __init__(self, root: str | os.PathLike, transform=None, bad_data: str = "skip"):
         super().__init__(str(root), transform=transform, allow_empty=True)
         self.bad_data = bad_data
+
+    def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
+        """The class folders from the job's file index (:mod:`tutorial_lib.data.file_index`), else a scan."""
+        known = file_index.classes(directory)
+        if known is None:
+            return super().find_classes(directory)
+        return known, {name: label for label, name in enumerate(known)}
+
+    @staticmethod
+    def make_dataset(directory, class_to_idx, extensions=None, is_valid_file=None, allow_empty=False):
+        """The (path, label) list from the job's file index, else torchvision's walk of the folders."""
+        listed = file_index.samples(directory, class_to_idx)
+        if listed is not None:
+            return listed
+        return datasets.DatasetFolder.make_dataset(directory, class_to_idx, extensions, is_valid_file, allow_empty)
 
     def __getitem__(self, index: int):
         path, target = self.samples[index]
@@ -333,7 +357,8 @@ def folder_loaders(cfg, root: Path, train_set, val_set, collate_fn, rank: int, w
         only_val = sorted(set(val_set.classes) - set(train_set.classes))
         raise DataError(f"data_dir: {root}/train and {root}/val have different class folders (only in train: "
                         f"{only_train[:5] or 'none'}; only in val: {only_val[:5] or 'none'}), so their labels would "
-                        "not match. Fix: give both splits the same class folders (a folder may be empty).")
+                        "not match. Fix: give both splits the same class folders (a folder may be empty; "
+                        f"`{PREPARE_COMMAND}` does).")
     if len(train_set) < cfg.batch_size * world_size:
         raise DataError(f"batch_size: the global batch {cfg.batch_size * world_size} is larger than the "
                         f"{len(train_set)} training images in {root}/train. Fix: lower --batch-size.")

@@ -8,9 +8,10 @@ Run it the same way everywhere (distributed settings come from torchrun's enviro
         -m tutorial_lib.train --profile hal --data-dir /path/to/imagenet --name hal-8gpu
 
 Everything a watcher needs lands in the run directory (``output_root/name``): ``config.json``,
-``metrics.jsonl``, ``checkpoint.pt`` and, once training is finished, ``DONE``. Started again on
-the same run directory it resumes from the checkpoint. A ``STOP`` file in the run directory, or
-SIGUSR1/SIGTERM, makes it finish the current step, checkpoint and exit (used before time limits).
+``metrics.jsonl``, ``checkpoint.pt`` and, once training is finished, ``model.pt`` (the weights to take
+away) and ``DONE``. Started again on the same run directory it resumes from the checkpoint. A ``STOP``
+file in the run directory, or SIGUSR1/SIGTERM, makes it finish the current step, checkpoint and exit
+(used before time limits).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from tutorial_lib.data import file_index
 from tutorial_lib.engine import distributed as dist_utils
 from tutorial_lib.engine.cli import config_from_args
 from tutorial_lib.engine.config import TrainConfig, scaled_batch_and_lr, validate
@@ -32,11 +34,12 @@ from tutorial_lib.engine.data import Batch, prepare_dataset
 from tutorial_lib.engine.device import environment_facts
 from tutorial_lib.engine.evaluate import evaluate
 from tutorial_lib.engine.gpu_input import loaders_for
+from tutorial_lib.engine.model_file import class_names, save_model
 from tutorial_lib.engine.models import count_parameters
 from tutorial_lib.engine.step import TrainStep
 from tutorial_lib.engine.stop import StopRequest, launcher_owns_stop_file
 from tutorial_lib.rundir.checkpoint import load_checkpoint, remove_stale_temp_files, save_atomic
-from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE, STOP_FILE
+from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE, MODEL_FILE, STOP_FILE
 from tutorial_lib.rundir.lock import RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import MetricsWriter, ThroughputMeter
 
@@ -61,8 +64,11 @@ def seed_epoch(seed: int, epoch: int, rank: int) -> None:
 
 
 def rng_state() -> dict:
-    """This process's RNG states (saved in checkpoints for exact mid-epoch resume)."""
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """This process's RNG states (saved in checkpoints for exact mid-epoch resume), as tensors and plain
+    values only, so the checkpoint loads with ``torch.load(weights_only=True)``."""
+    name, keys, position, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": [name, torch.from_numpy(keys.astype(np.int64)), int(position), int(has_gauss), float(gauss)]}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -72,7 +78,8 @@ def set_rng_state(state: dict) -> None:
     """Restore states saved by :func:`rng_state`."""
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, position, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -105,6 +112,11 @@ class Trainer:
         if info.local_rank == 0:
             prepare_dataset(cfg)
         dist_utils.barrier(info)
+        if cfg.dataset != "synthetic":  # one scan per job: rank 0 lists the files, every rank reads the list
+            if self.is_main:
+                file_index.build(cfg.data_dir, self.run_dir)
+            dist_utils.barrier(info)
+            file_index.use(self.run_dir)
         self.stop.install()
         self.metrics = MetricsWriter(self.run_dir, enabled=self.is_main)
         self.loaders = loaders_for(cfg, info.rank, info.world_size, self.device)  # cfg.input_pipeline
@@ -258,6 +270,9 @@ class Trainer:
             if progress.epoch < cfg.epochs and (stop_now or epochs_now == cfg.stop_after_epochs):
                 return self._stopped(started, saved=True)
         total = time.perf_counter() - started
+        if self.is_main:  # before `end`: whoever sees the run end finds its model
+            save_model(self.run_dir / MODEL_FILE, self.model, cfg, self.loaders.num_classes,
+                       class_names(cfg, self.loaders.num_classes))
         self.metrics.write("end", total_time=total, best_top1=progress.best_top1, epochs=progress.epoch,
                            global_step=progress.global_step)
         if self.is_main:
@@ -280,6 +295,7 @@ class Trainer:
     def close(self) -> None:
         """Release the run lock, restore signal handlers and leave the process group."""
         self.stop.uninstall()
+        file_index.use(None)
         if self.is_main:
             self.lock.release()
         dist_utils.shutdown(self.info)

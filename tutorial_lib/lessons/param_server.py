@@ -270,7 +270,7 @@ def run_experiment(cfg: ExperimentConfig = ExperimentConfig(), staleness: tuple[
                            start_method=start_method or default_start_method())
         results = {}
         for name, mode, bound in plan:
-            saved = torch.load(Path(out_dir) / f"{name}.pt")
+            saved = torch.load(Path(out_dir) / f"{name}.pt", weights_only=True)
             results[name] = RunResult(name, mode, bound, saved["records"], saved["weights"])
     return results
 

@@ -6,10 +6,15 @@ A crash during a save leaves the previous checkpoint intact; a reader never sees
 from __future__ import annotations
 
 import os
+import pickle
+import re
 import tempfile
+import warnings
 from pathlib import Path
 
 import torch
+
+from tutorial_lib.rundir.lock import RunDirError
 
 
 def save_atomic(state: dict, path: str | os.PathLike) -> Path:
@@ -47,9 +52,29 @@ def remove_stale_temp_files(path: str | os.PathLike) -> list[Path]:
     return stale
 
 
+class CheckpointError(RunDirError):
+    """A checkpoint or model file that holds more than tensors and plain values (refused unread)."""
+
+
+def load_weights_only(path: str | os.PathLike, map_location="cpu") -> dict:
+    """``torch.load(path, weights_only=True)``: tensors, numbers, strings, lists and dicts only, so a
+    crafted file cannot run code. CheckpointError (one line) for a file holding anything else."""
+    try:
+        with warnings.catch_warnings():  # torch warns about the pickle protocol of a plain pickle file first
+            warnings.filterwarnings("ignore", category=UserWarning, module="torch._weights_only_unpickler")
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        named = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        found = f" ({named.group(1)[:80]})" if named else ""
+        raise CheckpointError(f"checkpoint: {path} holds objects that are not tensors or plain values{found}; "
+                              "loading it could run code, so nothing was loaded or run. Fix: delete it if you did "
+                              "not write it (an older tutorial_lib wrote numpy objects: start a new run name, or "
+                              "resume with that version).") from None
+
+
 def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict | None:
-    """The checkpoint at ``path``, or None if there is none."""
+    """The checkpoint at ``path`` (loaded weights-only, see :func:`load_weights_only`), or None if there is none."""
     path = Path(path)
     if not path.is_file():
         return None
-    return torch.load(path, map_location=map_location, weights_only=False)
+    return load_weights_only(path, map_location)

@@ -14,6 +14,7 @@ CONFIG_FILE = "config.json"  # resolved settings, world size, global batch, scal
 METRICS_FILE = "metrics.jsonl"  # events: start, resume, step, epoch, stop, end
 CHECKPOINT_FILE = "checkpoint.pt"  # written atomically (temporary file + rename)
 DONE_FILE = "DONE"  # training finished (holds the best top-1)
+MODEL_FILE = "model.pt"  # the trained weights to take away: torchvision state_dict + class names (weights-only)
 LOCK_FILE = "LOCK"  # the live trainer holding this run directory
 STOP_FILE = "STOP"  # asks the ranks to finish the step, checkpoint and exit
 JOB_FILE = "job.json"  # the job record: backend, id, spec (read by jobs.attach)

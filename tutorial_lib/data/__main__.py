@@ -1,0 +1,43 @@
+"""``python -m tutorial_lib.data prepare SOURCE DEST``: ImageNet in any common form, as class folders."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tutorial_lib.data.layouts import PrepareError, detect
+from tutorial_lib.data.prepare import prepare
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line, run it; one line naming the problem and exit 2 on bad input."""
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.data", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    make = commands.add_parser("prepare", help="write DEST/{train,val}/<wnid>/ from SOURCE (SOURCE is not changed)")
+    make.add_argument("source", metavar="SOURCE", help="the archives, the Kaggle download, or train/ and val/")
+    make.add_argument("dest", metavar="DEST", help="a new or empty folder (or one this command started: resumes)")
+    make.add_argument("--val-labels", metavar="FILE", help="ground truth of a flat val/ (LOC_val_solution.csv, "
+                      "a val.txt of 'FILE LABEL' lines, or the devkit archive) when SOURCE has none")
+    make.add_argument("--subset", action="store_true", help="accept 1,000 classes with fewer images than ImageNet")
+    make.add_argument("--no-progress", action="store_true", help="no progress bar")
+    show = commands.add_parser("detect", help="say which form SOURCE holds")
+    show.add_argument("source", metavar="SOURCE")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "detect":
+            found = detect(args.source)
+            print(f"{found.form}: train {found.train}, val {found.val}, labels {found.labels}")
+            return 0
+        summary = prepare(args.source, args.dest, args.val_labels, args.subset, not args.no_progress)
+    except PrepareError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    how = "linked to SOURCE" if summary["made"] == "links" else "extracted"
+    print(f"{summary['form']}: {summary['train']:,} training and {summary['val']:,} validation images of "
+          f"{summary['classes']:,} classes {how} in {summary['dest']} ({summary['seconds']:.1f} s). "
+          f"Train with --dataset imagefolder --data-dir {summary['dest']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

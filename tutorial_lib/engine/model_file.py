@@ -1,0 +1,111 @@
+"""The model a finished run leaves to take away (``model.pt``), and ``python -m tutorial_lib.evaluate``.
+
+``model.pt`` is a dict of plain values and tensors (loads with ``torch.load(path, weights_only=True)``)::
+
+    saved = torch.load("runs/r50/model.pt", weights_only=True)
+    model = torchvision.models.get_model(saved["arch"], num_classes=len(saved["classes"]))
+    model.load_state_dict(saved["state_dict"])   # saved["classes"][i] is the wnid of output i
+
+(``norm: group`` runs need ``norm_layer`` as in :func:`tutorial_lib.engine.models.build_model`.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+from torchvision.datasets.folder import find_classes
+
+from tutorial_lib.engine import distributed as dist_utils
+from tutorial_lib.engine.data import CountingImageFolder, DataError, ShardSampler, collate_skipping, val_transform
+from tutorial_lib.engine.evaluate import evaluate
+from tutorial_lib.engine.models import build_model
+from tutorial_lib.rundir.checkpoint import CheckpointError, load_weights_only, save_atomic
+from tutorial_lib.rundir.layout import MODEL_FILE
+
+
+def class_names(cfg, num_classes: int) -> list[str]:
+    """The class of each output in label order: ImageFolder's sorted class folders of ``data_dir/train``,
+    or ``"0".."N-1"`` for synthetic data."""
+    if cfg.dataset == "synthetic":
+        return [str(i) for i in range(num_classes)]
+    return find_classes(str(Path(cfg.data_dir) / "train"))[0]
+
+
+def save_model(path: str | os.PathLike, model: torch.nn.Module, cfg, num_classes: int, classes: list[str]) -> Path:
+    """Write ``model.pt`` atomically: the torchvision ``state_dict`` (on the CPU), arch, the number of outputs,
+    the class names in label order, the image size."""
+    state = {name: value.detach().cpu() for name, value in model.state_dict().items()}
+    return save_atomic({"format": 1, "arch": cfg.arch, "norm": cfg.norm, "image_size": cfg.image_size,
+                        "num_classes": num_classes, "classes": list(classes), "state_dict": state}, path)
+
+
+def load_model(path: str | os.PathLike, device: torch.device | str = "cpu") -> tuple[torch.nn.Module, dict]:
+    """The model in ``path`` (built by :func:`build_model`, weights loaded, eval mode) and the file's other
+    entries; CheckpointError (one line) for a file that holds anything but tensors and plain values."""
+    saved = load_weights_only(path)
+    if not isinstance(saved, dict) or saved.get("format") != 1:
+        raise CheckpointError(f"model: {path} is not a model.pt written by tutorial_lib. Fix: pass the run "
+                              "directory of a finished run.")
+    model = build_model(saved["arch"], saved["num_classes"], norm=saved["norm"])
+    model.load_state_dict(saved["state_dict"])
+    return model.to(device).eval(), {k: v for k, v in saved.items() if k != "state_dict"}
+
+
+def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_size: int = 64,
+                 workers: int = 2, device: str = "auto") -> dict:
+    """Top-1/top-5 of ``run_dir/model.pt`` on ``data_dir/val`` (one process, or every rank under torchrun,
+    each image counted once). DataError if val/'s class folders are not the model's classes."""
+    path = Path(run_dir) / MODEL_FILE
+    if not path.is_file():
+        raise CheckpointError(f"RUN_DIR: {run_dir} has no {MODEL_FILE} (the run did not finish, or it was "
+                              f"trained before runs wrote one). Fix: pass the run directory of a finished run.")
+    val_dir = Path(data_dir) / "val"
+    if not val_dir.is_dir():
+        raise DataError(f"--data-dir: {data_dir} has no val/ folder. Fix: pass a folder with val/<class>/ "
+                        "(`python -m tutorial_lib.data prepare SOURCE DEST` makes one).")
+    _, _, local_rank, _ = dist_utils.env_rank_info()
+    target = dist_utils.pick_device(device, local_rank)
+    info = dist_utils.init_distributed(target)
+    try:
+        model, meta = load_model(path, target)
+        dataset = CountingImageFolder(val_dir, val_transform(meta["image_size"]))
+        if dataset.classes != meta["classes"]:
+            raise DataError(f"--data-dir: the class folders of {val_dir} ({len(dataset.classes)}, first "
+                            f"{dataset.classes[:3]}) are not the {len(meta['classes'])} classes the model was "
+                            f"trained on (first {meta['classes'][:3]}), so labels would not match. Fix: pass the "
+                            "data set it was trained on.")
+        loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate_skipping,
+                            sampler=ShardSampler(len(dataset), info.rank, info.world_size))
+        result = evaluate(model, loader, target, info, False, nullcontext)
+    finally:
+        dist_utils.shutdown(info)
+    return {"run_dir": str(run_dir), "data_dir": str(data_dir), "arch": meta["arch"], "ranks": info.world_size,
+            **result}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tutorial_lib.evaluate RUN_DIR --data-dir DIR``: print top-1/top-5 of the run's model.pt."""
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.evaluate",
+                                     description="top-1/top-5 of a finished run's model.pt on DIR/val "
+                                                 "(one process, or torchrun -m tutorial_lib.evaluate ...)")
+    parser.add_argument("run_dir", metavar="RUN_DIR")
+    parser.add_argument("--data-dir", required=True, metavar="DIR", help="a folder with val/<class>/ images")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per rank")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    args = parser.parse_args(argv)
+    try:
+        result = evaluate_run(args.run_dir, args.data_dir, args.batch_size, args.workers, args.device)
+    except (CheckpointError, DataError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(f"{result['arch']} from {result['run_dir']}: top-1 {result['top1']:.2f}%  top-5 {result['top5']:.2f}%  "
+              f"on {result['val_images']:,} images of {result['data_dir']}/val ({result['ranks']} rank(s))", flush=True)
+    return 0
