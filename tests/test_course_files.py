@@ -44,3 +44,20 @@ def test_code_passes_ruff():
     ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
     result = subprocess.run([ruff, "check", "tutorial_lib", "tests"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_make_test_sends_the_notebooks_runs_away_from_the_course(tmp_path):
+    """`make test` runs the notebooks' copies: their jobs must not replace runs/course, which the executed
+    notebooks of `make tutorial` point to."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    import notebook_checks
+
+    copies = notebook_checks.prepare(tmp_path)
+    assert len(copies) == len(NOTEBOOKS)
+    for copy in copies:
+        cell = next(c for c in json.loads(copy.read_text())["cells"]
+                    if "parameters" in c.get("metadata", {}).get("tags", []))
+        values = {t.id: stmt.value for stmt in ast.parse("".join(cell["source"])).body if isinstance(stmt, ast.Assign)
+                  for t in stmt.targets if isinstance(t, ast.Name)}
+        assert ast.literal_eval(values["output_root"]) == notebook_checks.TEST_OUTPUT_ROOT, copy.name
+        assert "runs/course" not in "".join(cell["source"]), copy.name
