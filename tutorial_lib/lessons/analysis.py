@@ -143,6 +143,19 @@ def num_classes(config: Mapping) -> int:
     return int(config.get("num_classes") or (10 if config.get("dataset", "digits") == "digits" else 1000))
 
 
+def _outcome(label: str, config: Mapping, events: list) -> claims.Claim:
+    epochs = [e for e in events if e["event"] == "epoch"]
+    losses = [e.get("loss") for e in events if e["event"] == "step"] + [e.get("train_loss") for e in epochs]
+    return claims.training_outcome(label, epochs[-1].get("top1") if epochs else None, num_classes(config), losses)
+
+
+def outcome(run, label: str | None = None) -> claims.Claim:
+    """Whether a finished run learned (:func:`tutorial_lib.lessons.claims.training_outcome`): its last
+    top-1 against chance and its loss trend, read from its run directory (a Job or a path)."""
+    run_dir = run_dir_of(run)
+    return _outcome(label or run_label(run), _config(run_dir), read_metrics(run_dir))
+
+
 def final_accuracy(runs: Sequence):
     """One row per run: its recipe and the validation accuracy it ended with.
 
@@ -163,8 +176,7 @@ def final_accuracy(runs: Sequence):
         start = next((e for e in events if e["event"] == "start"), {})
         epochs = [e for e in events if e["event"] == "epoch"]
         last = epochs[-1] if epochs else {}
-        losses = [e.get("loss") for e in events if e["event"] == "step"] + [e.get("train_loss") for e in epochs]
-        outcome = claims.training_outcome(run_label(run), last.get("top1"), num_classes(config), losses)
+        outcome = _outcome(run_label(run), config, events)
         world = config.get("world_size", start.get("world_size"))
         warmup = config.get("warmup_epochs", math.nan)
         state = getattr(run, "state", None) or ("COMPLETED" if (run_dir / DONE_FILE).exists() else "INCOMPLETE")

@@ -117,7 +117,14 @@ def run_record(run) -> dict:
         "top1": float(last.get("top1", math.nan)),
         "top5": float(last.get("top5", math.nan)),
         "hosts": sorted(set(hosts)),
+        "on_gpu": str(config.get("device", "")).startswith("cuda"),
     }
+
+
+def rank_unit(frame: pd.DataFrame) -> str:
+    """What a rank of these runs was: ``"GPUs"`` where every run used GPUs, else ``"CPU ranks"`` (a CPU
+    process per rank): labels must say what ran."""
+    return "GPUs" if "on_gpu" in frame and len(frame) and bool(frame["on_gpu"].all()) else "CPU ranks"
 
 
 def projected_time_s(images_per_sec: float, epochs: float = REFERENCE_EPOCHS,
@@ -157,7 +164,7 @@ def readable(frame: pd.DataFrame, epochs: float = REFERENCE_EPOCHS, time_note: s
     label = f"{epochs:g}"
     table = pd.DataFrame({
         "run": frame["name"],
-        "GPUs": frame["gpus"].astype(int),
+        "GPUs" if "on_gpu" not in frame else rank_unit(frame): frame["gpus"].astype(int),
         "nodes": frame["nodes"].astype(int),
         "global batch": frame["global_batch"].astype(int),
         "throughput (img/s)": frame["images_per_sec"].round(1),
@@ -246,6 +253,18 @@ def projection_from_run(run, gpus: Sequence[int], preset: str = "hal", epochs: f
                          f"{epochs:g} ImageNet epochs (projected)": [format_duration(p.time_to_train_s)
                                                                      for p in points],
                          "limited by": [p.limited_by for p in points]}).set_index("GPUs")
+
+
+def projection_claim(projection: pd.DataFrame, results: pd.DataFrame):
+    """Why :func:`projection_from_run`'s efficiencies look as they do, beside the measured efficiency
+    of ``results`` (:func:`collect`'s frame): :func:`tutorial_lib.lessons.claims.projection_flat`."""
+    from tutorial_lib.lessons import claims
+
+    first, last = results.iloc[0], results.iloc[-1]
+    return claims.projection_flat(list(projection["projected efficiency (%)"]), int(projection.index[-1]),
+                                  first["images_per_sec"] / first["gpus"],
+                                  100 * last["efficiency"] if len(results) > 1 else None, int(last["gpus"]),
+                                  rank_unit(results))
 
 
 def model_comparison_text(preset: str = "hal", details: bool = False) -> str:
