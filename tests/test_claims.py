@@ -194,17 +194,19 @@ def test_input_pipelines_are_ranked_only_when_their_ranges_part():
 
 # --------------------------------------------------------------------------- notebooks and SUMMARY.md use them
 MEASURED_PHRASES = ("grows with worker", "throughput grows with the number", "shows up here as", "matters little",
-                    "reproduces the measured", "the model is the slow part", "without losing accuracy here")
+                    "reproduces the measured", "the model is the slow part", "without losing accuracy here",
+                    "every run learns", "measure the same thing", "staleness costs", "short run's noise")
 
 
-@pytest.mark.parametrize("notebook", ["01_mixed_precision", "02_data_pipeline", "07_communication"])
+@pytest.mark.parametrize("notebook", ["01_mixed_precision", "02_data_pipeline", "03_ddp_one_node", "04_large_batches",
+                                      "05_multi_node_slurm", "06_scaling_study", "07_communication"])
 def test_notebooks_word_measured_claims_by_code_and_pass_them_to_the_summary(notebook):
     cells = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())["cells"]
     text = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
     code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     for phrase in MEASURED_PHRASES:
         assert not any(phrase in t for t in text), f"{notebook}: '{phrase}' is typed into the text, not measured"
-    assert re.search(r"claims\.\w+\(", code), f"{notebook} does not word its claims with tutorial_lib.lessons.claims"
+    assert re.search(r"claims\.\w+\(|analysis\.outcome\(", code), f"{notebook} words no claim by code"
     summary_call = code[code.index("course.summarize("):]
     assert "claims=" in summary_call, f"{notebook}: course.summarize gets no claims, so SUMMARY.md would differ"
 
@@ -221,3 +223,92 @@ def test_summary_md_shows_the_claims_spreads_and_rounded_values(tmp_path, monkey
     assert "| model images/s | 4.00 (3.90-4.45) |" in text
     assert "| RAM (GiB) | 702.0 |" in text and "701.9743" not in text
     assert "| share waiting | 0.0123 |" in text
+
+
+# --------------------------------------------------------------------------- issue 23: numbers from a course run
+def issue_23_claims() -> list:
+    """The claims a fresh-clone course run (issue 23) made with its own numbers, re-made by the rules."""
+    loaders = {"0 workers": Spread(300.0, 210.0, 520.0), "1 worker": Spread(420.0, 250.0, 700.0),
+               "2 workers": Spread(451.5, 228.9, 870.6)}
+    return [
+        claims.data_wait(Spread(80.0, 70.0, 90.0), loaders, 0.01),
+        claims.precision_accuracy({"fp32": 93.0, "bf16": 91.0}, 5.0, chance=10.0),
+        claims.matmul_yardstick(0.070, 0.04),
+        claims.benchmark_vs_jobs({"fp32": Spread(131.0, 125.0, 136.0), "bf16": Spread(166.0, 160.0, 170.0)},
+                                 {"fp32": Spread(199.0, 190.0, 205.0), "bf16": Spread(242.0, 236.0, 250.0)}),
+        claims.runs_learn([claims.training_outcome("06-scale-ranks_per_node1", 20.6, 10, [2.4, 2.2, 2.1]),
+                           claims.training_outcome("06-scale-ranks_per_node2", 15.9, 10, [2.4, 2.3, 2.2])]),
+        claims.training_outcome("multi-node job", 17.5, 10, [2.42, 2.55, 2.70]),
+        claims.training_outcome("04-warmup0-batch_size256", 10.3, 10, [2.35, 2.30, 2.31]),
+        claims.staleness_effect({0: {"loss": 0.162, "accuracy": 0.953, "wall_s": 3.1},
+                                 1: {"loss": 0.160, "accuracy": 0.955, "wall_s": 2.9},
+                                 4: {"loss": 0.158, "accuracy": 0.960, "wall_s": 2.6}}),
+        claims.projection_flat([100.0] * 7, 64, 70.2, 51.9, 2, "CPU ranks"),
+    ]
+
+
+def test_issue_23_verdicts_follow_the_numbers():
+    wait, accuracy, yardstick, versus, learn, multi, big_batch, stale, projection = issue_23_claims()
+    assert wait.verdict == "keeps up" and "the best loader (2 workers)" not in wait.sentence
+    assert "2 workers, 1 worker, 0 workers: not distinguishable from each other" in wait.sentence
+    assert "5.64x (between 2.54x and 12.44x) more" in wait.sentence  # the ratio carries the ranges' spread
+    assert accuracy.verdict == "same" and "noise (" not in accuracy.sentence
+    assert "5-point threshold set by accuracy_tolerance" in accuracy.sentence
+    near = claims.precision_accuracy({"fp32": 12.0, "bf16": 11.0}, 5.0, chance=10.0)
+    assert near.verdict == "near chance" and "say nothing" in near.sentence
+    assert yardstick.verdict == "beaten" and "no ceiling" in yardstick.sentence and "%" not in yardstick.sentence
+    assert claims.matmul_yardstick(0.02, 0.04).verdict == "ceiling"
+    assert versus.verdict == "differ" and "same thing" not in versus.sentence
+    assert claims.benchmark_vs_jobs({"fp32": Spread(131.0, 120.0, 200.0)},
+                                    {"fp32": Spread(150.0, 140.0, 160.0)}).verdict == "agree"
+    assert learn.verdict == "not every run learns" and "2 of 2 runs did not learn" in learn.sentence
+    assert multi.verdict == "diverged" and "2.42 -> 2.70" in multi.sentence
+    assert big_batch.verdict == "near chance"
+    assert claims.training_outcome("b64", 96.4, 10, [2.3, 0.6]).verdict == "learns"
+    assert claims.training_outcome("b16", 40.0, 10, [2.3, 1.9]).verdict == "above chance"
+    assert claims.training_outcome("nan", 9.0, 10, [2.3, float("nan")]).verdict == "diverged"
+    assert stale.verdict == "matters little" and "cost" not in stale.sentence
+    helps = claims.staleness_effect({0: {"loss": 0.30, "accuracy": 0.9, "wall_s": 3.0},
+                                     4: {"loss": 0.20, "accuracy": 0.95, "wall_s": 2.0}})
+    assert helps.verdict == "helps" and "costs" not in helps.sentence
+    costs = claims.staleness_effect({0: {"loss": 0.20, "accuracy": 0.95, "wall_s": 3.0},
+                                     4: {"loss": 0.30, "accuracy": 0.90, "wall_s": 2.0}})
+    assert costs.verdict == "costs"
+    assert projection.verdict == "flat" and "70.2 img/s per rank" in projection.sentence
+    assert "measured 51.9% at 2 CPU ranks" in projection.sentence and "share its CPU cores" in projection.sentence
+    assert claims.projection_flat([100.0, 90.0, 60.0], 64, 900.0, None, None).verdict == "falls"
+
+
+def test_issue_23_summary_md_has_no_contradicted_sentence(tmp_path, monkeypatch):
+    """The words SUMMARY.md shows for the issue's numbers: no winner among overlapping ranges, no noise
+    that was never measured, no ceiling the step beat, no 'learns' near chance, no cost that did not occur."""
+    monkeypatch.setenv(course.SUMMARY_ENV, str(tmp_path / "summary"))
+    course.summarize("01_mixed_precision", {"settings measured": 4}, claims=issue_23_claims())
+    text = course.write_summary(tmp_path, {"01_mixed_precision": 1.0}).read_text().lower()
+    for contradicted in ("the best loader (2 workers)", "this short run's noise", "share of matmul rate 1.06",
+                         "measure the same thing", "every run learns", "staleness costs a little progress",
+                         "diverged: false"):
+        assert contradicted not in text, contradicted
+    for stated in ("not distinguishable from each other", "threshold", "no ceiling", "did not learn",
+                   "diverged (top-1 17.5%", "near chance (top-1 10.3%", "less than 10%", "measured 51.9%"):
+        assert stated in text, stated
+
+
+def test_a_training_step_above_the_matmul_rate_gets_no_share():
+    from tutorial_lib.bench.records import describe, share_of_matmul
+
+    assert share_of_matmul(0.070, 0.04) is None and share_of_matmul(0.02, 0.04) == pytest.approx(0.5)
+    record = {"kind": "train", "status": "ok", "arch": "resnet18", "precision": "bf16", "channels_last": False,
+              "compile": "none", "batch_size": 8, "image_size": 64, "images_per_sec": 40.0,
+              "peak_memory_bytes": 2**30, "achieved_tflops": 0.070, "matmul_tflops": 0.04, "fraction_of_matmul": None}
+    text = describe(record)
+    assert "of 0.04 matmul" not in text and "above the 0.04 matmul benchmark (no ceiling here)" in text
+
+
+def test_scaling_labels_say_what_ran():
+    import pandas as pd
+
+    from tutorial_lib.lessons import study
+
+    cpu = pd.DataFrame({"gpus": [1, 2], "on_gpu": [False, False]})
+    assert study.rank_unit(cpu) == "CPU ranks" and study.rank_unit(cpu.assign(on_gpu=True)) == "GPUs"

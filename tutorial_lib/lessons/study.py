@@ -117,14 +117,15 @@ def run_record(run) -> dict:
         "top1": float(last.get("top1", math.nan)),
         "top5": float(last.get("top5", math.nan)),
         "hosts": sorted(set(hosts)),
-        "on_gpu": str(config.get("device", "")).startswith("cuda"),
+        "on_gpu": str(config["device"]).startswith("cuda") if "device" in config else None,
     }
 
 
 def rank_unit(frame: pd.DataFrame) -> str:
-    """What a rank of these runs was: ``"GPUs"`` where every run used GPUs, else ``"CPU ranks"`` (a CPU
-    process per rank): labels must say what ran."""
-    return "GPUs" if "on_gpu" in frame and len(frame) and bool(frame["on_gpu"].all()) else "CPU ranks"
+    """What a rank of these runs was: ``"CPU ranks"`` (a CPU process per rank) where the runs recorded a
+    device and none was a GPU, else ``"GPUs"``: labels must say what ran."""
+    known = frame["on_gpu"].dropna() if "on_gpu" in frame else []
+    return "CPU ranks" if len(known) and not any(known) else "GPUs"
 
 
 def projected_time_s(images_per_sec: float, epochs: float = REFERENCE_EPOCHS,
@@ -164,7 +165,7 @@ def readable(frame: pd.DataFrame, epochs: float = REFERENCE_EPOCHS, time_note: s
     label = f"{epochs:g}"
     table = pd.DataFrame({
         "run": frame["name"],
-        "GPUs" if "on_gpu" not in frame else rank_unit(frame): frame["gpus"].astype(int),
+        rank_unit(frame): frame["gpus"].astype(int),
         "nodes": frame["nodes"].astype(int),
         "global batch": frame["global_batch"].astype(int),
         "throughput (img/s)": frame["images_per_sec"].round(1),
