@@ -363,7 +363,7 @@ def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, me
               "thing: on this machine the ranks share its CPU cores with each other and with the all-reduce, "
               "which the model's cluster (one GPU per rank, a real network) does not have.")
     if lowest >= 99.5:
-        return Claim("projection", "flat", f"the model projects {lowest:.1f}% or more up to {top_units} GPUs because "
+        return Claim("projection", "flat", f"the model projects {lowest:.1f}% or more at every count up to {top_units} GPUs (flat) because "
                      f"it starts from this run's {per_unit_rate:.1f} img/s per rank: a step that slow hides the "
                      f"whole all-reduce behind backward, and no file-system limit is modelled.{beside}")
     return Claim("projection", "falls", f"the model projects {lowest:.1f}% at {top_units} GPUs from this run's "
