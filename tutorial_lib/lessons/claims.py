@@ -327,7 +327,7 @@ def training_outcome(name: str, top1: float | None, num_classes: int, losses: li
     chance = 100.0 / max(1, int(num_classes or 1))
     finite = [float(v) for v in losses if v is not None and math.isfinite(float(v))]
     if top1 is None or (isinstance(top1, float) and math.isnan(top1)):
-        return Claim(f"{name}", "not measured", f"{name}: no validation accuracy was recorded")
+        return Claim(name, "not measured", "no validation accuracy was recorded")
     trend = f"train loss {finite[0]:.2f} -> {finite[-1]:.2f}" if finite else "no finite train loss"
     numbers = f"top-1 {top1:.1f}% against {chance:.1f}% for guessing; {trend}"
     if len(finite) < len([v for v in losses if v is not None]) or not finite or finite[-1] > finite[0]:
@@ -338,7 +338,7 @@ def training_outcome(name: str, top1: float | None, num_classes: int, losses: li
         verdict = "learns"
     else:
         verdict = "above chance"
-    return Claim(name, verdict, f"{name}: {verdict} ({numbers})")
+    return Claim(name, verdict, f"{verdict} ({numbers})")
 
 
 def runs_learn(outcomes: list) -> Claim:
@@ -346,10 +346,10 @@ def runs_learn(outcomes: list) -> Claim:
     if not outcomes:
         return Claim("learning", "not measured", "no run finished")
     failed = [o for o in outcomes if o.verdict != "learns"]
+    listed = "; ".join(f"{o.topic}: {o.sentence}" for o in outcomes)
     if not failed:
-        return Claim("learning", "every run learns", "every run learns: " + "; ".join(o.sentence for o in outcomes))
-    return Claim("learning", "not every run learns",
-                 f"{len(failed)} of {len(outcomes)} runs did not learn: " + "; ".join(o.sentence for o in outcomes))
+        return Claim("learning", "every run learns", f"every run learns: {listed}")
+    return Claim("learning", "not every run learns", f"{len(failed)} of {len(outcomes)} runs did not learn: {listed}")
 
 
 def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, measured: float | None,
@@ -359,13 +359,15 @@ def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, me
     ``efficiencies``: the projected efficiencies (%); ``per_unit_rate``: the measured img/s per rank
     the projection starts from; ``measured``: the measured efficiency (%) at ``measured_units``."""
     lowest = min(efficiencies) if efficiencies else float("nan")
-    beside = ("" if measured is None else f" The measured {measured:.1f}% at {measured_units} {unit} is another "
-              "thing: on this machine the ranks share its CPU cores with each other and with the all-reduce, "
-              "which the model's cluster (one GPU per rank, a real network) does not have.")
+    why = ("on this machine the ranks share its CPU cores with each other and with the all-reduce, which the "
+           "model's cluster (one GPU per rank, a real network) does not have" if unit != "GPUs" else
+           "it comes from this machine's GPUs and links, the projection from the reference cluster's")
+    beside = "" if measured is None else f" The measured {measured:.1f}% at {measured_units} {unit} is another " \
+                                         f"thing: {why}."
     if lowest >= 99.5:
-        return Claim("projection", "flat", f"the model projects {lowest:.1f}% or more at every count up to {top_units} GPUs (flat) because "
-                     f"it starts from this run's {per_unit_rate:.1f} img/s per rank: a step that slow hides the "
-                     f"whole all-reduce behind backward, and no file-system limit is modelled.{beside}")
+        return Claim("projection", "flat", f"the model projects {lowest:.1f}% or more at every count up to {top_units} "
+                     f"GPUs (flat) because it starts from this run's {per_unit_rate:.1f} img/s per rank: a step that "
+                     f"slow hides the whole all-reduce behind backward, and no file-system limit is modelled.{beside}")
     return Claim("projection", "falls", f"the model projects {lowest:.1f}% at {top_units} GPUs from this run's "
                  f"{per_unit_rate:.1f} img/s per rank.{beside}")
 
