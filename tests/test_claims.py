@@ -274,6 +274,11 @@ def test_issue_23_verdicts_follow_the_numbers():
     costs = claims.staleness_effect({0: {"loss": 0.20, "accuracy": 0.95, "wall_s": 3.0},
                                      4: {"loss": 0.30, "accuracy": 0.90, "wall_s": 2.0}})
     assert costs.verdict == "costs"
+    # a short 07 run: both stale runs ended higher, one within 10% (8%) and one beyond (18%): that is a cost
+    both_higher = claims.staleness_effect({0: {"loss": 0.945, "accuracy": 0.758, "wall_s": 0.6},
+                                           1: {"loss": 1.021, "accuracy": 0.677, "wall_s": 0.4},
+                                           4: {"loss": 1.119, "accuracy": 0.660, "wall_s": 0.4}})
+    assert both_higher.verdict == "costs" and "some with a lower one" not in both_higher.sentence
     assert projection.verdict == "flat" and "70.2 img/s per rank" in projection.sentence
     assert "measured 51.9% at 2 CPU ranks" in projection.sentence and "share its CPU cores" in projection.sentence
     assert claims.projection_flat([100.0, 90.0, 60.0], 64, 900.0, None, None).verdict == "falls"

@@ -375,24 +375,30 @@ def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, me
 # --------------------------------------------------------------------------- notebook 07
 def staleness_effect(final: dict, little: float = LITTLE) -> Claim:
     """What bounded staleness did per step, from each run's last record (``{bound: {"loss", "accuracy",
-    "wall_s"}}``, bound 0 = synchronous): ``costs`` (every stale run ended with a loss more than
-    ``little`` above synchronous), ``helps`` (every one ended lower by more), ``matters little``
-    (within), or ``mixed``. One run per bound: the ``little`` band is a threshold, not a measured noise."""
+    "wall_s"}}``, bound 0 = synchronous): ``costs`` (every stale run ended with a higher loss, one more
+    than ``little`` above synchronous), ``helps`` (every one lower, one by more), ``matters little``
+    (every one within), or ``mixed`` (some above, some below). One run per bound: the ``little`` band is a
+    threshold, not a measured noise."""
     if 0 not in final or len(final) < 2:
         return Claim("staleness", "not measured", "staleness was not run against the synchronous bound 0")
     sync = final[0]
-    verdicts, parts = [], []
+    ratios, parts = [], []
     for bound, last in sorted(final.items()):
         if bound == 0:
             continue
-        ratio = last["loss"] / sync["loss"] if sync["loss"] else float("inf")
-        verdicts.append("matters little" if abs(ratio - 1) <= little else "costs" if ratio > 1 else "helps")
+        ratios.append(last["loss"] / sync["loss"] if sync["loss"] else float("inf"))
         parts.append(f"staleness {bound}: loss {last['loss']:.3f}, accuracy {last['accuracy']:.3f}, "
                      f"{last['wall_s']:.1f} s")
     listed = f"{'; '.join(parts)}; staleness 0: loss {sync['loss']:.3f}, accuracy {sync['accuracy']:.3f}, " \
              f"{sync['wall_s']:.1f} s"
-    found = set(verdicts)
-    verdict = verdicts[0] if len(found) == 1 else "mixed"
+    if all(abs(r - 1) <= little for r in ratios):
+        verdict = "matters little"
+    elif all(r > 1 for r in ratios):
+        verdict = "costs"
+    elif all(r < 1 for r in ratios):
+        verdict = "helps"
+    else:
+        verdict = "mixed"
     head = {"costs": "per step, staleness cost progress here: every stale run ended with a higher loss",
             "helps": "per step, the stale runs ended with a lower loss than synchronous SGD here (one run each: "
                      "staleness is no better in general, this run's noise is not measured)",
