@@ -33,7 +33,7 @@
 # Environment: PYTHON (default .venv/bin/python, else python3), RESULTS (default results),
 # DATA_DIR (default data/fake_imagenet_gpu; point it at a real ImageNet to measure that instead),
 # ARCH (resnet50), IMAGE (224), BATCH (256), STEPS (50), WARMUP (15), TRAINER_EPOCHS (3),
-# TRAINER_STEPS (steps per epoch, 50), PEER_SCRIPT (default ../shared/peers/plain_pytorch_resnet50.py),
+# TRAINER_STEPS (steps per epoch, 50), PEER_SCRIPT (default cluster_scripts/plain_pytorch_resnet50.py),
 # INDUCTOR_CACHE (torch.compile's cache, default build/inductor-cache: a second run reuses compiled code).
 # Results are appended as JSON lines to $RESULTS/gpu_<stage>.jsonl (one record per measurement,
 # each naming the GPU, driver, CUDA, torch and every setting); remove old files to start over.
@@ -54,7 +54,7 @@ STEPS=${STEPS:-50}
 WARMUP=${WARMUP:-15}
 TRAINER_EPOCHS=${TRAINER_EPOCHS:-3}
 TRAINER_STEPS=${TRAINER_STEPS:-50}
-PEER_SCRIPT=${PEER_SCRIPT:-../shared/peers/plain_pytorch_resnet50.py}
+PEER_SCRIPT=${PEER_SCRIPT:-cluster_scripts/plain_pytorch_resnet50.py}
 STAGES="env precision batch compile cudagraphs autotune data e2e trainer peer course allreduce table"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export TORCHINDUCTOR_CACHE_DIR=${INDUCTOR_CACHE:-$PWD/build/inductor-cache}

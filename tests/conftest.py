@@ -13,12 +13,29 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from tutorial_lib import REPO_ROOT, free_port
+
+
+def pytest_sessionstart(session):
+    """Remember when the session started: only runs made after it have their checkpoints removed."""
+    session.config.started_at = time.time()
+
+
+def pytest_sessionfinish(session):
+    """Delete the checkpoints of the finished runs that the notebooks wrote under nbval in this session
+    (``tests/notebook_checks.py`` sends them to build/test-runs): 86 MB each, never resumed."""
+    from notebook_checks import TEST_OUTPUT_ROOT
+
+    from tutorial_lib.lessons.course import drop_finished_checkpoints
+
+    drop_finished_checkpoints(REPO_ROOT / TEST_OUTPUT_ROOT, getattr(session.config, "started_at", 0.0))
+
 
 # Settings every quick test run shares (tiny, CPU, no progress bar, no worker processes).
 FAST_SETTINGS = dict(arch="resnet18", device="cpu", precision="fp32", workers=0, progress=False)

@@ -21,6 +21,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO_ROOT / "notebooks"
 EXPECTED = Path(__file__).with_name("notebook_expected.json")
 MARK = "# NBVAL_CHECK_OUTPUT"
+# The notebooks' runs under `make test` go here, never to the course's runs/course (whose run directories the
+# executed notebooks of `make tutorial` point to); conftest.py deletes the checkpoints they leave.
+TEST_OUTPUT_ROOT = "build/test-runs"
 
 
 def _source(cell: dict) -> str:
@@ -63,13 +66,27 @@ def record(executed_dir: Path) -> dict:
     return expected
 
 
+def _redirect_output_root(notebook: dict) -> None:
+    """Point the parameters cell's ``output_root`` at :data:`TEST_OUTPUT_ROOT`."""
+    cell = next(c for c in notebook["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    lines = _source(cell).split("\n")
+    found = [i for i, line in enumerate(lines) if line.startswith("output_root = ")]
+    if len(found) != 1:
+        raise SystemExit("error: a notebook's parameters cell has no single `output_root = ...` line to redirect. "
+                         "Fix: declare output_root there, on one line.")
+    lines[found[0]] = f'output_root = "{TEST_OUTPUT_ROOT}"  # make test: its own output root, not the course\'s'
+    cell["source"] = "\n".join(lines)
+
+
 def prepare(out_dir: Path) -> list[Path]:
-    """Write copies of the notebooks with the expected outputs of marked cells put back."""
+    """Write copies of the notebooks with the expected outputs of marked cells put back, and their
+    runs sent to :data:`TEST_OUTPUT_ROOT`."""
     expected = json.loads(EXPECTED.read_text())
     out_dir.mkdir(parents=True, exist_ok=True)
     written, missing = [], []
     for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
         notebook = json.loads(path.read_text())
+        _redirect_output_root(notebook)
         outputs = expected.get(path.name, {})
         for cell in marked_cells(notebook):
             if _key(cell) not in outputs:

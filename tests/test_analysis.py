@@ -127,6 +127,7 @@ def test_final_accuracy_one_row_per_run(tmp_path):
     assert table.loc[1, "peak_lr"] == pytest.approx(0.1)
     assert list(table["recipe"]) == ["SGD, no warmup", "SGD, warmup 1 ep", "LARS, warmup 1 ep"]
     assert list(table["diverged"]) == [False, False, True]
+    assert list(table["outcome"]) == ["learns", "learns", "diverged"]
     assert list(table["state"]) == ["COMPLETED", "RUNNING", "COMPLETED"]
     assert list(table["epochs"]) == [2, 2, 1] and table.loc[0, "train_time_s"] == 5.0
 

@@ -86,7 +86,7 @@ def test_01_overlapping_ranges_name_no_winner():
 def test_01_a_clear_speed_up_is_named_with_its_factor():
     records = [train("fp32", [80, 85, 90]), train("bf16", [160, 170, 175]), train("bf16", [168, 171, 180], True)]
     claim = claims.fastest_setting(records)
-    assert claim.verdict == "faster" and "2.01x fp32" in claim.sentence
+    assert claim.verdict == "faster" and "2.01x (between 1.87x and 2.25x) fp32" in claim.sentence
     assert "bf16 +channels_last and bf16 are the fastest here (not distinguishable from each other)" in claim.sentence
     assert claims.channels_last_effect(records).verdict == "matters little"
 
@@ -115,7 +115,8 @@ def test_01_fp32_fastest_only_when_nothing_overlaps_it():
 def test_01_issue_14_single_windows_name_what_they_measured():
     records = [train("fp32", [16.8]), train("bf16", [389]), train("bf16", [9], channels_last=True)]
     claim = claims.fastest_setting(records)
-    assert claim.verdict == "faster" and "bf16 is the fastest here, 23.15x fp32" in claim.sentence
+    assert claim.verdict == "faster"
+    assert "bf16 is the fastest here, 23.15x (between 23.15x and 23.15x) fp32" in claim.sentence
 
 
 def test_01_accuracy_gap_against_noise():
@@ -137,11 +138,14 @@ def test_02_workers_verdicts():
     assert claims.workers_scaling(growing, 2).verdict == "grows"
     stops = [loader(0, [50, 52, 55]), loader(1, [90, 95, 99]), loader(2, [60, 92, 180])]
     claim = claims.workers_scaling(stops, 2)
-    assert claim.verdict == "stops growing" and "up to 1 worker (1.83x 0 workers), then" in claim.sentence
+    assert claim.verdict == "stops growing"
+    assert ("up to 1 worker (1.83x (between 1.64x and 1.98x) 0 workers, not distinguishable from 2 workers), then"
+            in claim.sentence)
     # a CPU run under load: 1 worker no better than 0, 2 workers clearly faster
     uneven = [loader(0, [78.0, 116.0, 116.6]), loader(1, [92.7, 105.6, 108.3]), loader(2, [123.8, 191.2, 241.1])]
     claim = claims.workers_scaling(uneven, 2)
-    assert claim.verdict == "uneven" and "fastest with 2 workers (1.65x 0 workers)" in claim.sentence
+    assert claim.verdict == "uneven"
+    assert "highest median is 2 workers (1.65x (between 1.06x and 3.09x) 0 workers" in claim.sentence
     assert "0 -> 1 worker: matters little" in claim.sentence and "grows with every" not in claim.sentence
     noisy = [loader(0, [40, 90, 60]), loader(1, [50, 100, 75])]
     assert claims.workers_scaling(noisy, 2).verdict == claims.NOT_DISTINGUISHABLE
@@ -151,11 +155,11 @@ def test_02_workers_verdicts():
 
 def test_02_waiting_for_data_verdict_follows_the_numbers():
     slow_model, fast_loader = Spread.of([3.5, 4.0, 4.2]), Spread.of([90, 100, 110])
-    keeps_up = claims.data_wait(slow_model, fast_loader, "the best loader (2 workers)", 0.02)
+    keeps_up = claims.data_wait(slow_model, {"2 workers": fast_loader}, 0.02)
     assert keeps_up.verdict == "keeps up" and "model is the slow part" in keeps_up.sentence
-    waits = claims.data_wait(Spread.of([3000, 3100, 3050]), Spread.of([400, 410, 420]), "the best loader", 0.6)
+    waits = claims.data_wait(Spread.of([3000, 3100, 3050]), {"2 workers": Spread.of([400, 410, 420])}, 0.6)
     assert waits.verdict == "waits" and "waited for data 60%" in waits.sentence
-    assert claims.data_wait(Spread.of([90, 120, 100]), Spread.of([95, 105, 130]), "x").verdict == \
+    assert claims.data_wait(Spread.of([90, 120, 100]), {"x": Spread.of([95, 105, 130])}).verdict == \
         claims.NOT_DISTINGUISHABLE
 
 
@@ -178,7 +182,7 @@ def test_07_recorded_fit_does_not_reproduce():
 
 def test_input_pipelines_are_ranked_only_when_their_ranges_part():
     faster = claims.input_pipelines(Spread.of([1900, 1960, 2000]), Spread.of([5100, 5300, 5400]), 0.52, 0.03, 16)
-    assert faster.verdict == "gpu pipeline faster" and "2.70x" in faster.sentence
+    assert faster.verdict == "gpu pipeline faster" and "2.70x (between 2.55x and 2.84x)" in faster.sentence
     assert "16 CPU workers" in faster.sentence and "52%" in faster.sentence and "3%" in faster.sentence
     slower = claims.input_pipelines(Spread.of([5000, 5100]), Spread.of([3000, 3100]), workers=1)
     assert slower.verdict == "cpu workers faster" and "1 CPU worker " in slower.sentence
@@ -190,17 +194,19 @@ def test_input_pipelines_are_ranked_only_when_their_ranges_part():
 
 # --------------------------------------------------------------------------- notebooks and SUMMARY.md use them
 MEASURED_PHRASES = ("grows with worker", "throughput grows with the number", "shows up here as", "matters little",
-                    "reproduces the measured", "the model is the slow part", "without losing accuracy here")
+                    "reproduces the measured", "the model is the slow part", "without losing accuracy here",
+                    "every run learns", "measure the same thing", "staleness costs", "short run's noise")
 
 
-@pytest.mark.parametrize("notebook", ["01_mixed_precision", "02_data_pipeline", "07_communication"])
+@pytest.mark.parametrize("notebook", ["01_mixed_precision", "02_data_pipeline", "03_ddp_one_node", "04_large_batches",
+                                      "05_multi_node_slurm", "06_scaling_study", "07_communication"])
 def test_notebooks_word_measured_claims_by_code_and_pass_them_to_the_summary(notebook):
     cells = json.loads((NOTEBOOKS / f"{notebook}.ipynb").read_text())["cells"]
     text = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
     code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     for phrase in MEASURED_PHRASES:
         assert not any(phrase in t for t in text), f"{notebook}: '{phrase}' is typed into the text, not measured"
-    assert re.search(r"claims\.\w+\(", code), f"{notebook} does not word its claims with tutorial_lib.lessons.claims"
+    assert re.search(r"claims\.\w+\(|analysis\.outcome\(", code), f"{notebook} words no claim by code"
     summary_call = code[code.index("course.summarize("):]
     assert "claims=" in summary_call, f"{notebook}: course.summarize gets no claims, so SUMMARY.md would differ"
 
@@ -217,3 +223,97 @@ def test_summary_md_shows_the_claims_spreads_and_rounded_values(tmp_path, monkey
     assert "| model images/s | 4.00 (3.90-4.45) |" in text
     assert "| RAM (GiB) | 702.0 |" in text and "701.9743" not in text
     assert "| share waiting | 0.0123 |" in text
+
+
+# --------------------------------------------------------------------------- issue 23: numbers from a course run
+def issue_23_claims() -> list:
+    """The claims a fresh-clone course run (issue 23) made with its own numbers, re-made by the rules."""
+    loaders = {"0 workers": Spread(300.0, 210.0, 520.0), "1 worker": Spread(420.0, 250.0, 700.0),
+               "2 workers": Spread(451.5, 228.9, 870.6)}
+    return [
+        claims.data_wait(Spread(80.0, 70.0, 90.0), loaders, 0.01),
+        claims.precision_accuracy({"fp32": 93.0, "bf16": 91.0}, 5.0, chance=10.0),
+        claims.matmul_yardstick(0.070, 0.04),
+        claims.benchmark_vs_jobs({"fp32": Spread(131.0, 125.0, 136.0), "bf16": Spread(166.0, 160.0, 170.0)},
+                                 {"fp32": Spread(199.0, 190.0, 205.0), "bf16": Spread(242.0, 236.0, 250.0)}),
+        claims.runs_learn([claims.training_outcome("06-scale-ranks_per_node1", 20.6, 10, [2.4, 2.2, 2.1]),
+                           claims.training_outcome("06-scale-ranks_per_node2", 15.9, 10, [2.4, 2.3, 2.2])]),
+        claims.training_outcome("multi-node job", 17.5, 10, [2.42, 2.55, 2.70]),
+        claims.training_outcome("04-warmup0-batch_size256", 10.3, 10, [2.35, 2.30, 2.31]),
+        claims.staleness_effect({0: {"loss": 0.162, "accuracy": 0.953, "wall_s": 3.1},
+                                 1: {"loss": 0.160, "accuracy": 0.955, "wall_s": 2.9},
+                                 4: {"loss": 0.158, "accuracy": 0.960, "wall_s": 2.6}}),
+        claims.projection_flat([100.0] * 7, 64, 70.2, 51.9, 2, "CPU ranks"),
+    ]
+
+
+def test_issue_23_verdicts_follow_the_numbers():
+    wait, accuracy, yardstick, versus, learn, multi, big_batch, stale, projection = issue_23_claims()
+    assert wait.verdict == "keeps up" and "the best loader (2 workers)" not in wait.sentence
+    assert "2 workers, 1 worker, 0 workers: not distinguishable from each other" in wait.sentence
+    assert "5.64x (between 2.54x and 12.44x) more" in wait.sentence  # the ratio carries the ranges' spread
+    assert accuracy.verdict == "same" and "noise (" not in accuracy.sentence
+    assert "5-point threshold set by accuracy_tolerance" in accuracy.sentence
+    near = claims.precision_accuracy({"fp32": 12.0, "bf16": 11.0}, 5.0, chance=10.0)
+    assert near.verdict == "near chance" and "say nothing" in near.sentence
+    assert yardstick.verdict == "beaten" and "no ceiling" in yardstick.sentence and "%" not in yardstick.sentence
+    assert claims.matmul_yardstick(0.02, 0.04).verdict == "ceiling"
+    assert versus.verdict == "differ" and "same thing" not in versus.sentence
+    assert claims.benchmark_vs_jobs({"fp32": Spread(131.0, 120.0, 200.0)},
+                                    {"fp32": Spread(150.0, 140.0, 160.0)}).verdict == "agree"
+    assert learn.verdict == "not every run learns" and "2 of 2 runs did not learn" in learn.sentence
+    assert multi.verdict == "diverged" and "2.42 -> 2.70" in multi.sentence
+    assert big_batch.verdict == "near chance"
+    assert claims.training_outcome("b64", 96.4, 10, [2.3, 0.6]).verdict == "learns"
+    assert claims.training_outcome("b16", 40.0, 10, [2.3, 1.9]).verdict == "above chance"
+    assert claims.training_outcome("nan", 9.0, 10, [2.3, float("nan")]).verdict == "diverged"
+    assert stale.verdict == "matters little" and "cost" not in stale.sentence
+    helps = claims.staleness_effect({0: {"loss": 0.30, "accuracy": 0.9, "wall_s": 3.0},
+                                     4: {"loss": 0.20, "accuracy": 0.95, "wall_s": 2.0}})
+    assert helps.verdict == "helps" and "costs" not in helps.sentence
+    costs = claims.staleness_effect({0: {"loss": 0.20, "accuracy": 0.95, "wall_s": 3.0},
+                                     4: {"loss": 0.30, "accuracy": 0.90, "wall_s": 2.0}})
+    assert costs.verdict == "costs"
+    # a short 07 run: both stale runs ended higher, one within 10% (8%) and one beyond (18%): that is a cost
+    both_higher = claims.staleness_effect({0: {"loss": 0.945, "accuracy": 0.758, "wall_s": 0.6},
+                                           1: {"loss": 1.021, "accuracy": 0.677, "wall_s": 0.4},
+                                           4: {"loss": 1.119, "accuracy": 0.660, "wall_s": 0.4}})
+    assert both_higher.verdict == "costs" and "some with a lower one" not in both_higher.sentence
+    assert projection.verdict == "flat" and "70.2 img/s per rank" in projection.sentence
+    assert "measured 51.9% at 2 CPU ranks" in projection.sentence and "share its CPU cores" in projection.sentence
+    assert claims.projection_flat([100.0, 90.0, 60.0], 64, 900.0, None, None).verdict == "falls"
+
+
+def test_issue_23_summary_md_has_no_contradicted_sentence(tmp_path, monkeypatch):
+    """The words SUMMARY.md shows for the issue's numbers: no winner among overlapping ranges, no noise
+    that was never measured, no ceiling the step beat, no 'learns' near chance, no cost that did not occur."""
+    monkeypatch.setenv(course.SUMMARY_ENV, str(tmp_path / "summary"))
+    course.summarize("01_mixed_precision", {"settings measured": 4}, claims=issue_23_claims())
+    text = course.write_summary(tmp_path, {"01_mixed_precision": 1.0}).read_text().lower()
+    for contradicted in ("the best loader (2 workers)", "this short run's noise", "share of matmul rate 1.06",
+                         "measure the same thing", "every run learns", "staleness costs a little progress",
+                         "diverged: false"):
+        assert contradicted not in text, contradicted
+    for stated in ("not distinguishable from each other", "threshold", "no ceiling", "did not learn",
+                   "diverged (top-1 17.5%", "near chance (top-1 10.3%", "less than 10%", "measured 51.9%"):
+        assert stated in text, stated
+
+
+def test_a_training_step_above_the_matmul_rate_gets_no_share():
+    from tutorial_lib.bench.records import describe, share_of_matmul
+
+    assert share_of_matmul(0.070, 0.04) is None and share_of_matmul(0.02, 0.04) == pytest.approx(0.5)
+    record = {"kind": "train", "status": "ok", "arch": "resnet18", "precision": "bf16", "channels_last": False,
+              "compile": "none", "batch_size": 8, "image_size": 64, "images_per_sec": 40.0,
+              "peak_memory_bytes": 2**30, "achieved_tflops": 0.070, "matmul_tflops": 0.04, "fraction_of_matmul": None}
+    text = describe(record)
+    assert "of 0.04 matmul" not in text and "above the 0.04 matmul benchmark (no ceiling here)" in text
+
+
+def test_scaling_labels_say_what_ran():
+    import pandas as pd
+
+    from tutorial_lib.lessons import study
+
+    cpu = pd.DataFrame({"gpus": [1, 2], "on_gpu": [False, False]})
+    assert study.rank_unit(cpu) == "CPU ranks" and study.rank_unit(cpu.assign(on_gpu=True)) == "GPUs"

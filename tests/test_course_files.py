@@ -44,3 +44,43 @@ def test_code_passes_ruff():
     ruff = shutil.which("ruff") or str(Path(sys.executable).parent / "ruff")
     result = subprocess.run([ruff, "check", "tutorial_lib", "tests"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_make_test_sends_the_notebooks_runs_away_from_the_course(tmp_path):
+    """`make test` runs the notebooks' copies: their jobs must not replace runs/course, which the executed
+    notebooks of `make tutorial` point to."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    import notebook_checks
+
+    copies = notebook_checks.prepare(tmp_path)
+    assert len(copies) == len(NOTEBOOKS)
+    for copy in copies:
+        cell = next(c for c in json.loads(copy.read_text())["cells"]
+                    if "parameters" in c.get("metadata", {}).get("tags", []))
+        values = {t.id: stmt.value for stmt in ast.parse("".join(cell["source"])).body if isinstance(stmt, ast.Assign)
+                  for t in stmt.targets if isinstance(t, ast.Name)}
+        assert ast.literal_eval(values["output_root"]) == notebook_checks.TEST_OUTPUT_ROOT, copy.name
+        assert "runs/course" not in "".join(cell["source"]), copy.name
+
+
+def test_the_readme_and_notebooks_stand_alone():
+    """A clone has no ../shared: the README links only to files in the repository, names every reference
+    it numbers, and the notebooks cite works by name, not by number alone."""
+    import re
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "../shared" not in readme and "/work/" not in readme
+    for target in re.findall(r"\]\(([^)#]+)\)", readme):  # markdown links
+        assert "://" in target or (REPO_ROOT / target).exists(), target
+    for quoted in ("results/h100-2026-11-22.md", "cluster_scripts/plain_pytorch_resnet50.py"):  # copied in
+        assert f"`{quoted}`" in readme and (REPO_ROOT / quoted).is_file(), quoted
+    bench_script = (REPO_ROOT / "cluster_scripts" / "gpu_bench.sh").read_text()
+    assert "PEER_SCRIPT:-cluster_scripts/plain_pytorch_resnet50.py" in bench_script
+    references = readme[readme.index("## References"):]
+    for number, name in (("000", "HAL"), ("001", "You"), ("002", "Jia"), ("003", "PMLS-Caffe"), ("004", "Goyal")):
+        assert re.search(rf"\| {number} \|[^\n]*{name}", references), number
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text())["cells"]:
+            text = "".join(cell["source"])
+            assert not re.search(r"[Rr]eferences? 00\d", text) or "NBVAL_CHECK_OUTPUT" in text, \
+                (path.name, re.findall(r".{0,30}[Rr]eferences? 00\d.{0,30}", text))

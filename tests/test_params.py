@@ -170,7 +170,8 @@ def test_plans_refuse_what_the_machine_cannot_run(digits_root, monkeypatch):
 
 
 def test_cpu_defaults_are_what_the_smoke_profile_gives():
-    """The recipe parameters the plans read do not change the CPU course: 03, 05 and 06 keep the smoke recipe."""
+    """03, 05 and 06 keep the smoke recipe except the LR: their DDP jobs train at 04's base LR 0.8 (3 whole epochs of
+    the 16 px digits reached 92.8-96.4% top-1 with it, against 17.5% after 20 steps at 0.4; issue 23)."""
     smoke = PROFILES["smoke"]
     for notebook in NOTEBOOKS[3:7]:
         plan = plan_for(notebook, values_for(notebook, None), gpus=0)
@@ -179,5 +180,6 @@ def test_cpu_defaults_are_what_the_smoke_profile_gives():
         trained = [job.config for job in plan.jobs if job.config.name in ("03-ddp-2w", "05-multinode", "06-scale")
                    or job.config.name.startswith("06-scale-")]
         for cfg in trained:
-            assert (cfg.base_lr, cfg.warmup_epochs) == (smoke["base_lr"], smoke["warmup_epochs"]), cfg.name
+            assert (cfg.base_lr, cfg.warmup_epochs) == (0.8, smoke["warmup_epochs"]), cfg.name
+            assert (cfg.image_size, cfg.max_steps_per_epoch, cfg.epochs) == (16, 0, 3), cfg.name
             assert (cfg.hflip, cfg.min_crop_scale) == (smoke["hflip"], smoke["min_crop_scale"]), cfg.name

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from tutorial_lib import REPO_ROOT
-from tutorial_lib.bench.records import describe, read_records
+from tutorial_lib.bench.records import describe, read_records, share_of_matmul
 from tutorial_lib.engine.config import PRECISIONS
 from tutorial_lib.engine.device import (
     compile_support,
@@ -79,7 +79,8 @@ def matmul_peak(device: str | torch.device | None = "auto", dtype: str | None = 
                 size: int | None = None, min_time: float | None = None) -> dict:
     """Measured dense matrix-product rate: bf16 8192x8192 on a GPU, fp32 1024x1024 on the CPU.
 
-    This is the practical compute ceiling that a training step's achieved TFLOP/s is compared with.
+    The yardstick a training step's achieved TFLOP/s is compared with; a ceiling only where the step
+    stays below it (:func:`~tutorial_lib.bench.records.share_of_matmul`).
     Cached per process. Returns ``{"matmul_tflops", "matmul_dtype", "matmul_size"}``.
     """
     device = resolve_device(device)
@@ -228,7 +229,7 @@ def measure_training(arch: str | None = None, precision: str = "fp32", channels_
         flops = train_flops_per_image(settings["arch"], settings["image_size"], num_classes)
         achieved = flops * record["images_per_sec"] / 1e12
         record.update(flops_per_image=flops, flops_method=FLOPS_METHOD, achieved_tflops=achieved,
-                      fraction_of_matmul=achieved / record["matmul_tflops"])
+                      fraction_of_matmul=share_of_matmul(achieved, record["matmul_tflops"]))
     return record
 
 

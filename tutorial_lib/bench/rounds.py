@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tutorial_lib.bench.compute import defaults, measure_training, release_memory, synthetic_step
 from tutorial_lib.bench.data import measure_e2e
-from tutorial_lib.bench.records import setting_label
+from tutorial_lib.bench.records import setting_label, share_of_matmul
 from tutorial_lib.bench.timing import (
     SPREAD_METHOD,
     Spread,
@@ -58,7 +58,7 @@ def retime_training(records: list[dict], min_time: float | None = None, repeats:
                           torch_threads=threads)
             if record.get("flops_per_image"):
                 record["achieved_tflops"] = record["flops_per_image"] * spread.median / 1e12
-                record["fraction_of_matmul"] = record["achieved_tflops"] / record["matmul_tflops"]
+                record["fraction_of_matmul"] = share_of_matmul(record["achieved_tflops"], record["matmul_tflops"])
             if on_round:
                 on_round(record)
         out.append(record)
@@ -122,7 +122,7 @@ def model_and_files(data_dir, arch: str, precision: str, channels_last, batch_si
                    timer="torch.utils.benchmark blocked_autorange", spread_method=SPREAD_METHOD, torch_threads=threads)
     if retimed.get("flops_per_image"):
         retimed["achieved_tflops"] = retimed["flops_per_image"] * spreads["model"].median / 1e12
-        retimed["fraction_of_matmul"] = retimed["achieved_tflops"] / retimed["matmul_tflops"]
+        retimed["fraction_of_matmul"] = share_of_matmul(retimed["achieved_tflops"], retimed["matmul_tflops"])
     e2e = dict(rounds[0])
     if e2e.get("status") == "ok":
         store(e2e, "images_per_sec", spreads["files"])

@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tutorial_lib.lessons import claims
 from tutorial_lib.rundir.checkpoint import load_checkpoint
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE
 from tutorial_lib.rundir.metrics import read_metrics
@@ -136,14 +137,35 @@ def recipe_label(optimizer: str, warmup_epochs: float) -> str:
     return f"{str(optimizer).upper()}, {warm}"
 
 
+def num_classes(config: Mapping) -> int:
+    """The classes a run trained on: recorded in its ``config.json``, else the dataset's (digits 10,
+    ImageNet 1000)."""
+    return int(config.get("num_classes") or (10 if config.get("dataset", "digits") == "digits" else 1000))
+
+
+def _outcome(label: str, config: Mapping, events: list) -> claims.Claim:
+    epochs = [e for e in events if e["event"] == "epoch"]
+    losses = [e.get("loss") for e in events if e["event"] == "step"] + [e.get("train_loss") for e in epochs]
+    return claims.training_outcome(label, epochs[-1].get("top1") if epochs else None, num_classes(config), losses)
+
+
+def outcome(run, label: str | None = None) -> claims.Claim:
+    """Whether a finished run learned (:func:`tutorial_lib.lessons.claims.training_outcome`): its last
+    top-1 against chance and its loss trend, read from its run directory (a Job or a path)."""
+    run_dir = run_dir_of(run)
+    return _outcome(label or run_label(run), _config(run_dir), read_metrics(run_dir))
+
+
 def final_accuracy(runs: Sequence):
     """One row per run: its recipe and the validation accuracy it ended with.
 
     Columns: ``run``, ``world_size``, ``batch_size`` (per worker), ``global_batch``, ``peak_lr`` (the
     linearly scaled LR), ``warmup_epochs``, ``optimizer``, ``recipe`` (:func:`recipe_label`), ``epochs``
     (finished), ``top1`` / ``top5`` (%, last epoch), ``best_top1``, ``train_loss`` (last epoch),
-    ``diverged`` (a non-finite loss), ``train_time_s`` (sum of epoch times) and ``state`` (a Job's state
-    when a Job was given, else COMPLETED/INCOMPLETE from the run directory's DONE file).
+    ``outcome`` (:func:`tutorial_lib.lessons.claims.training_outcome`: learns, above chance, near chance
+    or diverged, against chance and the loss trend), ``diverged`` (outcome is diverged), ``train_time_s``
+    (sum of epoch times) and ``state`` (a Job's state when a Job was given, else COMPLETED/INCOMPLETE
+    from the run directory's DONE file).
     """
     import pandas as pd
 
@@ -154,7 +176,7 @@ def final_accuracy(runs: Sequence):
         start = next((e for e in events if e["event"] == "start"), {})
         epochs = [e for e in events if e["event"] == "epoch"]
         last = epochs[-1] if epochs else {}
-        losses = [e.get("loss") for e in events if e["event"] == "step"] + [e.get("train_loss") for e in epochs]
+        outcome = _outcome(run_label(run), config, events)
         world = config.get("world_size", start.get("world_size"))
         warmup = config.get("warmup_epochs", math.nan)
         state = getattr(run, "state", None) or ("COMPLETED" if (run_dir / DONE_FILE).exists() else "INCOMPLETE")
@@ -165,7 +187,7 @@ def final_accuracy(runs: Sequence):
             "optimizer": config.get("optimizer"), "recipe": recipe_label(config.get("optimizer", "?"), warmup),
             "epochs": len(epochs), "top1": last.get("top1"), "top5": last.get("top5"),
             "best_top1": max((e["top1"] for e in epochs), default=None), "train_loss": last.get("train_loss"),
-            "diverged": any(v is not None and not math.isfinite(v) for v in losses),
+            "outcome": outcome.verdict, "diverged": outcome.verdict == "diverged",
             "train_time_s": sum(e.get("epoch_time", 0.0) for e in epochs), "state": state})
     return pd.DataFrame(rows)
 

@@ -102,6 +102,25 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
     return found
 
 
+def kernel_manager_class():
+    """The kernel manager for headless runs: it provisions CurveZMQ keys for the kernel (ipykernel's
+    kernelspec declares ``supported_encryption: curve``), so the kernel's TCP sockets are encrypted and
+    ipykernel has no cause for its "running over TCP without encryption" warning, once per notebook.
+    Where libzmq has no CurveZMQ, the plain manager (and its warning) stays."""
+    import zmq
+    from jupyter_client import AsyncKernelManager
+
+    if not zmq.has("curve"):
+        return AsyncKernelManager
+
+    class CurveKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.transport_encryption = "auto"  # keys only where the kernelspec says it supports them
+
+    return CurveKernelManager
+
+
 def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None, only: list[str] | None = None,
                kernel: str | None = None, progress: bool = True) -> Path:
     """Execute the notebooks headless with papermill into ``out``; write and return SUMMARY.md.
@@ -124,7 +143,7 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
             started = time.perf_counter()
             papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=params or {},
                                        cwd=str(REPO_ROOT), kernel_name=kernel, progress_bar=progress,
-                                       log_output=False)
+                                       log_output=False, kernel_manager_class=kernel_manager_class())
             timings[notebook.stem] = time.perf_counter() - started
             freed = drop_finished_checkpoints((params or {}).get("output_root", "runs/course"), started_at)
             if freed:

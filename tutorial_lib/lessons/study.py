@@ -117,7 +117,15 @@ def run_record(run) -> dict:
         "top1": float(last.get("top1", math.nan)),
         "top5": float(last.get("top5", math.nan)),
         "hosts": sorted(set(hosts)),
+        "on_gpu": str(config["device"]).startswith("cuda") if "device" in config else None,
     }
+
+
+def rank_unit(frame: pd.DataFrame) -> str:
+    """What a rank of these runs was: ``"CPU ranks"`` (a CPU process per rank) where the runs recorded a
+    device and none was a GPU, else ``"GPUs"``: labels must say what ran."""
+    known = frame["on_gpu"].dropna() if "on_gpu" in frame else []
+    return "CPU ranks" if len(known) and not any(known) else "GPUs"
 
 
 def projected_time_s(images_per_sec: float, epochs: float = REFERENCE_EPOCHS,
@@ -157,7 +165,7 @@ def readable(frame: pd.DataFrame, epochs: float = REFERENCE_EPOCHS, time_note: s
     label = f"{epochs:g}"
     table = pd.DataFrame({
         "run": frame["name"],
-        "GPUs": frame["gpus"].astype(int),
+        rank_unit(frame): frame["gpus"].astype(int),
         "nodes": frame["nodes"].astype(int),
         "global batch": frame["global_batch"].astype(int),
         "throughput (img/s)": frame["images_per_sec"].round(1),
@@ -246,6 +254,18 @@ def projection_from_run(run, gpus: Sequence[int], preset: str = "hal", epochs: f
                          f"{epochs:g} ImageNet epochs (projected)": [format_duration(p.time_to_train_s)
                                                                      for p in points],
                          "limited by": [p.limited_by for p in points]}).set_index("GPUs")
+
+
+def projection_claim(projection: pd.DataFrame, results: pd.DataFrame):
+    """Why :func:`projection_from_run`'s efficiencies look as they do, beside the measured efficiency
+    of ``results`` (:func:`collect`'s frame): :func:`tutorial_lib.lessons.claims.projection_flat`."""
+    from tutorial_lib.lessons import claims
+
+    first, last = results.iloc[0], results.iloc[-1]
+    return claims.projection_flat(list(projection["projected efficiency (%)"]), int(projection.index[-1]),
+                                  first["images_per_sec"] / first["gpus"],
+                                  100 * last["efficiency"] if len(results) > 1 else None, int(last["gpus"]),
+                                  rank_unit(results))
 
 
 def model_comparison_text(preset: str = "hal", details: bool = False) -> str:
