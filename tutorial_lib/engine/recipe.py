@@ -21,6 +21,7 @@ SAFE_TO_CHANGE = frozenset({
 })
 
 _PATHS = ("output_root", "data_dir")
+_WHERE = ("name", "output_root")  # where the run directory is now (it may have been moved), not the recipe
 
 
 def recipe_changes(old: dict, new: dict, defaults: dict) -> tuple[dict, dict]:
@@ -28,6 +29,8 @@ def recipe_changes(old: dict, new: dict, defaults: dict) -> tuple[dict, dict]:
     each as ``{field: [old, new]}``. A field the checkpoint does not record had its default then."""
     safe, refused = {}, {}
     for key, value in new.items():
+        if key in _WHERE:
+            continue
         before = old.get(key, defaults.get(key))
         if key in _PATHS and isinstance(before, str) and isinstance(value, str):
             before, value = os.path.abspath(before), os.path.abspath(value)  # jobs store them absolute
