@@ -33,6 +33,7 @@ from tutorial_lib.jobs.states import write_state
 from tutorial_lib.rundir.checkpoint import SaveError, load_checkpoint, save_atomic
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE, METRICS_FILE, STOP_FILE
 from tutorial_lib.rundir.lock import RunDirError, prepare_run_dir, process_start
+from tutorial_lib.rundir.metrics import MetricsWriter
 from tutorial_lib.rundir.owned import clear_run_dir
 
 TINY = dict(image_size=16, batch_size=8, epochs=1, max_steps_per_epoch=2, log_every=1)
@@ -320,3 +321,16 @@ def test_the_exit_statuses_are_distinct_and_documented():
     readme = (REPO_ROOT / "README.md").read_text()
     for value in codes.values():
         assert f"| {value} |" in readme
+
+
+def test_a_job_stopped_before_its_end_is_explained_as_resumable(tmp_path, digits_dir):
+    run_dir = tmp_path / "stopped-job"
+    spec = make_spec(make_config("smoke", name="stopped-job", output_root=str(tmp_path), data_dir=str(digits_dir),
+                                 dataset="imagefolder"), 1, 1, "00:10:00", None, None, (), 0, False)
+    write_job_file(run_dir, {"backend": "local", "name": "stopped-job", "id": "local-1", "spec": spec.to_dict()})
+    write_state(run_dir, "FAILED", exit_code=1)  # torchrun's status for a rank that exited 75
+    metrics = MetricsWriter(run_dir)
+    metrics.write("start", epoch=0)
+    metrics.write("stop", epoch=1, step_in_epoch=0, global_step=4, reason="STOP file")
+    explanation = jobs.attach(run_dir).explain()
+    assert "stopped before its end (STOP file)" in explanation and "submit it again" in explanation

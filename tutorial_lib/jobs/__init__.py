@@ -99,6 +99,10 @@ class Job:
             return (f"{head} Slurm could not open its output file {self.log_path} (it does not exist), so the batch "
                     "script never ran and the exit code says nothing. Fix: make output_root a folder that the "
                     "compute nodes can reach and write, without '%' or '\\' in its path, and submit again.")
+        last = next((e for e in reversed(self.events()) if e["event"] in ("start", "resume", "stop", "end")), {})
+        if last.get("event") == "stop" and status["state"] != "COMPLETED":  # exit 75 (README: Exit statuses)
+            head += (f" The run was stopped before its end ({last.get('reason')}) with a checkpoint saved. Fix: "
+                     "submit it again with the same settings to resume.")
         return (f"{head}{' First error lines:' + cause if cause else ''}\n"
                 f"Last lines of {self.log_path}:\n{self.logs(tail=20)}")
 
