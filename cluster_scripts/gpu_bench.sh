@@ -123,7 +123,10 @@ stage_e2e() {
 stage_trainer() {
     local root="$RESULTS/tmp/trainer_runs" workers=$(( cpus < 16 ? cpus : 16 ))
     "$PYTHON" -c "from tutorial_lib.bench.fake_imagenet import prepare_fake_imagenet as p; p('$DATA_DIR', 100, 150)"
-    rm -rf "$root"  # these runs are this stage's own: fresh each time, so none resumes an old checkpoint
+    local run  # fresh each time, so none resumes: only the files the trainer wrote are removed (else it stops)
+    for run in jpeg_gpu_pipeline jpeg_cpu_pipeline synthetic; do
+        "$PYTHON" -m tutorial_lib.rundir fresh "$root/$run" || return 1
+    done
     run_trainer() {  # NAME [options...]
         local name=$1; shift
         "$PYTHON" -m tutorial_lib.train --profile gpu --arch "$ARCH" --image-size "$IMAGE" --batch-size "$BATCH" \

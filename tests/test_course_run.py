@@ -1,7 +1,10 @@
 """The headless course runner's housekeeping: no stray cell values, checkpoints of finished runs freed."""
 
+import json
 import os
 import time
+
+import torch
 
 from tutorial_lib.lessons import course
 
@@ -14,11 +17,14 @@ def test_setup_notebook_leaves_no_value_to_display(monkeypatch, tmp_path):
 def make_run(root, name, done: bool, config_age_s: float = 0.0):
     run = root / name
     run.mkdir(parents=True)
-    (run / "config.json").write_text("{}")
-    (run / "checkpoint.pt").write_bytes(b"x" * 1000)
-    (run / "metrics.jsonl").write_text("")
+    # the files as the trainer writes them: the project's files are recognised by their content
+    config = {"name": name, "output_root": str(root), "arch": "resnet18", "global_batch": 32, "scaled_lr": 0.1,
+              "world_size": 1}
+    (run / "config.json").write_text(json.dumps(config))
+    torch.save({"model": torch.zeros(200)}, run / "checkpoint.pt")
+    (run / "metrics.jsonl").write_text(json.dumps({"event": "start", "time": time.time()}) + "\n")
     if done:
-        (run / "DONE").write_text("{}")
+        (run / "DONE").write_text(json.dumps({"best_top1": 50.0}))
     if config_age_s:
         old = time.time() - config_age_s
         os.utime(run / "config.json", (old, old))
@@ -31,7 +37,11 @@ def test_finished_course_runs_lose_only_their_checkpoints(tmp_path):
     running = make_run(tmp_path, "03-ddp", done=False)
     older = make_run(tmp_path, "mine", done=True, config_age_s=3600)  # not started by this course run
     (finished / "notes.pt").write_bytes(b"keep")
-    assert course.drop_finished_checkpoints(tmp_path, since) == 1000
+    user = make_run(tmp_path, "user", done=True)
+    (user / "checkpoint.pt").write_bytes(b"x" * 1000)  # a file of that name that torch.save did not write
+    size = (finished / "checkpoint.pt").stat().st_size
+    assert course.drop_finished_checkpoints(tmp_path, since) == size
+    assert (user / "checkpoint.pt").read_bytes() == b"x" * 1000
     assert not (finished / "checkpoint.pt").exists()
     assert (finished / "metrics.jsonl").exists() and (finished / "notes.pt").exists()
     assert (running / "checkpoint.pt").exists() and (older / "checkpoint.pt").exists()

@@ -26,6 +26,7 @@ import torch
 
 from tests.conftest import REPO_ROOT, subprocess_env
 from tutorial_lib import jobs
+from tutorial_lib.engine.stop import EXIT_STOPPED
 from tutorial_lib.rundir.checkpoint import load_checkpoint
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, DONE_FILE, LOCK_FILE, METRICS_FILE, STOP_FILE
 
@@ -314,8 +315,8 @@ def test_second_trainer_on_a_live_run_directory_is_refused(runs):
         wait_until(lambda: len(events(run_dir, "step")) > steps_then, 60, "another step of the first trainer")
         assert len(events(run_dir, "start")) == 1 and not events(run_dir, "resume")
         assert json.loads((run_dir / LOCK_FILE).read_text())["pid"] == first.pid
-        first.send_signal(signal.SIGTERM)  # graceful: finish the step, checkpoint, exit 0
-        assert first.wait(timeout=120) == 0
+        first.send_signal(signal.SIGTERM)  # graceful: finish the step, checkpoint, exit "stopped"
+        assert first.wait(timeout=120) == EXIT_STOPPED
     finally:
         first.kill()
         first.wait()

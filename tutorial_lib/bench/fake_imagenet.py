@@ -67,9 +67,11 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
     settings = {"classes": classes, "per_class": per_class, "val_per_class": val_per_class, "size": list(size),
                 "quality": quality, "seed": seed, "version": 1}
     marker = root / FAKE_MARKER
-    if marker.is_file() and json.loads(marker.read_text()) == settings:
-        return root
     from tutorial_lib.engine.data import check_replaceable, publish_tree
+    from tutorial_lib.rundir.owned import foreign_tree_files
+
+    if foreign_tree_files(root, FAKE_MARKER) is not None and json.loads(marker.read_text()) == settings:
+        return root
 
     check_replaceable(root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
     root.parent.mkdir(parents=True, exist_ok=True)

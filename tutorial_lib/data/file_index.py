@@ -17,7 +17,8 @@ from pathlib import Path
 
 from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
-INDEX_FILE = "file_index.json"
+from tutorial_lib.rundir.layout import INDEX_FILE
+
 _active: dict[str, dict] = {}  # this process's index, by split root
 
 

@@ -16,6 +16,10 @@ from pathlib import Path
 
 import yaml
 
+from tutorial_lib.engine.errors import ConfigError, shorten
+from tutorial_lib.engine.errors import fail as _fail
+from tutorial_lib.engine.validate import check_numbers
+
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DATASETS = ("digits", "imagefolder", "synthetic")
 OPTIMIZERS = ("sgd", "lars")
@@ -29,25 +33,12 @@ COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-auto
 PROFILE_NAMES = ("smoke", "gpu", "hal")  # the keys of PROFILES
 # Config keys that were renamed: loading the old name is refused with a message naming the new one.
 RENAMED_KEYS = {"no_bn_weight_decay": "no_weight_decay_1d"}
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # matched whole (re.fullmatch)
 
 
 def _field(help: str, choices: tuple | None = None, **kwargs):
     """A dataclass field with its ``--help`` text and, for a closed set of values, the allowed ``choices``."""
     return field(metadata={"help": help, "choices": choices}, **kwargs)
-
-
-class ConfigError(ValueError):
-    """A configuration value is wrong; the message names the field and how to fix it."""
-
-
-def shorten(value, limit: int = 60) -> str:
-    """``repr(value)`` cut to about ``limit`` characters for messages (a 4 KB name stays readable)."""
-    text = repr(value)
-    if len(text) <= limit:
-        return text
-    size = f" ({len(value)} characters)" if isinstance(value, (str, bytes, list, tuple)) else ""
-    return f"{text[:limit // 2]}...{text[-(limit // 4):]}{size}"
 
 
 @dataclass
@@ -260,13 +251,9 @@ def make_config(profile: str | None = None, yaml_path: str | None = None, **over
     return TrainConfig(**coerced)
 
 
-def _fail(name: str, problem: str, fix: str) -> None:
-    raise ConfigError(f"{name}: {problem}. Fix: {fix}.")
-
-
 def validate_name(value: str, what: str = "name") -> str:
     """Check a run or job name is a safe single path component; return it."""
-    if not isinstance(value, str) or not _SAFE_NAME.match(value) or ".." in value:
+    if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value) or ".." in value:
         _fail(
             what, f"{shorten(value)} is not a safe name (path separators, '..', spaces, shell characters "
             "and empty names are refused)", "use letters, digits, '.', '_' and '-', e.g. resnet50-8gpu",
@@ -299,38 +286,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     for f in dataclasses.fields(TrainConfig):
         _check_type(f.name, getattr(cfg, f.name))
     validate_name(cfg.name)
-    positive = ("epochs", "batch_size", "image_size", "lr_reference_batch", "log_every",
-                "bucket_cap_mb", "synthetic_images")
-    for key in positive:
-        value = getattr(cfg, key)
-        if value <= 0:
-            _fail(key, f"must be a positive integer, got {value}", f"pass --{key.replace('_', '-')} "
-                  f"{_example(key)} or another value > 0")
-    for key in ("workers", "max_steps_per_epoch", "stop_after_epochs", "num_classes", "seed"):
-        if getattr(cfg, key) < 0:
-            _fail(key, f"must be >= 0, got {getattr(cfg, key)}", "pass 0 or a positive integer")
-    for key in ("base_lr", "momentum", "weight_decay", "lars_trust_coefficient"):
-        if getattr(cfg, key) < 0:
-            _fail(key, f"must be >= 0, got {getattr(cfg, key)}", "pass a non-negative number")
-    if cfg.base_lr == 0:
-        _fail("base_lr", "must be > 0", "pass e.g. --base-lr 0.1 (per 256 images)")
-    if cfg.warmup_epochs < 0 or cfg.warmup_epochs > cfg.epochs:
-        _fail("warmup_epochs", f"must be between 0 and epochs ({cfg.epochs}), got {cfg.warmup_epochs}",
-              "pass e.g. --warmup-epochs 5 (Goyal et al.) or 0 to turn warmup off")
-    if not 0 < cfg.warmup_start_factor <= 1:
-        _fail("warmup_start_factor", f"must be in (0, 1], got {cfg.warmup_start_factor}",
-              "pass e.g. --warmup-start-factor 0.1")
-    if not 0 < cfg.lr_decay <= 1:
-        _fail("lr_decay", f"must be in (0, 1], got {cfg.lr_decay}", "pass e.g. --lr-decay 0.1")
-    if sorted(cfg.lr_milestones) != cfg.lr_milestones or any(m <= 0 for m in cfg.lr_milestones):
-        _fail("lr_milestones", f"must be increasing positive epochs, got {cfg.lr_milestones}",
-              "pass e.g. --lr-milestones 30,60,80")
-    if not 0 < cfg.min_crop_scale <= 1:
-        _fail("min_crop_scale", f"must be in (0, 1], got {cfg.min_crop_scale}",
-              "pass e.g. --min-crop-scale 0.08")
-    if not 0 <= cfg.label_smoothing < 1:
-        _fail("label_smoothing", f"must be in [0, 1), got {cfg.label_smoothing}",
-              "pass e.g. --label-smoothing 0.1")
+    check_numbers(cfg)
     for key, allowed in field_choices().items():
         if getattr(cfg, key) not in allowed:
             _fail(key, f"unknown value {shorten(getattr(cfg, key))}", f"use one of {', '.join(allowed)}")

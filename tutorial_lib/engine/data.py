@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from torchvision import datasets, transforms
 
 from tutorial_lib.data import PREPARE_COMMAND, file_index
+from tutorial_lib.rundir.owned import describe, foreign_tree_files
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -49,7 +50,7 @@ def export_digits(root: str | os.PathLike, image_size: int = 32, val_fraction: f
     root = Path(root)
     settings = {"image_size": image_size, "val_fraction": val_fraction, "seed": seed, "version": 1}
     marker = root / _DIGITS_MARKER
-    if marker.is_file() and json.loads(marker.read_text()) == settings:
+    if foreign_tree_files(root, _DIGITS_MARKER) is not None and json.loads(marker.read_text()) == settings:
         return root
     check_digits_target(root)
     digits = load_digits()
@@ -73,13 +74,17 @@ def export_digits(root: str | os.PathLike, image_size: int = 32, val_fraction: f
 
 
 def check_replaceable(root: Path, marker: str, fix: str = "") -> None:
-    """Raise DataError unless ``root`` is absent, an empty folder, or a tree this project wrote (it holds
-    ``marker``): the project never replaces anything it did not create. ``fix`` starts with the field name."""
+    """Raise DataError unless ``root`` is absent, an empty folder, or a tree this project wrote (its ``marker``
+    holds the generator's settings and every other file is one of its images): the project never replaces
+    anything it did not create. ``fix`` starts with the field name."""
     root = Path(root)
+    foreign = foreign_tree_files(root, marker) if root.is_dir() else None
     if root.is_symlink() and not root.exists() or root.exists() and not root.is_dir():
         problem = "is not a folder"
-    elif root.is_dir() and not (root / marker).is_file() and any(root.iterdir()):
-        problem = f"already holds files that this project did not write (no {marker} in it)"
+    elif root.is_dir() and foreign is None and any(root.iterdir()):
+        problem = f"already holds files that this project did not write (no {marker} of ours in it)"
+    elif foreign:
+        problem = f"holds files that this project did not write beside its own ({describe(foreign)})"
     else:
         return
     field, _, fix = (fix or "folder: pass a new or empty folder").partition(": ")
@@ -104,7 +109,7 @@ def publish_tree(staging: Path, root: Path, marker: str, fix: str = "") -> Path:
     except DataError:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    if root.is_dir() and not (root / marker).is_file():
+    if root.is_dir() and foreign_tree_files(root, marker) is None:
         try:
             root.rmdir()  # empty: rmdir refuses if anything appeared in it meanwhile
         except OSError:

@@ -18,6 +18,13 @@ from pathlib import Path
 
 from tutorial_lib.rundir.layout import STOP_FILE
 
+# The trainer's exit statuses (python -m tutorial_lib.train; through torchrun every non-zero one becomes 1).
+EXIT_COMPLETED = 0  # trained to `epochs`: DONE written
+EXIT_ERROR = 1  # a crash, or a stop request that could not reach a safe point (the watchdog below)
+EXIT_REFUSED = 2  # bad input (configuration, data, run directory, a checkpoint of another recipe): nothing trained
+EXIT_DIVERGED = 3  # the training loss became NaN/inf: stopped without saving, the last checkpoint is kept
+EXIT_STOPPED = 75  # stopped before the end on request (STOP, SIGUSR1/SIGTERM, stop_after_epochs), checkpoint saved:
+#                    run again to resume (75 = EX_TEMPFAIL, "try again later")
 STOP_GRACE_ENV = "TUTORIAL_STOP_GRACE_S"
 DEFAULT_STOP_GRACE_S = 20.0  # below Slurm's default KillWait (30 s): the message and LOCK release come before SIGKILL
 
@@ -28,7 +35,7 @@ class StopRequest:
 
     A watchdog thread also sees the request: if the trainer then makes no progress (no batch, no
     checkpoint) for ``TUTORIAL_STOP_GRACE_S`` seconds (default 20), e.g. because a read never returns,
-    it says so, calls ``on_give_up`` (release the lock) and ends the process with exit code 1. A signal
+    it says so, calls ``on_give_up`` (release the lock) and ends the process with :data:`EXIT_ERROR`. A signal
     alone cannot: Python runs its handler and goes back into the blocked system call.
     """
 
@@ -91,7 +98,7 @@ class StopRequest:
             for child in multiprocessing.active_children():  # DataLoader workers may be the ones blocked
                 child.kill()
         finally:
-            os._exit(1)
+            os._exit(EXIT_ERROR)
 
 
 def launcher_owns_stop_file(run_dir: Path) -> bool:

@@ -17,6 +17,7 @@ file in the run directory, or SIGUSR1/SIGTERM, makes it finish the current step,
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import sys
@@ -29,19 +30,37 @@ import torch
 from tutorial_lib.data import file_index
 from tutorial_lib.engine import distributed as dist_utils
 from tutorial_lib.engine.cli import config_from_args
-from tutorial_lib.engine.config import TrainConfig, scaled_batch_and_lr, validate
-from tutorial_lib.engine.data import Batch, prepare_dataset
+from tutorial_lib.engine.config import ConfigError, TrainConfig, scaled_batch_and_lr, validate
+from tutorial_lib.engine.data import Batch, DataError, prepare_dataset
 from tutorial_lib.engine.device import environment_facts
 from tutorial_lib.engine.evaluate import evaluate
 from tutorial_lib.engine.gpu_input import loaders_for
 from tutorial_lib.engine.model_file import class_names, save_model
 from tutorial_lib.engine.models import count_parameters
+from tutorial_lib.engine.recipe import check_resume
 from tutorial_lib.engine.step import TrainStep
-from tutorial_lib.engine.stop import StopRequest, launcher_owns_stop_file
-from tutorial_lib.rundir.checkpoint import load_checkpoint, remove_stale_temp_files, save_atomic
+from tutorial_lib.engine.stop import (
+    EXIT_DIVERGED,
+    EXIT_ERROR,
+    EXIT_REFUSED,
+    EXIT_STOPPED,
+    StopRequest,
+    launcher_owns_stop_file,
+)
+from tutorial_lib.rundir.checkpoint import (
+    SaveError,
+    load_checkpoint,
+    remove_stale_temp_files,
+    save_atomic,
+    write_text_atomic,
+)
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE, MODEL_FILE, STOP_FILE
 from tutorial_lib.rundir.lock import RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import MetricsWriter, ThroughputMeter
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or infinite: the run stops without a new checkpoint."""
 
 
 @dataclass
@@ -109,6 +128,8 @@ class Trainer:
                 (self.run_dir / STOP_FILE).unlink(missing_ok=True)
             if remove_stale_temp_files(self.run_dir / CHECKPOINT_FILE):  # safe: we hold the lock
                 print("removed the temporary file of a checkpoint save that was interrupted", flush=True)
+            for name in (CONFIG_FILE, DONE_FILE):  # written atomically too
+                remove_stale_temp_files(self.run_dir / name)
         if info.local_rank == 0:
             prepare_dataset(cfg)
         dist_utils.barrier(info)
@@ -139,23 +160,35 @@ class Trainer:
                  "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "steps_per_epoch": self.steps_per_epoch,
                  "train_images": self.loaders.train_images, "val_images": self.loaders.val_images,
                  "num_classes": self.loaders.num_classes}
+        changes = {}
+        if state is not None:  # before anything is written: a checkpoint of another recipe is refused
+            changes = check_resume(state, self.cfg, {"world_size": self.info.world_size,
+                                                     "num_classes": self.loaders.num_classes}, self.run_dir)
+            try:
+                self.step.load_state_dict(state)
+            except (RuntimeError, KeyError, ValueError) as exc:
+                raise ConfigError(
+                    f"resume: the checkpoint in {self.run_dir} does not fit this model "
+                    f"({str(exc).strip().splitlines()[0][:200]}). Fix: pass another --name for a new run, or start "
+                    f"this one over (python -m tutorial_lib.rundir fresh {self.run_dir})") from None
         if self.is_main:
             resolved = {**self.cfg.to_dict(), **self.scaled, **facts}
-            (self.run_dir / CONFIG_FILE).write_text(json.dumps(resolved, indent=2, default=str))
+            write_text_atomic(json.dumps(resolved, indent=2, default=str), self.run_dir / CONFIG_FILE)
         if state is None:
             self.metrics.write("start", **self.scaled, hosts=hosts, steps_per_epoch=self.steps_per_epoch,
                                epochs=self.cfg.epochs, arch=self.cfg.arch, precision=self.cfg.precision)
             return
-        self.step.load_state_dict(state)
         self.progress = Progress(**state["progress"])
+        if self.is_main and self.progress.epoch < self.cfg.epochs:  # trains on (more epochs): not finished now
+            (self.run_dir / DONE_FILE).unlink(missing_ok=True)
         rng = state.get("rng") or []
         if self.progress.step_in_epoch > 0 and self.info.rank < len(rng):  # mid-epoch: continue its RNG
             self.resume_rng = rng[self.info.rank]
-        if state.get("world_size") != self.info.world_size and self.is_main:
-            print(f"warning: checkpoint was written by {state.get('world_size')} ranks, resuming on "
-                  f"{self.info.world_size}: the global batch and scaled LR change", file=sys.stderr)
         self.metrics.write("resume", epoch=self.progress.epoch, step_in_epoch=self.progress.step_in_epoch,
-                           global_step=self.progress.global_step, **self.scaled, hosts=hosts)
+                           global_step=self.progress.global_step, **self.scaled, hosts=hosts, changes=changes)
+        if changes:
+            self._say("resuming with changed settings: "
+                      + ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changes.items()))
         self._say(f"resumed from {self.run_dir / CHECKPOINT_FILE} at epoch {self.progress.epoch + 1}, "
                   f"step {self.progress.step_in_epoch}")
 
@@ -172,7 +205,8 @@ class Trainer:
         rngs = dist_utils.all_gather_objects(rng_state(), self.info)
         if self.is_main:
             save_atomic({**self.step.state_dict(), "progress": vars(self.progress), "rng": rngs,
-                         "world_size": self.info.world_size, "config": self.cfg.to_dict()},
+                         "world_size": self.info.world_size, "num_classes": self.loaders.num_classes,
+                         "config": self.cfg.to_dict()},
                         self.run_dir / CHECKPOINT_FILE)
 
     def train_step(self, batch: Batch) -> torch.Tensor:
@@ -199,12 +233,14 @@ class Trainer:
         bar = self._progress_bar(todo, epoch)
         meter, epoch_start = ThroughputMeter(), time.perf_counter()
         loss_sum, since_log, epoch_loss, epoch_steps, skipped = torch.zeros((), device=self.device), 0, 0.0, 0, 0
+        read = 0
         for _ in range(todo):
             batch = next(batches)
             self.stop.progress()
             loss_sum += self.train_step(batch)
             since_log += 1
             skipped += batch.skipped
+            read += len(batch.targets)
             meter.update(len(batch.targets) * self.info.world_size)
             progress.step_in_epoch += 1
             progress.global_step += 1
@@ -212,6 +248,11 @@ class Trainer:
                 bar.update(1)
             if since_log == cfg.log_every or progress.step_in_epoch == self.steps_per_epoch:
                 mean_loss, stop = self._mean_loss_and_stop(loss_sum, since_log)
+                if not math.isfinite(mean_loss):  # before any checkpoint of these weights: the last one is kept
+                    self._fail(TrainingDiverged(
+                        f"training loss is {mean_loss} at epoch {epoch + 1}, step {progress.global_step}; stopped "
+                        f"without saving, the last checkpoint is kept. Fix: lower base_lr (now {cfg.base_lr:g}) "
+                        "or lengthen warmup_epochs, then start again with another name or fresh"), bar)
                 epoch_loss += mean_loss * since_log
                 epoch_steps += since_log
                 self.metrics.write("step", epoch=epoch + 1, step=progress.global_step, loss=mean_loss,
@@ -228,10 +269,22 @@ class Trainer:
         if bar is not None:
             bar.close()
         epoch_time = time.perf_counter() - epoch_start
-        skipped_total, = dist_utils.all_reduce_sum([float(skipped)], self.info, self.device)
+        skipped_total, read_total = dist_utils.all_reduce_sum([float(skipped), float(read)], self.info, self.device)
+        if read_total == 0:
+            self._fail(DataError(
+                f"data_dir: no training image of epoch {epoch + 1} could be read ({int(skipped_total)} skipped as "
+                f"unreadable, see the log). Fix: check the files under {cfg.data_dir}/train"))
         images = todo * cfg.batch_size * self.info.world_size
         return {"train_loss": epoch_loss / max(epoch_steps, 1), "epoch_time": epoch_time,
                 "images_per_sec": images / epoch_time, "skipped_images": int(skipped_total)}
+
+    def _fail(self, error: Exception, bar=None):
+        """Record ``error`` as an ``error`` event (its one line) and raise it on every rank."""
+        if bar is not None:
+            bar.close()
+        self.metrics.write("error", epoch=self.progress.epoch, step_in_epoch=self.progress.step_in_epoch,
+                           global_step=self.progress.global_step, reason=str(error), kind=type(error).__name__)
+        raise error
 
     def _progress_bar(self, total: int, epoch: int):
         if not (self.is_main and self.cfg.progress):
@@ -276,7 +329,7 @@ class Trainer:
         self.metrics.write("end", total_time=total, best_top1=progress.best_top1, epochs=progress.epoch,
                            global_step=progress.global_step)
         if self.is_main:
-            (self.run_dir / DONE_FILE).write_text(json.dumps({"best_top1": progress.best_top1}))
+            write_text_atomic(json.dumps({"best_top1": progress.best_top1}), self.run_dir / DONE_FILE)
         self._say(f"finished: best top-1 {progress.best_top1:.1f}%  run directory {self.run_dir.resolve()}")
         return {"status": "completed", "best_top1": progress.best_top1, "run_dir": str(self.run_dir),
                 "total_time": total}
@@ -287,6 +340,8 @@ class Trainer:
         reason = self.stop.reason or f"stop_after_epochs={self.cfg.stop_after_epochs}"
         self.metrics.write("stop", epoch=self.progress.epoch, step_in_epoch=self.progress.step_in_epoch,
                            global_step=self.progress.global_step, reason=reason)
+        # No rank exits (non-zero: stopped) before rank 0 has saved: a launcher may then end the others.
+        dist_utils.barrier(self.info)
         self._say(f"stopped ({reason}) at epoch {self.progress.epoch + 1} step {self.progress.step_in_epoch}; "
                   f"checkpoint saved, run again on {self.run_dir} to resume")
         return {"status": "stopped", "best_top1": self.progress.best_top1, "run_dir": str(self.run_dir),
@@ -313,21 +368,27 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; prints a clear message and exits 2 on a bad configuration."""
-    from tutorial_lib.engine.config import ConfigError
-    from tutorial_lib.engine.data import DataError
+    """Command-line entry point. Exit status (:mod:`tutorial_lib.engine.stop`): 0 finished, 75 stopped on
+    request with a checkpoint (run again to resume), 2 refused (bad input, with a one-line message), 3 the
+    loss became non-finite, 1 anything else (a failed save: one line naming the file and the cause)."""
     from tutorial_lib.rundir.lock import RunDirError, RunLockedError
 
     try:
         cfg = config_from_args(argv)
-        train(cfg)
+        summary = train(cfg)
     except (ConfigError, DataError, RunLockedError, RunDirError) as exc:
         message = str(exc)
         if "Original Traceback" in message:  # re-raised by a DataLoader worker: keep the worker's own message
             message = message.rstrip().splitlines()[-1].split(": ", 1)[-1]
         print(f"error: {message}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_REFUSED
+    except TrainingDiverged as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_DIVERGED
+    except SaveError as exc:  # disk full, quota, read-only: one line, the last checkpoint stays
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_STOPPED if summary["status"] == "stopped" else 0
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from tutorial_lib.jobs.states import FINAL_STATES, STATES
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, slurm_log
 from tutorial_lib.rundir.lock import RunDirError, RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import metrics_table, read_metrics
+from tutorial_lib.rundir.owned import clear_run_dir
 
 __all__ = ["FINAL_STATES", "STATES", "Job", "JobError", "JobSpec", "attach", "choose_backend", "sbatch_command",
            "slurm_available", "spec_torchrun_command", "submit", "sweep"]
@@ -99,6 +99,10 @@ class Job:
             return (f"{head} Slurm could not open its output file {self.log_path} (it does not exist), so the batch "
                     "script never ran and the exit code says nothing. Fix: make output_root a folder that the "
                     "compute nodes can reach and write, without '%' or '\\' in its path, and submit again.")
+        last = next((e for e in reversed(self.events()) if e["event"] in ("start", "resume", "stop", "end")), {})
+        if last.get("event") == "stop" and status["state"] != "COMPLETED":  # exit 75 (README: Exit statuses)
+            head += (f" The run was stopped before its end ({last.get('reason')}) with a checkpoint saved. Fix: "
+                     "submit it again with the same settings to resume.")
         return (f"{head}{' First error lines:' + cause if cause else ''}\n"
                 f"Last lines of {self.log_path}:\n{self.logs(tail=20)}")
 
@@ -198,8 +202,8 @@ def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend
         if previous is not None and not previous.done():
             raise JobError(f"run directory {spec.run_dir} already has a live job {previous.id} "
                            f"({previous.state}). Fix: wait for it or cancel it, or choose another name.")
-    if fresh and spec.run_dir.exists():  # a run directory of ours (checked above), never another folder
-        shutil.rmtree(spec.run_dir)
+    if fresh:  # only the files this project wrote; refused, naming them, while anything else is there
+        _run_dir_step(clear_run_dir, spec.run_dir)
     _prepare_run_dir(spec.run_dir)
     if chosen == "slurm":
         job_id = slurm.submit_slurm(spec, after.id if after is not None and after.backend == "slurm" else None)
@@ -213,8 +217,13 @@ def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend
 
 
 def _prepare_run_dir(run_dir: Path, create: bool = True) -> None:
+    _run_dir_step(prepare_run_dir, run_dir, create)
+
+
+def _run_dir_step(function, *args) -> None:
+    """``function(*args)``, its RunDirError turned into the ConfigError that submit raises for bad input."""
     try:
-        prepare_run_dir(run_dir, create)
+        function(*args)
     except RunDirError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -17,7 +17,7 @@ from tutorial_lib.jobs.commands import Rendezvous, job_env, spec_torchrun_comman
 from tutorial_lib.jobs.spec import JobSpec, read_job_file, write_job_file
 from tutorial_lib.jobs.states import FINAL_STATES, read_state
 from tutorial_lib.rundir.layout import STATE_FILE, SUPERVISOR_LOG
-from tutorial_lib.rundir.lock import pid_alive
+from tutorial_lib.rundir.lock import process_start, same_process
 
 
 def submit_local(spec: JobSpec, after_run_dir: Path | None = None) -> str:
@@ -39,30 +39,44 @@ def submit_local(spec: JobSpec, after_run_dir: Path | None = None) -> str:
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=open(spec.run_dir / SUPERVISOR_LOG, "ab"), start_new_session=True)
     job_id = f"local-{supervisor.pid}"
-    write_job_file(spec.run_dir, {**record, "id": job_id, "supervisor_pid": supervisor.pid})
+    write_job_file(spec.run_dir, {**record, "id": job_id, "supervisor_pid": supervisor.pid,
+                                  "supervisor_start": process_start(supervisor.pid)})
     return job_id
+
+
+def _supervisor(run_dir: Path) -> tuple[int | None, bool]:
+    """The recorded supervisor pid, and whether that very process (pid and start time) still runs."""
+    record = read_job_file(run_dir)
+    pid = record.get("supervisor_pid")
+    return pid, bool(pid) and same_process(int(pid), record.get("supervisor_start"))
 
 
 def local_status(run_dir: Path) -> dict:
     """State and exit code of the local job in ``run_dir`` (FAILED if its supervisor died)."""
     state = read_state(run_dir)
-    supervisor = read_job_file(run_dir).get("supervisor_pid")
+    supervisor, alive = _supervisor(run_dir)
     if state is None:
-        if supervisor and not pid_alive(int(supervisor)):
+        if supervisor and not alive:
             return {"state": "FAILED", "exit_code": None, "reason": "the local supervisor died before starting"}
         return {"state": "PENDING", "exit_code": None}
-    if state["state"] not in FINAL_STATES and supervisor and not pid_alive(int(supervisor)):
+    if state["state"] not in FINAL_STATES and supervisor and not alive:
         return {"state": "FAILED", "exit_code": None, "reason": "the local supervisor was killed"}
     return {"state": state["state"], "exit_code": state.get("exit_code")}
 
 
 def local_cancel(run_dir: Path) -> None:
-    """Ask the supervisor to cancel (SIGTERM); if it is gone, kill its agents' process groups."""
-    supervisor = read_job_file(run_dir).get("supervisor_pid")
-    if supervisor and pid_alive(int(supervisor)):
-        os.kill(int(supervisor), signal.SIGTERM)
+    """Ask the supervisor to cancel (SIGTERM); if it is gone, kill its agents' process groups.
+
+    Each process is checked by its pid and start time first: a pid reused by another program is left alone."""
+    _, alive = _supervisor(run_dir)
+    if alive:
+        os.kill(int(read_job_file(run_dir)["supervisor_pid"]), signal.SIGTERM)
         return
-    for pid in (read_state(run_dir) or {}).get("pids", []):
+    state = read_state(run_dir) or {}
+    starts = state.get("pid_starts") or [None] * len(state.get("pids", []))
+    for pid, start in zip(state.get("pids", []), starts, strict=False):
+        if not same_process(pid, start):
+            continue
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -16,9 +16,10 @@ from pathlib import Path
 from tutorial_lib.engine.config import ConfigError, TrainConfig, shorten, to_cli_args, validate, validate_name
 from tutorial_lib.rundir.layout import JOB_FILE
 
-_TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
-_SLURM_WORD = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_SBATCH_OPTION = re.compile(r"^--[a-z][a-z-]{1,30}(=[A-Za-z0-9_.:,@+/-]{1,200})?$")
+# Matched whole with re.fullmatch: `$` alone would also match before a final newline.
+_TIME = re.compile(r"(\d+-)?\d{1,3}(:\d{2}){0,2}")
+_SLURM_WORD = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_SBATCH_OPTION = re.compile(r"--[a-z][a-z-]{1,30}(=[A-Za-z0-9_.:,@+/-]{1,200})?")
 JOB_MODULES = ("tutorial_lib.train", "tutorial_lib.bench")
 # sbatch_options: only these full sbatch option names (sbatch takes an exact name as itself, while it would
 # resolve an abbreviation such as --outp or --export-f to an option the library must control).
@@ -73,8 +74,8 @@ class JobSpec:
 
 def check_time(value: str | int) -> str:
     """A Slurm time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS."""
-    text = str(value).strip()
-    if not _TIME.match(text):
+    text = str(value).strip(" ")
+    if not _TIME.fullmatch(text):
         raise ConfigError(f"time: {shorten(value)} is not a Slurm time limit. Fix: use minutes (30), "
                           "HH:MM:SS (01:30:00) or D-HH:MM:SS (1-00:00:00).")
     return text
@@ -97,14 +98,14 @@ def time_limit_seconds(text: str) -> int:
 
 
 def _check_word(what: str, value: str | None) -> str | None:
-    if value is not None and (not _SLURM_WORD.match(str(value)) or ".." in str(value)):
+    if value is not None and (not _SLURM_WORD.fullmatch(str(value)) or ".." in str(value)):
         raise ConfigError(f"{what}: {shorten(value)} is not a valid Slurm {what} name (letters, digits, '_', '.', "
                           f"'-'). Fix: pass the {what} name exactly as `sinfo`/`sacctmgr` show it.")
     return value
 
 
 def _check_sbatch_option(option: str) -> str:
-    if not isinstance(option, str) or not _SBATCH_OPTION.match(option):
+    if not isinstance(option, str) or not _SBATCH_OPTION.fullmatch(option):
         raise ConfigError(f"sbatch_options: {shorten(option)} is refused: only --name or --name=value options made "
                           "of letters, digits and _.:,@+/- are passed. Fix: e.g. sbatch_options=['--gres=gpu:4', "
                           "'--exclusive'].")

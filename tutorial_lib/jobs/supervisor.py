@@ -21,6 +21,7 @@ from pathlib import Path
 from tutorial_lib.jobs.spec import time_limit_seconds
 from tutorial_lib.jobs.states import FINAL_STATES, read_state, write_state
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STOP_FILE
+from tutorial_lib.rundir.lock import process_start
 
 STOP_GRACE_S = 15
 
@@ -73,7 +74,8 @@ class Supervisor:
         for command in self.record["commands"]:
             self.procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                                cwd=self.record["workdir"], start_new_session=True))
-        write_state(self.run_dir, "RUNNING", pids=[p.pid for p in self.procs])
+        write_state(self.run_dir, "RUNNING", pids=[p.pid for p in self.procs],
+                    pid_starts=[process_start(p.pid) for p in self.procs])
         started, final, term_sent = time.time(), None, None
         while any(p.poll() is None for p in self.procs):
             if self.cancelled and final is None:

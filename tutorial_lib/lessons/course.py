@@ -163,14 +163,25 @@ def check_output_folder(out: str | os.PathLike) -> Path:
     write (executed notebooks would overwrite them): then stop with a message naming the fix."""
     out = Path(out).resolve()
     summary = out / "SUMMARY.md"
-    ours = (out / OUTPUT_MARKER).is_file() or (summary.is_file() and summary.read_text(errors="replace")
-                                                 .startswith("# Course run summary"))
+    ours = _marker_is_ours(out / OUTPUT_MARKER) or (summary.is_file() and summary.read_text(errors="replace")
+                                                      .startswith("# Course run summary"))
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not ours)):
         raise SystemExit(f"error: out: {out} already holds files that the course did not write; executed "
                          "notebooks would overwrite them. Fix: pass --out a new or empty folder (default executed/).")
     out.mkdir(parents=True, exist_ok=True)
-    (out / OUTPUT_MARKER).touch()
+    (out / OUTPUT_MARKER).write_text(json.dumps(_MARKER_CONTENT))
     return out
+
+
+_MARKER_CONTENT = {"written_by": "tutorial_lib.lessons.course", "what": "executed notebooks of the course"}
+
+
+def _marker_is_ours(path: Path) -> bool:
+    """The marker proves the folder is ours by its content (a file of that name alone does not)."""
+    try:
+        return json.loads(path.read_text()) == _MARKER_CONTENT
+    except (OSError, ValueError):
+        return False
 
 
 def drop_finished_checkpoints(output_root: str | os.PathLike, since: float) -> int:
@@ -181,6 +192,7 @@ def drop_finished_checkpoints(output_root: str | os.PathLike, since: float) -> i
     run, or one that did not finish, keeps its checkpoint (it may be resumed).
     """
     from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE
+    from tutorial_lib.rundir.owned import classify, is_run_dir
 
     root = Path(output_root)
     root = root if root.is_absolute() else REPO_ROOT / root
@@ -188,7 +200,9 @@ def drop_finished_checkpoints(output_root: str | os.PathLike, since: float) -> i
     for done in root.glob(f"*/{DONE_FILE}"):
         run_dir = done.parent
         config, checkpoint = run_dir / CONFIG_FILE, run_dir / CHECKPOINT_FILE
-        if checkpoint.is_file() and config.is_file() and config.stat().st_mtime >= since:
+        if not (is_run_dir(run_dir) and checkpoint in classify(run_dir)[0]):  # checked by content, not name
+            continue
+        if config.is_file() and config.stat().st_mtime >= since:
             freed += checkpoint.stat().st_size
             checkpoint.unlink()
     return freed

@@ -1,10 +1,13 @@
 """Atomic checkpoints: written to a temporary file, flushed to disk, then renamed into place.
 
-A crash during a save leaves the previous checkpoint intact; a reader never sees half a file.
+A crash during a save leaves the previous checkpoint intact; a reader never sees half a file. A save that
+fails (disk full, quota, read-only file system) removes its temporary file and raises :class:`SaveError`,
+whose one line names the path and the cause.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import re
@@ -17,26 +20,65 @@ import torch
 from tutorial_lib.rundir.lock import RunDirError
 
 
-def save_atomic(state: dict, path: str | os.PathLike) -> Path:
-    """Write ``state`` with torch.save to ``path`` atomically (temp file, fsync, rename, fsync dir)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+class SaveError(OSError):
+    """A file of the run could not be written; the message names the path and the cause in one line."""
+
+
+def _cause(exc: BaseException, folder: Path) -> str:
+    """The operating system's reason behind ``exc`` (torch wraps a failed write in a RuntimeError)."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            return f"{seen.strerror or os.strerror(seen.errno)} (errno {seen.errno})"
+        seen = seen.__cause__ or seen.__context__
     try:
+        stats = os.statvfs(folder)
+        if stats.f_bavail * stats.f_frsize < 1 << 20:
+            return f"{os.strerror(errno.ENOSPC)} (less than 1 MiB free)"
+    except OSError:
+        pass
+    return str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else type(exc).__name__
+
+
+def _write_atomic(path: Path, write) -> Path:
+    tmp_name = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(handle, "wb") as tmp:
-            torch.save(state, tmp)
+            write(tmp)
             tmp.flush()
             os.fsync(tmp.fileno())
         os.replace(tmp_name, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except (OSError, RuntimeError) as exc:
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
+        raise SaveError(f"could not save {path}: {_cause(exc, path.parent)}; the previous version of the file "
+                        "is kept and nothing half-written was left. Fix: free space (or quota) on that file "
+                        "system or make it writable, or choose another output_root, then run again to "
+                        "resume") from None
     except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
+        if tmp_name is not None:
+            Path(tmp_name).unlink(missing_ok=True)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
     return path
+
+
+def save_atomic(state: dict, path: str | os.PathLike) -> Path:
+    """Write ``state`` with torch.save to ``path`` atomically (temp file, fsync, rename, fsync dir).
+
+    Raises SaveError (one line: path and cause) if the file system refuses; the old file stays."""
+    return _write_atomic(Path(path), lambda handle: torch.save(state, handle))
+
+
+def write_text_atomic(text: str, path: str | os.PathLike) -> Path:
+    """Write ``text`` to ``path`` atomically, as :func:`save_atomic` does (``config.json``, ``DONE``)."""
+    return _write_atomic(Path(path), lambda handle: handle.write(text.encode()))
 
 
 def remove_stale_temp_files(path: str | os.PathLike) -> list[Path]:

@@ -15,6 +15,7 @@ METRICS_FILE = "metrics.jsonl"  # events: start, resume, step, epoch, stop, end
 CHECKPOINT_FILE = "checkpoint.pt"  # written atomically (temporary file + rename)
 DONE_FILE = "DONE"  # training finished (holds the best top-1)
 MODEL_FILE = "model.pt"  # the trained weights to take away: torchvision state_dict + class names (weights-only)
+INDEX_FILE = "file_index.json"  # the (file, label) lists of the data splits, made once per job (data.file_index)
 LOCK_FILE = "LOCK"  # the live trainer holding this run directory
 STOP_FILE = "STOP"  # asks the ranks to finish the step, checkpoint and exit
 JOB_FILE = "job.json"  # the job record: backend, id, spec (read by jobs.attach)

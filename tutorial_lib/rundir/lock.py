@@ -10,37 +10,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from tutorial_lib.rundir.layout import (
-    CHECKPOINT_FILE,
-    CONFIG_FILE,
-    DONE_FILE,
-    JOB_FILE,
-    LOCK_FILE,
-    METRICS_FILE,
-    STATE_FILE,
-    STOP_FILE,
-)
+from tutorial_lib.rundir.layout import LOCK_FILE
+from tutorial_lib.rundir.owned import RunDirError, usable_run_dir
+
+__all__ = ["RunDirError", "RunLock", "RunLockedError", "pid_alive", "prepare_run_dir", "process_start", "same_process"]
 
 
 class RunLockedError(RuntimeError):
     """Another live job holds this run directory."""
-
-
-class RunDirError(ValueError):
-    """The run directory cannot be used (not a folder, not creatable, or a folder that is not a run's)."""
-
-
-# Files only a run of this project writes; a non-empty folder with none of them is someone else's.
-_RUN_FILES = (JOB_FILE, STATE_FILE, METRICS_FILE, CHECKPOINT_FILE, DONE_FILE, STOP_FILE, LOCK_FILE)
-
-
-def _is_run_dir(run_dir: Path) -> bool:
-    if any((run_dir / name).exists() for name in _RUN_FILES):
-        return True
-    try:  # the trainer writes config.json first: ours holds the derived global batch
-        return "global_batch" in json.loads((run_dir / CONFIG_FILE).read_text())
-    except (OSError, ValueError, TypeError):
-        return False
 
 
 def prepare_run_dir(run_dir: str | os.PathLike, create: bool = True) -> Path:
@@ -53,9 +30,9 @@ def prepare_run_dir(run_dir: str | os.PathLike, create: bool = True) -> Path:
     try:
         problem = None
         if run_dir.is_dir():
-            if any(run_dir.iterdir()) and not _is_run_dir(run_dir):
-                problem = ("already holds files that are not a training run's (no job.json, metrics.jsonl or "
-                           "checkpoint.pt); nothing in it was touched")
+            if not usable_run_dir(run_dir):
+                problem = ("already holds files that are not a training run's (no config.json, job.json or "
+                           "metrics.jsonl written by this project); nothing in it was touched")
         elif run_dir.exists() or run_dir.is_symlink():
             problem = "exists but is not a folder"
         if problem is None and create:
@@ -95,13 +72,33 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat field 22); None if unknown.
+
+    With the pid it names one process: a pid alone may have been reused by another program since."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[-1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def same_process(pid: int, start: int | None) -> bool:
+    """True if ``pid`` runs and is the process recorded with ``start`` (see :func:`process_start`).
+
+    ``start`` None (a record written before start times were kept) falls back to the pid alone."""
+    if not pid or not pid_alive(int(pid)):
+        return False
+    return start is None or process_start(int(pid)) in (None, start)
+
+
 class RunLock:
     """The run directory's lock. A holder is stale when it ran on this host and its process is gone,
     when its Slurm job has ended, or when it was an earlier run of the same Slurm job (a requeue)."""
 
     def __init__(self, run_dir: str | os.PathLike):
         self.path = Path(run_dir) / LOCK_FILE
-        self.owner = {"host": socket.gethostname(), "pid": os.getpid(),
+        self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": process_start(os.getpid()),
                       "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "since": time.time()}
 
     def holder(self) -> dict | None:
@@ -120,8 +117,9 @@ class RunLock:
             return None
         if record.get("slurm_job_id") and record["slurm_job_id"] == self.owner["slurm_job_id"]:
             return None
-        if record.get("host") == self.owner["host"] and not pid_alive(int(record.get("pid", 0))):
-            return None
+        if record.get("host") == self.owner["host"] and not same_process(int(record.get("pid") or 0),
+                                                                         record.get("pid_start")):
+            return None  # its process is gone (or the pid now belongs to another program)
         if record.get("slurm_job_id") and _slurm_job_alive(record["slurm_job_id"]) is False:
             return None  # its Slurm job has ended, wherever it ran
         if record.get("pid") == self.owner["pid"] and record.get("host") == self.owner["host"]:

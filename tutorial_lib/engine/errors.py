@@ -1,0 +1,25 @@
+"""The configuration error and the one way values are cut for messages (no torch, no other module).
+
+Kept apart from :mod:`tutorial_lib.engine.config` so that :mod:`tutorial_lib.engine.validate` can raise it
+without an import cycle; ``config`` re-exports both names.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the field and how to fix it."""
+
+
+def shorten(value, limit: int = 60) -> str:
+    """``repr(value)`` cut to about ``limit`` characters for messages (a 4 KB name stays readable)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, (str, bytes, list, tuple)) else ""
+    return f"{text[:limit // 2]}...{text[-(limit // 4):]}{size}"
+
+
+def fail(name: str, problem: str, fix: str) -> None:
+    """Raise ConfigError ``"<name>: <problem>. Fix: <fix>."``."""
+    raise ConfigError(f"{name}: {problem}. Fix: {fix}.")

@@ -1,0 +1,181 @@
+"""What this project wrote: recognised by content, never by a file name alone.
+
+A run directory is one that holds a ``config.json``, ``job.json``, ``metrics.jsonl`` or ``LOCK`` with the
+fields this project writes (:func:`is_run_dir`). A fresh start (:func:`clear_run_dir`) removes only the files
+the project wrote there, each checked by its content where it has one, and refuses, listing them, while
+anything else is in the folder. Generated data trees (the digits export, a fake ImageNet) are replaced only
+when their marker holds the generator's settings and every other file is one of their images
+(:func:`foreign_tree_files`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from pathlib import Path
+
+from tutorial_lib.rundir.layout import (
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    DONE_FILE,
+    INDEX_FILE,
+    JOB_FILE,
+    JOB_LOG,
+    LAUNCH_FILE,
+    LOCK_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    STATE_FILE,
+    STOP_FILE,
+    SUPERVISOR_LOG,
+)
+
+
+class RunDirError(ValueError):
+    """The run directory cannot be used (not a folder, not creatable, or a folder that is not a run's)."""
+
+
+def _json(path: Path, first_line: bool = False):
+    try:
+        with open(path, "rb") as handle:
+            data = handle.readline() if first_line else handle.read(1 << 22)
+        return json.loads(data)
+    except (OSError, ValueError):
+        return None
+
+
+def _has(path: Path, keys: set, first_line: bool = False) -> bool:
+    record = _json(path, first_line)
+    return isinstance(record, dict) and keys <= record.keys()
+
+
+def _is_checkpoint(path: Path) -> bool:
+    """A torch.save archive (a zip holding ``<name>/data.pkl``); only its directory is read."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.endswith("/data.pkl") for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+
+
+# The files whose content proves that this project wrote the folder, and how.
+_MARKS = {
+    CONFIG_FILE: lambda p: _has(p, {"name", "output_root", "arch", "global_batch", "scaled_lr", "world_size"}),
+    JOB_FILE: lambda p: _has(p, {"backend", "id", "name", "spec"}),
+    METRICS_FILE: lambda p: _has(p, {"event", "time"}, first_line=True),
+    LOCK_FILE: lambda p: _has(p, {"host", "pid", "since"}),
+}
+# Every other file a run directory may hold, with its content check (None: a log, a name is all it has).
+_CONTENT = {
+    **_MARKS,
+    CHECKPOINT_FILE: _is_checkpoint,
+    MODEL_FILE: _is_checkpoint,
+    INDEX_FILE: lambda p: isinstance(_json(p), dict) and all(isinstance(v, dict) and {"classes", "files"} <= set(v)
+                                                             for v in _json(p).values()),
+    DONE_FILE: lambda p: _has(p, {"best_top1"}),
+    STATE_FILE: lambda p: _has(p, {"state", "time"}),
+    LAUNCH_FILE: lambda p: isinstance(_json(p), dict),
+    STOP_FILE: None, JOB_LOG: None, SUPERVISOR_LOG: None,
+}
+_TEMP_FILES = re.compile(  # left by a save that was killed: checkpoint.pt, config.json, DONE, job_state.json, job.json
+    rf"\.(({re.escape(CHECKPOINT_FILE)}|{re.escape(MODEL_FILE)}|{re.escape(CONFIG_FILE)}|{DONE_FILE})\.[^/]+|"
+    rf"{re.escape(STATE_FILE)}|{re.escape(JOB_FILE)}|{re.escape(INDEX_FILE)})\.tmp")
+_SLURM_LOGS = re.compile(r"slurm-\d+\.out")
+
+
+def is_run_dir(run_dir: str | Path) -> bool:
+    """True if ``run_dir`` holds a file whose content only this project writes (config.json with the
+    trainer's fields, job.json, metrics.jsonl, LOCK); a file name alone (``DONE``, ``STOP``) is no proof."""
+    run_dir = Path(run_dir)
+    return any((run_dir / name).is_file() and check(run_dir / name) for name, check in _MARKS.items())
+
+
+def _ours(path: Path, marked: bool) -> bool:
+    """Whether the project wrote ``path`` (an entry of a run directory; ``marked``: the folder is a run's)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    name = path.name
+    if name in _CONTENT:
+        check = _CONTENT[name]
+        if check is None:  # logs and STOP: ours in a run directory; an empty STOP anywhere (a launcher's)
+            return marked or (name == STOP_FILE and path.stat().st_size == 0)
+        return check(path)
+    if marked and (_TEMP_FILES.fullmatch(name) or _SLURM_LOGS.fullmatch(name)):
+        return True
+    # a benchmark job's records (JSON lines naming their kind), e.g. notebook 07's allreduce.jsonl
+    return marked and name.endswith(".jsonl") and _has(path, {"kind"}, first_line=True)
+
+
+def classify(run_dir: str | Path) -> tuple[list[Path], list[Path]]:
+    """``(ours, others)``: the entries of ``run_dir`` that this project wrote, and everything else."""
+    run_dir = Path(run_dir)
+    marked = is_run_dir(run_dir)
+    ours, others = [], []
+    for entry in sorted(run_dir.iterdir()):
+        (ours if _ours(entry, marked) else others).append(entry)
+    return ours, others
+
+
+def usable_run_dir(run_dir: str | Path) -> bool:
+    """True if the trainer may write into the folder ``run_dir``: empty, a run directory, or holding only
+    files that it or a launcher writes (an empty ``STOP``, say)."""
+    run_dir = Path(run_dir)
+    return not any(run_dir.iterdir()) or is_run_dir(run_dir) or not classify(run_dir)[1]
+
+
+def describe(paths: list[Path], limit: int = 5) -> str:
+    """``a.txt, thesis/, ...`` for a message: at most ``limit`` names, then how many more."""
+    names = [p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in paths[:limit]]
+    more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
+    return ", ".join(repr(n) for n in names) + more
+
+
+def clear_run_dir(run_dir: str | Path, what: str = "fresh") -> list[Path]:
+    """Remove the files this project wrote in ``run_dir`` (a fresh start); return them.
+
+    Raises RunDirError, removing nothing, if ``run_dir`` is not a run directory or holds anything else
+    (the message lists it). An absent folder is fine (nothing to remove)."""
+    run_dir = Path(run_dir)
+    if not run_dir.exists() and not run_dir.is_symlink():
+        return []
+    if run_dir.is_symlink() or not run_dir.is_dir():
+        raise RunDirError(f"{what}: {run_dir} is not a folder; nothing was removed. Fix: choose another run name.")
+    ours, others = classify(run_dir)
+    if others:
+        raise RunDirError(
+            f"{what}: {run_dir} holds files that this project did not write ({describe(others)}); nothing was "
+            "removed. Fix: move them out of the run directory, or choose another run name.")
+    for path in ours:
+        path.unlink(missing_ok=True)
+    try:
+        run_dir.rmdir()  # refuses if anything appeared meanwhile
+    except OSError:
+        pass
+    return ours
+
+
+# Generated data trees: marker file -> the settings its JSON holds. Their other files are images in
+# train/<class>/ or val/<class>/.
+_TREE_MARKERS = {
+    "digits_export.json": {"image_size", "val_fraction", "seed", "version"},
+    "fake_imagenet.json": {"seed", "version"},
+}
+_TREE_IMAGE = re.compile(r"(train|val)/[^/]+/[^/]+\.(jpe?g|png)", re.IGNORECASE)
+
+
+def foreign_tree_files(root: str | Path, marker: str) -> list[Path] | None:
+    """The files in the generated tree ``root`` that its generator did not write; None if ``root`` has no
+    valid ``marker`` (a marker file without the generator's settings is not one)."""
+    root = Path(root)
+    keys = _TREE_MARKERS.get(marker, {"version"})
+    if not (root / marker).is_file() or not _has(root / marker, keys):
+        return None
+    foreign = []
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root).as_posix()
+        if path.is_symlink() or (not path.is_dir() and not path.is_file()):
+            foreign.append(path)
+        elif path.is_file() and relative != marker and not _TREE_IMAGE.fullmatch(relative):
+            foreign.append(path)
+    return foreign
