@@ -96,7 +96,7 @@ def test_fake_imagenet_is_realistic_and_idempotent(tmp_path):
 
 
 def test_a_real_data_set_is_never_replaced(tmp_path, fake_set):
-    from tutorial_lib.engine.data import DataError
+    from tutorial_lib.engine.input.folders import DataError
 
     real = tmp_path / "imagenet"
     (real / "train" / "n01").mkdir(parents=True)
@@ -142,11 +142,11 @@ def test_data_command_times_the_trainers_gpu_pipeline_on_the_cpu(tmp_path, fake_
 
 
 def test_gpu_pipeline_measurement_is_the_trainers_loader(fake_set, monkeypatch):
-    from tutorial_lib.engine import gpu_input
+    from tutorial_lib.engine.input import loaders as input_loaders
 
     built = []
-    original = gpu_input.build_gpu_loaders
-    monkeypatch.setattr(gpu_input, "build_gpu_loaders", lambda *a, **k: built.append(a[0]) or original(*a, **k))
+    original = input_loaders.build_gpu_loaders
+    monkeypatch.setattr(input_loaders, "build_gpu_loaders", lambda *a, **k: built.append(a[0]) or original(*a, **k))
     record = bench_data.measure_gpu_pipeline(fake_set, batch_size=2, image_size=24, batches=1, device="cpu",
                                              min_time=0.2)
     (cfg,) = built

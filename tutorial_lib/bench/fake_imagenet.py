@@ -69,7 +69,7 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
     marker = root / FAKE_MARKER
     if marker.is_file() and json.loads(marker.read_text()) == settings:
         return root
-    from tutorial_lib.engine.data import check_replaceable, publish_tree
+    from tutorial_lib.engine.input.folders import check_replaceable, publish_tree
 
     check_replaceable(root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
     root.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +106,7 @@ def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: i
     training images for ``loader_batches + 4`` batches and the device's default e2e steps."""
     root = Path(root)
     if root.is_dir() and not (root / FAKE_MARKER).is_file() and any(root.iterdir()):
-        from tutorial_lib.engine.data import check_imagefolder
+        from tutorial_lib.engine.input.folders import check_imagefolder
 
         return check_imagefolder(root)
     d = defaults(device)
@@ -116,7 +116,7 @@ def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: i
 
 def dataset_summary(data_dir: str | os.PathLike) -> dict:
     """Image count, classes and mean file size of ``data_dir/train``."""
-    from tutorial_lib.engine.data import CountingImageFolder
+    from tutorial_lib.engine.input.cpu import CountingImageFolder
 
     dataset = CountingImageFolder(split_dir(data_dir))
     sizes = [os.path.getsize(path) for path, _ in dataset.samples]

@@ -28,10 +28,11 @@ import torch
 from tutorial_lib.engine import distributed as dist_utils
 from tutorial_lib.engine.cli import config_from_args
 from tutorial_lib.engine.config import TrainConfig, scaled_batch_and_lr, validate
-from tutorial_lib.engine.data import Batch, prepare_dataset
 from tutorial_lib.engine.device import environment_facts
 from tutorial_lib.engine.evaluate import evaluate
-from tutorial_lib.engine.gpu_input import loaders_for
+from tutorial_lib.engine.input.files import Batch
+from tutorial_lib.engine.input.folders import prepare_dataset
+from tutorial_lib.engine.input.loaders import loaders_for
 from tutorial_lib.engine.models import count_parameters
 from tutorial_lib.engine.step import TrainStep
 from tutorial_lib.engine.stop import StopRequest, launcher_owns_stop_file
@@ -299,7 +300,7 @@ def train(cfg: TrainConfig) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; prints a clear message and exits 2 on a bad configuration."""
     from tutorial_lib.engine.config import ConfigError
-    from tutorial_lib.engine.data import DataError
+    from tutorial_lib.engine.input.folders import DataError
     from tutorial_lib.rundir.lock import RunDirError, RunLockedError
 
     try:

@@ -1,0 +1,116 @@
+"""The file list both input pipelines read, and the rules they share, each written once here.
+
+* Which files: an ImageFolder tree (``<split>/<class>/<image>``); empty class folders keep their
+  label, so one emptied folder does not renumber the others.
+* Unreadable images: a file that is not a regular file (a FIFO would block forever), that PIL
+  cannot open or decode, or whose header declares more pixels than PIL's ``Image.MAX_IMAGE_PIXELS``
+  (a decompression bomb: refused before decoding, from the header alone), is skipped and named on
+  stderr (``bad_data: skip``) or stops the run with a DataError naming the file (``bad_data: error``).
+* Orientation: the EXIF orientation tag is ignored in both pipelines (pixels as stored, as
+  torchvision's ImageFolder and nvJPEG do), so both agree on every image's shape.
+* The validation resize: short side to ``ceil(image_size * 256 / 224)``, then the center crop.
+* Normalisation: batches travel as uint8 and are normalised on the training device
+  (:class:`Normalizer`), with ImageNet's mean and standard deviation.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import stat
+import sys
+from dataclasses import dataclass
+
+import torch
+from PIL import Image
+from torchvision import datasets
+
+from tutorial_lib.engine.input.folders import DataError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+UNREADABLE = (OSError, ValueError, Image.DecompressionBombError)  # what reading a bad image raises
+
+
+def resize_size(image_size: int) -> int:
+    """The short side an image is resized to before the center crop of ``image_size`` (validation)."""
+    return math.ceil(image_size * 256 / 224)
+
+
+def open_regular_file(path: str | os.PathLike):
+    """Open ``path`` for reading, refusing (OSError) anything but a regular file: a FIFO or a device
+    named like an image would block open() or read() forever."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError("not a regular file (a FIFO, device or socket)")
+    return open(path, "rb")
+
+
+def check_pixel_limit(width: int, height: int) -> None:
+    """Raise DecompressionBombError (PIL's own wording) when an image declares more pixels than
+    ``Image.MAX_IMAGE_PIXELS`` (read at call time; None: no limit). PIL itself only warns up to twice
+    the limit; both pipelines refuse at the limit, from the header, before decoding anything."""
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is not None and width * height > limit:
+        raise Image.DecompressionBombError(f"Image size ({width * height} pixels) exceeds limit of {limit} "
+                                           "pixels, could be decompression bomb DOS attack.")
+
+
+def decode_rgb(data: bytes) -> Image.Image:
+    """Decode an image file's bytes with PIL to RGB, refusing it first if its header is over the pixel limit."""
+    image = Image.open(io.BytesIO(data))
+    check_pixel_limit(*image.size)
+    return image.convert("RGB")
+
+
+class ImageFiles(datasets.ImageFolder):
+    """ImageFolder that names the file when an image cannot be read, and can skip it.
+
+    With ``bad_data="skip"`` an unreadable image yields ``None`` (dropped and counted by the collate
+    function); with ``"error"`` loading stops with a DataError naming the file. Empty class folders
+    are allowed. Subclasses (one per pipeline) say what a sample is.
+    """
+
+    def __init__(self, root: str | os.PathLike, transform=None, bad_data: str = "skip"):
+        super().__init__(str(root), transform=transform, allow_empty=True)
+        self.bad_data = bad_data
+
+    def read(self, index: int) -> bytes:
+        """The bytes of image ``index`` (OSError for anything but a regular file)."""
+        with open_regular_file(self.samples[index][0]) as handle:
+            return handle.read()
+
+    def unreadable(self, path: str, exc: Exception) -> None:
+        """Name an unreadable image: raise DataError (``bad_data="error"``) or warn and return None."""
+        if self.bad_data == "error":
+            raise DataError(f"cannot read image {path}: {exc}. Fix: replace or delete the file, "
+                            "or pass --bad-data skip to skip and count unreadable images.") from exc
+        print(f"warning: skipping unreadable image {path}: {exc}", file=sys.stderr, flush=True)
+        return None
+
+
+@dataclass
+class Batch:
+    """A training or validation batch plus how many images were skipped as unreadable."""
+
+    images: torch.Tensor
+    targets: torch.Tensor
+    skipped: int = 0
+
+
+class Normalizer:
+    """uint8 (or 0-255 float) NCHW batches to float32 ``(x/255 - mean) / std`` on ``device``;
+    the constants are made once, on the device."""
+
+    def __init__(self, device: torch.device, channels_last: bool = False):
+        mean, std = torch.tensor(IMAGENET_MEAN), torch.tensor(IMAGENET_STD)
+        self.shift = (-mean / std).view(1, 3, 1, 1).to(device)
+        self.scale = (1 / (255 * std)).view(1, 3, 1, 1).to(device)
+        self.device, self.channels_last = device, channels_last
+
+    def __call__(self, pixels: torch.Tensor) -> torch.Tensor:
+        """The normalised float32 images (on the device; NHWC when ``channels_last``)."""
+        pixels = pixels.to(self.device, non_blocking=True)
+        if self.channels_last:
+            pixels = pixels.contiguous(memory_format=torch.channels_last)
+        return torch.addcmul(self.shift, pixels.float(), self.scale)
