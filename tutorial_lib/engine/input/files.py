@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from torchvision import datasets
 
 from tutorial_lib.engine.input.folders import DataError
@@ -58,7 +58,12 @@ def check_pixel_limit(width: int, height: int) -> None:
 
 def decode_rgb(data: bytes) -> Image.Image:
     """Decode an image file's bytes with PIL to RGB, refusing it first if its header is over the pixel limit."""
-    image = Image.open(io.BytesIO(data))
+    if not data:
+        raise OSError("empty file (0 bytes)")
+    try:
+        image = Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:  # PIL's message names an in-memory buffer, not the file
+        raise UnidentifiedImageError("cannot identify image file (not an image format PIL reads)") from None
     check_pixel_limit(*image.size)
     return image.convert("RGB")
 

@@ -123,7 +123,6 @@ class DeviceTransform:
     hflip: bool = True
     seed: int = 0
     channels_last: bool = False
-    decode_budget: int = DECODE_BUDGET
 
     def __post_init__(self):
         self.normalize = Normalizer(self.device, self.channels_last)
@@ -167,9 +166,10 @@ class DeviceTransform:
             else:
                 jpegs.append(i)
         start, used = 0, 0
-        for k, i in enumerate(jpegs):  # chunks of at most decode_budget decoded bytes
+        budget = self.dataset.decode_budget  # the workers sent no file larger decoded than this alone
+        for k, i in enumerate(jpegs):  # chunks of at most the budget's decoded bytes
             size = 3 * int(batch.sizes[i].prod())
-            if k > start and used + size > self.decode_budget:
+            if k > start and used + size > budget:
                 self._decode_chunk(batch, jpegs[start:k], images, keep)
                 start, used = k, 0
             used += size
