@@ -210,7 +210,7 @@ def test_a_png_named_jpeg_is_decoded_on_the_cpu_like_the_cpu_path(bad_tree):
     dataset = G.EncodedImageFolder(bad_tree / "train")
     index = next(i for i, (p, _) in enumerate(dataset.samples) if p.endswith("png_inside.JPEG"))
     _, payload, _, _ = dataset[index]
-    assert isinstance(payload, np.ndarray)  # decoded here by PIL, not sent to the JPEG decoder
+    assert isinstance(payload, torch.Tensor)  # decoded here by PIL, not sent to the JPEG decoder
     good = next(i for i, (p, _) in enumerate(dataset.samples) if p.endswith("_1.JPEG"))
     images, keep = _transform(bad_tree / "train").decode(G.collate_encoded([dataset[index], dataset[good]]))
     assert keep == [True, True]

@@ -138,14 +138,14 @@ def test_the_exif_orientation_is_ignored_by_both(forms_tree, pixel_limit, capfd)
 def test_the_gpu_pipelines_workers_route_each_form(forms_tree, pixel_limit):
     dataset = G.EncodedImageFolder(forms_tree / "val")
     payloads = {path.rsplit("/", 1)[-1]: dataset[i] for i, (path, _) in enumerate(dataset.samples)}
-    for name in ("cmyk.JPEG", "ycck.JPEG", "png_inside.JPEG"):  # PIL, in the worker
-        assert isinstance(payloads[name][1], np.ndarray) and payloads[name][2] == (90, 120), name
+    for name in ("cmyk.JPEG", "ycck.JPEG", "png_inside.JPEG"):  # the CPU decoder (PIL), in the worker
+        assert isinstance(payloads[name][1], torch.Tensor) and payloads[name][2] == (90, 120), name
     for name in ("gray.JPEG", "progressive.JPEG", "exif_rotated.JPEG", "n00000000_1.JPEG"):  # the device
         assert isinstance(payloads[name][1], bytes) and payloads[name][2] == (90, 120), name
     assert all(payloads[name] is None for name in UNREADABLE)
     small = G.EncodedImageFolder(forms_tree / "val", decode_budget=3 * 120 * 90 - 1)
     index = next(i for i, (path, _) in enumerate(small.samples) if path.endswith("gray.JPEG"))
-    assert isinstance(small[index][1], np.ndarray)  # larger decoded than the budget on its own: PIL
+    assert isinstance(small[index][1], torch.Tensor)  # larger decoded than the budget on its own: the worker
 
 
 def _recording_decoder(monkeypatch, refuse: bytes = b""):
@@ -165,7 +165,7 @@ def _recording_decoder(monkeypatch, refuse: bytes = b""):
 
 def test_device_decodes_stay_within_the_budget(forms_tree, monkeypatch):
     calls = _recording_decoder(monkeypatch)
-    budget = 3 * 120 * 90 * 3  # three images per call: 3 + 3 + 3 + 1 (the 300x200 one is over it: PIL)
+    budget = 3 * 120 * 90 * 3  # 3 images a call: 3+3+3+1 (the 300x200 one is over: the worker decodes it)
     dataset = G.EncodedImageFolder(forms_tree / "train", decode_budget=budget)
     jpegs = [i for i in range(len(dataset)) if isinstance((dataset[i] or (0, 0))[1], bytes)]
     transform = G.DeviceTransform(dataset, CPU, 32, train=False, resize_to=37)

@@ -1,24 +1,26 @@
-"""The CPU input pipeline (``input_pipeline: cpu``): DataLoader workers read, decode (PIL) and augment
-each image, and ship uint8 batches; the training process normalises them on the device.
+"""The CPU input pipeline (``input_pipeline: cpu``): DataLoader workers read, decode and augment each
+image as uint8 tensors, and ship uint8 batches; the training process normalises them on the device.
 
 Why uint8: a float32 batch is four times the bytes through the workers' shared memory, the pinning
 and the host-to-device copy, and ``ToTensor`` + ``Normalize`` in every worker cost as much again as
-the crop. The pixels are those of torchvision's recipe (RandomResizedCrop + flip, or resize + center
-crop, on PIL images); only the conversion to float moved to the device.
+the crop. Decoding: :func:`.files.decode_image` (torchvision's libjpeg-turbo decoder for ordinary
+JPEGs, PIL for the rest). The transforms are torchvision's (RandomResizedCrop + flip, or resize +
+center crop) on uint8 tensors, whose antialiased resize follows PIL's filter (``bench loader`` compares
+the whole pipeline with torchvision's plain PIL recipe).
 """
 
 from __future__ import annotations
 
 import torch
 from torch.utils.data import default_collate
-from torchvision import transforms
+from torchvision.transforms import v2 as transforms
 
 from tutorial_lib.engine.input.files import (
     UNREADABLE,
     Batch,
     ImageFiles,
     Normalizer,
-    decode_rgb,
+    decode_image,
     resize_size,
 )
 
@@ -30,7 +32,7 @@ class CountingImageFolder(ImageFiles):
     def __getitem__(self, index: int):
         path, target = self.samples[index]
         try:
-            image = decode_rgb(self.read(index))
+            image = decode_image(self.read(index))
         except UNREADABLE as exc:
             return self.unreadable(path, exc)
         if self.transform is not None:
@@ -40,8 +42,8 @@ class CountingImageFolder(ImageFiles):
 
 def train_transform(image_size: int, augment: bool = True, min_crop_scale: float = 0.08,
                     hflip: bool = True):
-    """ImageNet training transform to uint8 CHW: random resized crop + flip (or a resize + center crop
-    if no augment)."""
+    """ImageNet training transform of a uint8 CHW tensor (or a PIL image, made one): random resized crop
+    + flip (or a resize + center crop if no augment)."""
     if augment:
         steps = [transforms.RandomResizedCrop(image_size, scale=(min_crop_scale, 1.0), antialias=True)]
         if hflip:
@@ -52,7 +54,8 @@ def train_transform(image_size: int, augment: bool = True, min_crop_scale: float
 
 
 def val_transform(image_size: int):
-    """ImageNet validation transform to uint8 CHW: resize to :func:`resize_size`, center crop ``image_size``."""
+    """ImageNet validation transform of a uint8 CHW tensor (or a PIL image, made one): resize to
+    :func:`resize_size`, center crop ``image_size``."""
     return transforms.Compose([transforms.Resize(resize_size(image_size), antialias=True),
                                transforms.CenterCrop(image_size), transforms.PILToTensor()])
 

@@ -5,10 +5,11 @@ CPU decoder (tests, CI).
 
 Per file, from its header, in the worker (:mod:`.jpeg`): over PIL's pixel limit: skipped and named
 as the CPU pipeline does; a form nvJPEG cannot decode (CMYK/YCCK, lossless, 12-bit) or not a JPEG (a
-PNG named .JPEG) or larger decoded than the device decode budget on its own: decoded here by PIL,
-as the CPU pipeline does; the rest: decoded on the device, in chunks whose decoded bytes stay within
-``decode_budget``. If the device still refuses a chunk, it is halved until the failing files stand
-alone; those are decoded by PIL (or skipped and named if PIL refuses them too).
+PNG named .JPEG) or larger decoded than the device decode budget on its own: decoded here exactly
+as the CPU pipeline decodes it (:func:`.files.decode_image`); the rest: decoded on the device, in
+chunks whose decoded bytes stay within ``decode_budget``. If the device still refuses a chunk, it is
+halved until the failing files stand alone: good files of a refused half are decoded again (at most
+log2 of the chunk times), the refused ones go to the CPU decoder (skipped and named if it refuses too).
 
 Per batch on the host: the plans (crop boxes, flips) are written into the front of the batch's one
 pinned buffer, behind them the pixels the workers decoded, and the two go to the device in one copy.
@@ -20,7 +21,6 @@ the same in distribution (training: RandomResizedCrop's draws, flips) and in pix
 
 from __future__ import annotations
 
-import warnings
 from collections import deque
 from dataclasses import dataclass
 
@@ -35,20 +35,18 @@ from tutorial_lib.engine.input.files import (
     ImageFiles,
     Normalizer,
     check_pixel_limit,
-    decode_rgb,
+    decode_image,
 )
 from tutorial_lib.engine.input.jpeg import is_complete_jpeg, read_header
 
 DECODE_BUDGET = 2**29  # bytes of decoded images per device decode call (>= any image under PIL's pixel limit)
 PREFETCH = 2  # batches decoded ahead on a side stream (CUDA)
 _COLUMNS = R.PLAN_COLUMNS + 2  # plan, then the target and the position of the image after sorting
-# torchvision 0.29 deprecates its image I/O for TorchCodec: said once here, not per batch
-warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torchvision\.io")
 
 
 class EncodedImageFolder(ImageFiles):
     """ImageFolder whose samples are ``(index, payload, (height, width), target)``: the file's bytes if
-    the device will decode it, else the image decoded here by PIL as an HWC uint8 array. Unreadable: None."""
+    the device will decode it, else the uint8 CHW image decoded here as the CPU pipeline does. Unreadable: None."""
 
     def __init__(self, root, transform=None, bad_data: str = "skip", decode_budget: int = DECODE_BUDGET):
         super().__init__(root, transform, bad_data)
@@ -63,10 +61,10 @@ class EncodedImageFolder(ImageFiles):
                 check_pixel_limit(header.width, header.height)
                 if header.device_decodable and header.rgb_bytes <= self.decode_budget:
                     return index, data, (header.height, header.width), target
-            image = np.asarray(decode_rgb(data))
+            image = decode_image(data)
         except UNREADABLE as exc:
             return self.unreadable(path, exc)
-        return index, image, image.shape[:2], target
+        return index, image, tuple(image.shape[1:]), target
 
 
 @dataclass
@@ -93,13 +91,13 @@ def collate_encoded(samples: list) -> EncodedBatch:
     """Gather ``EncodedImageFolder`` samples into one buffer, dropping and counting the ``None`` of unreadable files."""
     good = [s for s in samples if s is not None]
     table = len(good) * _COLUMNS * 4
-    pixels = [(i, p) for i, (_, p, _, _) in enumerate(good) if not isinstance(p, bytes)]
+    pixels = [(i, p.numpy()) for i, (_, p, _, _) in enumerate(good) if not isinstance(p, bytes)]
     pixel_bytes = sum(p.size for _, p in pixels)
     total = table + pixel_bytes + sum(len(p) for _, p, _, _ in good if isinstance(p, bytes))
     flat = torch.empty(total, dtype=torch.uint8)
     view, spans, offset = flat.numpy(), [None] * len(good), table
     for i, payload in pixels:
-        view[offset:offset + payload.size].reshape(3, *payload.shape[:2])[:] = payload.transpose(2, 0, 1)
+        view[offset:offset + payload.size].reshape(payload.shape)[:] = payload
         spans[i], offset = ("pixels", offset, payload.size), offset + payload.size
     for i, (_, payload, _, _) in enumerate(good):
         if isinstance(payload, bytes):
@@ -148,7 +146,7 @@ class DeviceTransform:
         images, keep = self.decode(batch, staged)
         pixels = R.resample([images[i] for i in order], columns[:R.PLAN_COLUMNS].T, window[order], self.image_size)
         position, targets = columns[R.PLAN_COLUMNS + 1].long(), columns[R.PLAN_COLUMNS].long()
-        if not all(keep):  # rare: a file neither the device nor PIL could decode
+        if not all(keep):  # rare: a file neither the device nor the CPU could decode
             kept = torch.from_numpy(np.flatnonzero(keep)).to(self.device)
             position, targets = position[kept], targets[kept]
         return Batch(self.normalize(pixels[position]), targets, batch.skipped + keep.count(False))
@@ -179,14 +177,14 @@ class DeviceTransform:
 
     def _decode_chunk(self, batch: EncodedBatch, chunk: list[int], images: list, keep: list) -> None:
         """Decode ``chunk`` in one device call; if the device refuses it, halve it until the failing files
-        stand alone, and give those to PIL."""
+        stand alone, and give those to the CPU decoder."""
         data = [batch.flat[offset:offset + length] for _, offset, length in (batch.spans[i] for i in chunk)]
         try:
             for i, image in zip(chunk, decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device), strict=True):
                 images[i] = image
             return
-        except RuntimeError as exc:
-            failure = exc
+        except RuntimeError:
+            pass
         if len(chunk) > 1:
             half = len(chunk) // 2
             self._decode_chunk(batch, chunk[:half], images, keep)
@@ -195,9 +193,9 @@ class DeviceTransform:
         i = chunk[0]
         path = self.dataset.samples[batch.indices[i]][0]
         try:
-            pixels = torch.from_numpy(np.asarray(decode_rgb(data[0].numpy().tobytes())).transpose(2, 0, 1).copy())
+            pixels = decode_image(data[0].numpy().tobytes())
         except UNREADABLE as exc:
-            self.dataset.unreadable(path, exc if str(exc) else failure)
+            self.dataset.unreadable(path, exc)
             images[i], keep[i] = torch.zeros(3, *batch.sizes[i], dtype=torch.uint8, device=self.device), False
             return
         images[i] = pixels.to(self.device)
