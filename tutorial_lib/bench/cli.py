@@ -19,6 +19,7 @@ from tutorial_lib.bench.data import (
     measure_e2e,
     measure_gpu_pipeline,
     measure_loader,
+    prepare_fake_imagenet,
 )
 from tutorial_lib.bench.records import append_records, describe, markdown_tables, read_records
 from tutorial_lib.engine.config import parse_bool
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "loader":
         from tutorial_lib.bench.loader import compare_decoders, compare_recipes
 
-        make_fake_imagenet(args.data_dir, args.classes, args.per_class)
+        prepare_fake_imagenet(args.data_dir, args.classes, args.per_class)  # a real data set is used as it is
         if args.decode_images:
             _emit([compare_decoders(args.data_dir, args.decode_images)], args)
         _emit(compare_recipes(args.data_dir, args.workers, args.batch_size, args.image_size, args.min_time,

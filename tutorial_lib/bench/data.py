@@ -16,7 +16,6 @@ re-exported here). Used by ``python -m tutorial_lib.bench data|e2e`` and by note
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import time
@@ -52,7 +51,8 @@ def _order(length: int, count: int, seed: int = 0) -> list[int]:
 
 # --------------------------------------------------------------------------- CPU loader
 def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, repeats: int = 1) -> dict:
-    """Milliseconds per image to read the file, decode it (PIL) and augment it, in this one process.
+    """Milliseconds per image to read the file, decode it and augment it as the CPU pipeline does, in this
+    one process.
 
     With ``repeats`` > 1 the same images are timed that many times; each figure is the median
     round, with its range in ``<figure>_low``/``_high``.
@@ -65,9 +65,8 @@ def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, 
         for key in ("read_ms_per_image", "decode_ms_per_image", "augment_ms_per_image"):
             store(merged, key, Spread.of([r[key] for r in rounds]))
         return {**merged, "repeats": repeats}
-    from PIL import Image
-
     from tutorial_lib.engine.input.cpu import train_transform
+    from tutorial_lib.engine.input.files import decode_image
 
     dataset_dir = split_dir(data_dir)
     paths = sorted(dataset_dir.rglob("*"))
@@ -78,7 +77,7 @@ def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, 
         t0 = time.perf_counter()
         data = path.read_bytes()
         t1 = time.perf_counter()
-        image = Image.open(io.BytesIO(data)).convert("RGB")
+        image = decode_image(data)
         t2 = time.perf_counter()
         transform(image)
         t3 = time.perf_counter()

@@ -83,7 +83,10 @@ def describe(record: dict) -> str:
         return f"{text}: tutorial/plain {record['ratio']:.2f}x ({record['ratio_low']:.2f}-{record['ratio_high']:.2f})"
     if kind == "decode":
         return (f"{text}: PIL {record['pil_ms_per_image']:.2f} ms/image, torchvision "
-                f"{record['torchvision_ms_per_image']:.2f} ms/image: {record['decision']}")
+                f"{record['torchvision_ms_per_image']:.2f} ms/image, "
+                f"PIL/torchvision {record['pil_over_torchvision']:.2f}x "
+                f"({record['pil_over_torchvision_low']:.2f}-{record['pil_over_torchvision_high']:.2f}): "
+                f"{record['decision']}")
     if kind == "allreduce":
         best = max(r["busbw_GBps"] for r in record["results"])
         return f"{text}: {len(record['results'])} sizes, best bus bandwidth {best:.2f} GB/s"
