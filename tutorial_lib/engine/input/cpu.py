@@ -90,8 +90,13 @@ class NormalizedBatches:
         return len(self.loader)
 
     def __iter__(self):
+        # the DataLoader's iterator now, not at the first batch: it draws its workers' seed from the RNG,
+        # and a resumed run restores the RNG state right after iter() (as the first run drew it)
+        return self._normalized(iter(self.loader))
+
+    def _normalized(self, batches):
         device = self.normalize.device
-        for batch in self.loader:
+        for batch in batches:
             targets = batch.targets.to(device, non_blocking=True)
             if batch.images.numel() == 0:
                 yield Batch(torch.empty(0, device=device), targets, batch.skipped)

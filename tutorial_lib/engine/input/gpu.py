@@ -217,14 +217,17 @@ class DeviceBatches:
         return len(self.loader)
 
     def __iter__(self):
+        return self._batches(iter(self.loader))  # the DataLoader's iterator now (see cpu.NormalizedBatches)
+
+    def _batches(self, encoded_batches):
         device = self.transform.device
         if device.type != "cuda":
-            for encoded in self.loader:
+            for encoded in encoded_batches:
                 yield self.transform(encoded, self.epoch)
             return
         side, main = torch.cuda.Stream(device), torch.cuda.current_stream(device)
         ahead: deque = deque()
-        for encoded in self.loader:
+        for encoded in encoded_batches:
             torch.cuda.set_stream(side)
             try:
                 batch = self.transform(encoded, self.epoch)
