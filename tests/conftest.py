@@ -165,7 +165,7 @@ def child_env() -> dict:
 @pytest.fixture(scope="session")
 def digits_dir(tmp_path_factory) -> Path:
     """The digits data set exported once per session as a 32 px ImageFolder tree (train/ and val/)."""
-    from tutorial_lib.engine.data import export_digits
+    from tutorial_lib.engine.input.folders import export_digits
 
     return export_digits(tmp_path_factory.mktemp("data") / "digits", image_size=32)
 

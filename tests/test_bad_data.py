@@ -21,7 +21,7 @@ from PIL import Image
 
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config
-from tutorial_lib.engine.data import CountingImageFolder
+from tutorial_lib.engine.input.cpu import CountingImageFolder
 from tutorial_lib.rundir.layout import CONFIG_FILE, DONE_FILE, LOCK_FILE
 
 TINY = dict(image_size=16, batch_size=8)

@@ -96,7 +96,7 @@ def test_fake_imagenet_is_realistic_and_idempotent(tmp_path):
 
 
 def test_a_real_data_set_is_never_replaced(tmp_path, fake_set):
-    from tutorial_lib.engine.data import DataError
+    from tutorial_lib.engine.input.folders import DataError
 
     real = tmp_path / "imagenet"
     (real / "train" / "n01").mkdir(parents=True)
@@ -142,11 +142,11 @@ def test_data_command_times_the_trainers_gpu_pipeline_on_the_cpu(tmp_path, fake_
 
 
 def test_gpu_pipeline_measurement_is_the_trainers_loader(fake_set, monkeypatch):
-    from tutorial_lib.engine import gpu_input
+    from tutorial_lib.engine.input import loaders as input_loaders
 
     built = []
-    original = gpu_input.build_gpu_loaders
-    monkeypatch.setattr(gpu_input, "build_gpu_loaders", lambda *a, **k: built.append(a[0]) or original(*a, **k))
+    original = input_loaders.build_gpu_loaders
+    monkeypatch.setattr(input_loaders, "build_gpu_loaders", lambda *a, **k: built.append(a[0]) or original(*a, **k))
     record = bench_data.measure_gpu_pipeline(fake_set, batch_size=2, image_size=24, batches=1, device="cpu",
                                              min_time=0.2)
     (cfg,) = built
@@ -219,6 +219,29 @@ def test_allreduce_under_torchrun_feeds_the_scaling_model(tmp_path):
 
     gpus, samples = load_allreduce_samples(record)
     assert gpus == 2 and len(samples) == 2
+
+
+def test_loader_command_compares_the_cpu_pipeline_with_the_plain_recipe(tmp_path, fake_set):
+    out = tmp_path / "loader.jsonl"
+    assert bench.main(["loader", "--quiet", "--data-dir", str(fake_set), "--workers", "1", "--batch-size", "2",
+                       "--image-size", "32", "--min-time", "0.2", "--repeats", "2", "--decode-images", "2",
+                       "--out", str(out)]) == 0
+    records = lines(out)
+    decode, *loaders = records
+    assert decode["kind"] == "decode" and decode["images"] == 2 and len(decode["pil_ms_per_image_samples"]) == 7
+    assert decode["pil_ms_per_image"] > 0 and decode["torchvision_ms_per_image"] > 0 and "decision" in decode
+    assert len(decode["pil_over_torchvision_samples"]) == 7
+    timed = {(r["recipe"], r["workers"]): r for r in loaders if r["kind"] == "loader"}
+    assert set(timed) == {("plain", 1), ("tutorial", 1)}
+    assert timed[("plain", 1)]["output_dtype"] == "float32" and timed[("tutorial", 1)]["output_dtype"] == "float32"
+    for record in timed.values():
+        assert record["repeats"] == 2 and record["timed_images"] >= 2 and record["peak_pss_mb"] > 50
+        assert record["images_per_sec_low"] <= record["images_per_sec"] <= record["images_per_sec_high"]
+    ratio, = (r for r in loaders if r["kind"] == "loader_ratio")
+    plain, ours = timed[("plain", 1)], timed[("tutorial", 1)]
+    expected = [a / b for a, b in zip(ours["images_per_sec_samples"], plain["images_per_sec_samples"], strict=True)]
+    assert sorted(ratio["ratio_samples"]) == pytest.approx(sorted(expected), rel=1e-4)
+    assert ratio["workers"] == 1 and len(ratio["env"]["load_average_before"]) == 3
 
 
 def test_table_renders_every_kind(tmp_path, capsys):

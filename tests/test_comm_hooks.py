@@ -34,7 +34,7 @@ def test_node_layout_groups_nodes_and_peers():
 
 
 def _batches(rank: int, count: int):
-    from tutorial_lib.engine.data import Batch
+    from tutorial_lib.engine.input.files import Batch
 
     generator = torch.Generator().manual_seed(100 + rank)  # each rank its own data, the same for every mode
     return [Batch(torch.randn(4, 3, 32, 32, generator=generator), torch.randint(0, 10, (4,), generator=generator))

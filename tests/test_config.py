@@ -29,7 +29,7 @@ from tutorial_lib.engine.config import (
     to_cli_args,
     validate,
 )
-from tutorial_lib.engine.data import DataError
+from tutorial_lib.engine.input.folders import DataError
 
 
 def _valid(**overrides) -> TrainConfig:

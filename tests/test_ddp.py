@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.conftest import write_image_tree
-from tutorial_lib.engine.data import ShardSampler
+from tutorial_lib.engine.input.samplers import ShardSampler
 from tutorial_lib.rundir.layout import CONFIG_FILE, DONE_FILE
 
 B = 8  # per-worker batch of the 2-process run; the 1-process run uses 2 * B

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import write_image_tree
-from tutorial_lib.engine.data import DataError
+from tutorial_lib.engine.input.folders import DataError
 from tutorial_lib.lessons import environment
 
 X86_CPUINFO = """processor\t: 0

@@ -10,7 +10,8 @@ from torchvision.datasets import ImageFolder
 
 from tutorial_lib.bench.scan import make_tree, measure_scan
 from tutorial_lib.data import file_index
-from tutorial_lib.engine.data import CountingImageFolder, open_regular_file
+from tutorial_lib.engine.input.cpu import CountingImageFolder
+from tutorial_lib.engine.input.files import open_regular_file
 
 
 @pytest.fixture

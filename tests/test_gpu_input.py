@@ -21,13 +21,18 @@ from torchvision.transforms import RandomResizedCrop
 from torchvision.transforms import functional as F
 
 from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
-from tutorial_lib.engine import gpu_input as G
 from tutorial_lib.engine.config import make_config
-from tutorial_lib.engine.data import IMAGENET_MEAN, IMAGENET_STD, DataError, train_transform, val_transform
+from tutorial_lib.engine.input import gpu as G
+from tutorial_lib.engine.input import resample as R
+from tutorial_lib.engine.input.cpu import train_transform, val_transform
+from tutorial_lib.engine.input.files import IMAGENET_MEAN, IMAGENET_STD, Normalizer, resize_size
+from tutorial_lib.engine.input.folders import DataError
+from tutorial_lib.engine.input.loaders import build_gpu_loaders
 from tutorial_lib.engine.trainer import Trainer
 from tutorial_lib.rundir.layout import STOP_FILE
 
 CPU = torch.device("cpu")
+NORMALIZE = Normalizer(CPU)
 LEVEL = 1 / (255 * min(IMAGENET_STD))  # one 8-bit level, in normalised units (the largest channel's)
 # Measured: the pipeline's pixels differ from PIL's by at most 1.0 level (PIL rounds to 8 bits after each pass).
 PIXEL_TOLERANCE = 1.5 * LEVEL
@@ -70,7 +75,7 @@ def _cfg(data_dir, **overrides):
 
 def _transform(folder, train=True, size=32, **kwargs) -> G.DeviceTransform:
     dataset = G.EncodedImageFolder(folder)
-    resize_to = size if train else math.ceil(size * 256 / 224)
+    resize_to = size if train else resize_size(size)
     return G.DeviceTransform(dataset, CPU, size, train=train, resize_to=resize_to, **kwargs)
 
 
@@ -80,7 +85,7 @@ def _batch(transform, indices, epoch=0):
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_train_batches_have_the_cpu_paths_shape_dtype_and_range(tree, channels_last):
-    loaders = G.build_gpu_loaders(_cfg(tree, channels_last=channels_last), 0, 1, CPU)
+    loaders = build_gpu_loaders(_cfg(tree, channels_last=channels_last), 0, 1, CPU)
     assert len(loaders.train) == 3 and loaders.train_images == 24 and loaders.num_classes == 2
     batches = list(loaders.train_epoch(0))
     assert len(batches) == 3
@@ -101,11 +106,11 @@ def test_train_batches_have_the_cpu_paths_shape_dtype_and_range(tree, channels_l
 @pytest.mark.parametrize("min_scale", [0.08, 0.5])
 def test_crop_scale_and_ratio_follow_random_resized_crops_distribution(min_scale):
     height, width, draws = 375, 500, 4000
-    u = G.uniforms(seed=3, epoch=1, indices=np.arange(draws), count=2 * G.ATTEMPTS + 3)
-    ours = G.crop_boxes(np.full(draws, height), np.full(draws, width), u, min_scale).astype(float)
+    u = R.uniforms(seed=3, epoch=1, indices=np.arange(draws), count=2 * R.ATTEMPTS + 3)
+    ours = R.crop_boxes(np.full(draws, height), np.full(draws, width), u, min_scale).astype(float)
     torch.manual_seed(0)
     image = torch.empty(3, height, width)
-    theirs = np.array([RandomResizedCrop.get_params(image, (min_scale, 1.0), G.RATIO) for _ in range(draws)], float)
+    theirs = np.array([RandomResizedCrop.get_params(image, (min_scale, 1.0), R.RATIO) for _ in range(draws)], float)
     for boxes in (ours, theirs):
         top, left, h, w = boxes.T
         assert (top >= 0).all() and (left >= 0).all() and (top + h <= height).all() and (left + w <= width).all()
@@ -121,7 +126,7 @@ def test_crop_scale_and_ratio_follow_random_resized_crops_distribution(min_scale
 
 
 def test_flip_rate_is_one_half_and_hflip_false_never_flips(tree):
-    u = G.uniforms(seed=0, epoch=0, indices=np.arange(20_000), count=2 * G.ATTEMPTS + 3)
+    u = R.uniforms(seed=0, epoch=0, indices=np.arange(20_000), count=2 * R.ATTEMPTS + 3)
     assert abs((u[:, -1] < 0.5).mean() - 0.5) < 0.015
     assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
     flipping, plain = _transform(tree / "train"), _transform(tree / "train", hflip=False)
@@ -129,7 +134,7 @@ def test_flip_rate_is_one_half_and_hflip_false_never_flips(tree):
     a, b = _batch(flipping, indices).images, _batch(plain, indices).images
     flipped = [bool(torch.allclose(x, y.flip(-1), atol=1e-4)) for x, y in zip(a, b, strict=True)]
     same = [bool(torch.allclose(x, y, atol=1e-4)) for x, y in zip(a, b, strict=True)]
-    expected = G.uniforms(0, 0, indices, 2 * G.ATTEMPTS + 3)[:, -1] < 0.5
+    expected = R.uniforms(0, 0, indices, 2 * R.ATTEMPTS + 3)[:, -1] < 0.5
     assert flipped == expected.tolist() and same == (~expected).tolist() and 0 < expected.sum() < len(indices)
 
 
@@ -139,11 +144,14 @@ def test_crops_equal_pils_resized_crop_for_the_same_boxes(tree):
     images, _ = transform.decode(G.collate_encoded([dataset[i] for i in range(len(dataset))]))
     heights = np.array([im.shape[1] for im in images], float)
     widths = np.array([im.shape[2] for im in images], float)
-    u = G.uniforms(5, 0, range(len(images)), 2 * G.ATTEMPTS + 3)
-    boxes = G.crop_boxes(heights, widths, u, 0.08)
+    u = R.uniforms(5, 0, range(len(images)), 2 * R.ATTEMPTS + 3)
+    boxes = R.crop_boxes(heights, widths, u, 0.08)
     flips = u[:, -1] < 0.5
-    out = G.resample(images, G._crop_plan(boxes[:, 0] * 1.0, boxes[:, 2] * 1.0, 32),
-                     G._crop_plan(boxes[:, 1] * 1.0, boxes[:, 3] * 1.0, 32), 32, flips)
+    plans = np.zeros((len(images), R.PLAN_COLUMNS), np.float32)
+    plans[:, 0:6] = R._crop_plan(boxes[:, 0] * 1.0, boxes[:, 2] * 1.0, 32)
+    plans[:, 6:12] = R._crop_plan(boxes[:, 1] * 1.0, boxes[:, 3] * 1.0, 32)
+    plans[:, 12] = flips
+    out = R.resample(images, torch.from_numpy(plans), R.windows(plans), 32)
     assert out.shape == (len(images), 3, 32, 32) and {im.shape[1] for im in images} == {90, 120}
     for k, (path, _) in enumerate(dataset.samples):
         top, left, h, w = (int(v) for v in boxes[k])
@@ -158,7 +166,7 @@ def test_validation_pixels_equal_the_cpu_validation_transform(tree, size):
     transform = _transform(tree / "val", train=False, size=size)
     dataset = transform.dataset
     batch = _batch(transform, range(len(dataset)))
-    reference = torch.stack([val_transform(size)(Image.open(p).convert("RGB")) for p, _ in dataset.samples])
+    reference = NORMALIZE(torch.stack([val_transform(size)(Image.open(p).convert("RGB")) for p, _ in dataset.samples]))
     assert batch.images.shape == reference.shape
     difference = (batch.images - reference).abs()
     assert difference.max() <= PIXEL_TOLERANCE and difference.mean() < 0.5 * LEVEL
@@ -166,11 +174,11 @@ def test_validation_pixels_equal_the_cpu_validation_transform(tree, size):
 
 def test_training_without_augmentation_equals_the_cpu_resize_and_center_crop(tree):
     cfg = _cfg(tree, train_augment=False)
-    batch = next(iter(G.build_gpu_loaders(cfg, 0, 1, CPU).train_epoch(0)))
+    batch = next(iter(build_gpu_loaders(cfg, 0, 1, CPU).train_epoch(0)))
     dataset = G.EncodedImageFolder(tree / "train")
     order = list(torch.utils.data.DistributedSampler(dataset, 1, 0, shuffle=True, seed=cfg.seed, drop_last=True))
     plain = train_transform(32, augment=False)
-    reference = torch.stack([plain(Image.open(dataset.samples[i][0]).convert("RGB")) for i in order[:8]])
+    reference = NORMALIZE(torch.stack([plain(Image.open(dataset.samples[i][0]).convert("RGB")) for i in order[:8]]))
     assert (batch.images - reference).abs().max() <= PIXEL_TOLERANCE
 
 
@@ -186,7 +194,7 @@ def test_crops_depend_on_seed_epoch_and_index_only(tree):
 
 @pytest.mark.parametrize("workers", [0, 1])
 def test_bad_files_are_skipped_counted_and_named(bad_tree, workers, capfd):
-    loaders = G.build_gpu_loaders(_cfg(bad_tree, workers=workers, batch_size=29), 0, 1, CPU)
+    loaders = build_gpu_loaders(_cfg(bad_tree, workers=workers, batch_size=29), 0, 1, CPU)
     assert loaders.train_images == 24 + len(BAD_TRAIN) + 1
     batch, = list(loaders.train_epoch(0))
     assert batch.skipped == len(BAD_TRAIN) and batch.images.shape[0] == 29 - len(BAD_TRAIN) == len(batch.targets)
@@ -201,8 +209,8 @@ def test_bad_files_are_skipped_counted_and_named(bad_tree, workers, capfd):
 def test_a_png_named_jpeg_is_decoded_on_the_cpu_like_the_cpu_path(bad_tree):
     dataset = G.EncodedImageFolder(bad_tree / "train")
     index = next(i for i, (p, _) in enumerate(dataset.samples) if p.endswith("png_inside.JPEG"))
-    _, payload, _ = dataset[index]
-    assert isinstance(payload, np.ndarray)  # decoded here by PIL, not sent to the JPEG decoder
+    _, payload, _, _ = dataset[index]
+    assert isinstance(payload, torch.Tensor)  # decoded here by PIL, not sent to the JPEG decoder
     good = next(i for i, (p, _) in enumerate(dataset.samples) if p.endswith("_1.JPEG"))
     images, keep = _transform(bad_tree / "train").decode(G.collate_encoded([dataset[index], dataset[good]]))
     assert keep == [True, True]
@@ -211,7 +219,7 @@ def test_a_png_named_jpeg_is_decoded_on_the_cpu_like_the_cpu_path(bad_tree):
 
 
 def test_bad_data_error_names_the_file(bad_tree):
-    loaders = G.build_gpu_loaders(_cfg(bad_tree, bad_data="error", batch_size=29), 0, 1, CPU)
+    loaders = build_gpu_loaders(_cfg(bad_tree, bad_data="error", batch_size=29), 0, 1, CPU)
     with pytest.raises(DataError, match="cannot read image .*(dangling|truncated|error_page|bad_inside).*Fix"):
         list(loaders.train_epoch(0))
 

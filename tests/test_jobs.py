@@ -25,7 +25,7 @@ SMALL = dict(dataset="digits", image_size=32, arch="resnet18", epochs=1, max_ste
 @pytest.fixture(scope="session")
 def shared_data(tmp_path_factory):
     """One digits export shared by every job in this module."""
-    from tutorial_lib.engine.data import export_digits
+    from tutorial_lib.engine.input.folders import export_digits
 
     return str(export_digits(tmp_path_factory.mktemp("data") / "digits", image_size=32))
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from tutorial_lib.engine.config import make_config
-from tutorial_lib.engine.data import Batch
+from tutorial_lib.engine.input.files import Batch
 from tutorial_lib.engine.step import TrainStep
 
 CPU = torch.device("cpu")

@@ -55,7 +55,7 @@ def plan_for(notebook: Path, values: dict, gpus: int) -> plans.Plan:
 @pytest.fixture(scope="module")
 def digits_root(tmp_path_factory):
     """A working directory with the digits exports the notebooks' default data_dirs point at."""
-    from tutorial_lib.engine.data import export_digits
+    from tutorial_lib.engine.input.folders import export_digits
 
     root = tmp_path_factory.mktemp("course")
     export_digits(root / "data" / "digits", image_size=8)

@@ -172,7 +172,7 @@ def test_sources_it_cannot_read_are_refused_naming_the_command(prepared, tmp_pat
 
 
 def test_the_trainer_refusal_of_a_flat_val_names_the_prepare_command(prepared):
-    from tutorial_lib.engine.data import DataError, check_imagefolder
+    from tutorial_lib.engine.input.folders import DataError, check_imagefolder
 
     with pytest.raises(DataError, match="has no class folders") as error:
         check_imagefolder(prepared["flat_val"]["source"])

@@ -25,8 +25,9 @@ import pytest
 
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config, validate_name
-from tutorial_lib.engine.data import CountingImageFolder, DataError, export_digits, publish_tree
-from tutorial_lib.engine.gpu_input import EncodedImageFolder
+from tutorial_lib.engine.input.cpu import CountingImageFolder
+from tutorial_lib.engine.input.folders import DataError, export_digits, publish_tree
+from tutorial_lib.engine.input.gpu import EncodedImageFolder
 from tutorial_lib.jobs.spec import make_spec
 from tutorial_lib.rundir.lock import RunLock, RunLockedError
 
@@ -171,15 +172,15 @@ BLOCKED_TRAINER = """
 import os, sys
 from pathlib import Path
 from tutorial_lib import train
-from tutorial_lib.engine import data
+from tutorial_lib.engine.input import cpu
 reached, fifo = Path(sys.argv[1]), sys.argv[2]
-original = data.CountingImageFolder.__getitem__
+original = cpu.CountingImageFolder.__getitem__
 def blocked(self, index):  # a read that never returns (a FIFO here; a hung network mount in real life)
     reached.touch()
     with open(fifo, "rb") as handle:
         handle.read()
     return original(self, index)
-data.CountingImageFolder.__getitem__ = blocked
+cpu.CountingImageFolder.__getitem__ = blocked
 sys.exit(train.main(sys.argv[3:]))
 """
 

@@ -25,14 +25,14 @@ import torch
 from tests.conftest import REPO_ROOT, subprocess_env, write_image_tree
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config, validate, validate_name
-from tutorial_lib.engine.data import DataError, export_digits
+from tutorial_lib.engine.input.folders import DataError, export_digits
 from tutorial_lib.engine.stop import EXIT_DIVERGED, EXIT_STOPPED
 from tutorial_lib.engine.trainer import Trainer, TrainingDiverged
 from tutorial_lib.engine.validate import FLOAT_RANGES
 from tutorial_lib.jobs.spec import make_spec, write_job_file
 from tutorial_lib.jobs.states import write_state
 from tutorial_lib.rundir.checkpoint import SaveError, load_checkpoint, save_atomic
-from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE, METRICS_FILE, STOP_FILE
+from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE, INDEX_FILE, METRICS_FILE, STOP_FILE
 from tutorial_lib.rundir.lock import RunDirError, prepare_run_dir, process_start
 from tutorial_lib.rundir.metrics import MetricsWriter
 from tutorial_lib.rundir.owned import clear_run_dir
@@ -276,7 +276,7 @@ def test_a_trainer_that_cannot_write_its_checkpoint_says_so_in_one_line(runs):
     error = _one_line_error(result, 1, "could not save")
     run_dir = runs.run_dir("no-room")
     assert str(run_dir / CHECKPOINT_FILE) in error and "File too large" in error
-    assert sorted(p.name for p in run_dir.iterdir()) == sorted([CONFIG_FILE, METRICS_FILE])  # no temp file left
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted([CONFIG_FILE, INDEX_FILE, METRICS_FILE])  # no temp file left
 
 
 # ------------------------------------------------------------------------ 6. a recorded pid is verified

@@ -19,7 +19,7 @@ import torch
 from tests.conftest import subprocess_env
 from tutorial_lib import REPO_ROOT, free_port
 from tutorial_lib.engine.config import make_config
-from tutorial_lib.engine.gpu_input import loaders_for
+from tutorial_lib.engine.input.loaders import loaders_for
 from tutorial_lib.engine.trainer import Trainer
 
 CPU = torch.device("cpu")

@@ -19,6 +19,7 @@ from tutorial_lib.bench.data import (
     measure_e2e,
     measure_gpu_pipeline,
     measure_loader,
+    prepare_fake_imagenet,
 )
 from tutorial_lib.bench.records import append_records, describe, markdown_tables, read_records
 from tutorial_lib.engine.config import parse_bool
@@ -28,6 +29,7 @@ USAGE = """examples:
     python -m tutorial_lib.bench train --precision fp32,bf16 --channels-last off,on --out results/train.jsonl
     python -m tutorial_lib.bench data --workers 0,1,2 --out results/data.jsonl
     python -m tutorial_lib.bench data --device cpu --gpu-pipeline yes   # the GPU pipeline's code, on the CPU
+    python -m tutorial_lib.bench loader --workers 1,2 --out results/loader.jsonl   # CPU pipeline vs torchvision's
     python -m tutorial_lib.bench e2e --workers 2 --input-pipeline cpu,gpu --out results/e2e.jsonl
     python -m tutorial_lib.bench runs runs/my_run --out results/trainer.jsonl   # a trainer run's own speed
     torchrun --nproc-per-node 2 -m tutorial_lib.bench allreduce --out results/allreduce.jsonl
@@ -117,6 +119,21 @@ def build_parser() -> argparse.ArgumentParser:
     reduce.add_argument("--ddp-steps", type=int, default=0,
                         help="also time this many DDP training steps per round with each algorithm (0: off)")
     add_data_arguments(sub, common)
+    loader = sub.add_parser("loader", help="the CPU pipeline vs the plain torchvision recipe (interleaved), and "
+                            "PIL's JPEG decoder vs torchvision's")
+    loader.add_argument("--data-dir", default="data/fake_imagenet_loader", help="ImageNet-layout folder (generated "
+                        "if missing)")
+    loader.add_argument("--classes", type=int, default=8)
+    loader.add_argument("--per-class", type=int, default=160)
+    loader.add_argument("--workers", type=lambda t: _parse_list(t, int), default=[1, 2])
+    loader.add_argument("--batch-size", type=int, default=32)
+    loader.add_argument("--image-size", type=int, default=224)
+    loader.add_argument("--min-time", type=float, default=3.0, help="seconds per recipe and round")
+    loader.add_argument("--repeats", type=int, default=3)
+    loader.add_argument("--decode-images", type=int, default=64, help="files in the decoder comparison (0: skip)")
+    loader.add_argument("--out", help="append JSON lines here (default: print them)")
+    loader.add_argument("--quiet", action="store_true", help="no human-readable lines")
+    loader.add_argument("--label", help="stored in every record as `label`")
     runs = sub.add_parser("runs", help="a training run's own steady-state speed, from its run directory")
     runs.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     runs.add_argument("--skip-steps", type=int, default=0, help="also leave out windows ending at or before this "
@@ -260,6 +277,15 @@ def main(argv: list[str] | None = None) -> int:
                                    args.phases)
         if record is not None:
             _emit([record], args)
+        return 0
+    if args.command == "loader":
+        from tutorial_lib.bench.loader import compare_decoders, compare_recipes
+
+        prepare_fake_imagenet(args.data_dir, args.classes, args.per_class)  # a real data set is used as it is
+        if args.decode_images:
+            _emit([compare_decoders(args.data_dir, args.decode_images)], args)
+        _emit(compare_recipes(args.data_dir, args.workers, args.batch_size, args.image_size, args.min_time,
+                              args.repeats), args)
         return 0
     device = resolve_device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

@@ -1,7 +1,7 @@
 """Compute benchmarks: the device's matrix-product ceiling, FLOPs per image, and the training step's speed.
 
 :func:`measure_training` times the trainer's own :class:`tutorial_lib.engine.step.TrainStep` fed by the
-trainer's own synthetic loader (:func:`tutorial_lib.engine.data.build_loaders` with ``dataset="synthetic"``,
+trainer's own synthetic loader (:func:`tutorial_lib.engine.input.loaders.loaders_for` with ``dataset="synthetic"``,
 batches made once on the device): the model's speed without an input pipeline. Warm-up steps are excluded;
 the step time is the median of several timed windows (CUDA events on a GPU, ``perf_counter`` on the CPU).
 Records report peak memory and the achieved TFLOP/s (FLOPs counted with FlopCounterMode) beside
@@ -237,7 +237,7 @@ def synthetic_step(settings: dict, device: torch.device, steps: int = 1000):
     """A zero-argument callable running one step of the trainer's own :class:`tutorial_lib.engine.step.TrainStep`
     on one batch of the trainer's synthetic loader (made on the device), with ``settings`` (arch, precision,
     channels_last, compile, batch_size, image_size, num_classes); it returns the loss, on the device."""
-    from tutorial_lib.engine.data import build_loaders
+    from tutorial_lib.engine.input.loaders import loaders_for
     from tutorial_lib.engine.step import TrainStep
 
     cfg = bench_config(device, arch=settings["arch"], precision=settings["precision"],
@@ -245,7 +245,7 @@ def synthetic_step(settings: dict, device: torch.device, steps: int = 1000):
                        batch_size=settings["batch_size"], image_size=settings["image_size"],
                        num_classes=settings.get("num_classes", 1000), synthetic_images=steps * settings["batch_size"])
     torch.manual_seed(0)
-    loaders = build_loaders(cfg, 0, 1, device)
+    loaders = loaders_for(cfg, 0, 1, device)
     step = TrainStep(cfg, loaders.num_classes, device, steps_per_epoch=steps)
     batch = next(iter(loaders.train))
     return lambda: step(batch)

@@ -3,11 +3,11 @@
 * :func:`measure_loader`: the trainer's CPU pipeline (``CountingImageFolder`` + ``train_transform``
   in DataLoader workers): images/s, MB/s read, and the per-image cost of reading, decoding and
   augmenting in one process.
-* :func:`measure_gpu_pipeline`: the trainer's GPU pipeline (:func:`tutorial_lib.engine.gpu_input.build_gpu_loaders`:
+* :func:`measure_gpu_pipeline`: the trainer's GPU pipeline (:func:`tutorial_lib.engine.input.loaders.build_gpu_loaders`:
   workers read file bytes, the device decodes and augments in batches); on a CPU the same code with
   torchvision's CPU decoder.
 * :func:`measure_e2e`: the trainer's own step (:class:`tutorial_lib.engine.step.TrainStep`) fed by the
-  trainer's own loaders (:func:`tutorial_lib.engine.gpu_input.loaders_for`, either input pipeline), timed as
+  trainer's own loaders (:func:`tutorial_lib.engine.input.loaders.loaders_for`, either input pipeline), timed as
   the trainer runs.
 
 The generated ImageNet-like JPEG set is :mod:`tutorial_lib.bench.fake_imagenet` (its names are
@@ -16,7 +16,6 @@ re-exported here). Used by ``python -m tutorial_lib.bench data|e2e`` and by note
 
 from __future__ import annotations
 
-import io
 import math
 import os
 import time
@@ -52,7 +51,8 @@ def _order(length: int, count: int, seed: int = 0) -> list[int]:
 
 # --------------------------------------------------------------------------- CPU loader
 def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, repeats: int = 1) -> dict:
-    """Milliseconds per image to read the file, decode it (PIL) and augment it, in this one process.
+    """Milliseconds per image to read the file, decode it and augment it as the CPU pipeline does, in this
+    one process.
 
     With ``repeats`` > 1 the same images are timed that many times; each figure is the median
     round, with its range in ``<figure>_low``/``_high``.
@@ -65,9 +65,8 @@ def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, 
         for key in ("read_ms_per_image", "decode_ms_per_image", "augment_ms_per_image"):
             store(merged, key, Spread.of([r[key] for r in rounds]))
         return {**merged, "repeats": repeats}
-    from PIL import Image
-
-    from tutorial_lib.engine.data import train_transform
+    from tutorial_lib.engine.input.cpu import train_transform
+    from tutorial_lib.engine.input.files import decode_image
 
     dataset_dir = split_dir(data_dir)
     paths = sorted(dataset_dir.rglob("*"))
@@ -78,7 +77,7 @@ def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, 
         t0 = time.perf_counter()
         data = path.read_bytes()
         t1 = time.perf_counter()
-        image = Image.open(io.BytesIO(data)).convert("RGB")
+        image = decode_image(data)
         t2 = time.perf_counter()
         transform(image)
         t3 = time.perf_counter()
@@ -101,7 +100,7 @@ def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int 
     """
     from torch.utils.data import DataLoader
 
-    from tutorial_lib.engine.data import CountingImageFolder, collate_skipping, train_transform
+    from tutorial_lib.engine.input.cpu import CountingImageFolder, collate_skipping, train_transform
 
     dataset = CountingImageFolder(split_dir(data_dir), train_transform(image_size))
     warmup_batches = max(1, workers) if warmup_batches is None else warmup_batches
@@ -140,7 +139,7 @@ def measure_gpu_pipeline(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, batch_s
                          repeats: int = 1, seed: int = 0) -> dict:
     """Images/s of the trainer's own GPU input pipeline (``input_pipeline: gpu``) on ``device``.
 
-    The loaders are the trainer's (:func:`tutorial_lib.engine.gpu_input.build_gpu_loaders`): ``workers``
+    The loaders are the trainer's (:func:`tutorial_lib.engine.input.loaders.build_gpu_loaders`): ``workers``
     DataLoader workers read the files' bytes, the device decodes them in batches (nvJPEG on CUDA,
     torchvision's CPU decoder on the CPU) and crops, resizes, flips and normalises them in batched form.
     After ``warmup_batches`` untimed batches (default: one per worker, at least one) each of
@@ -156,8 +155,8 @@ def measure_gpu_pipeline(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, batch_s
         return {**record, "status": "skipped", "reason": "no CUDA GPU here (nvJPEG decoding needs one); "
                 "--device cpu runs the same pipeline on the CPU", "env": environment_facts("cpu"),
                 "timestamp": time.time()}
-    from tutorial_lib.engine.data import DataError
-    from tutorial_lib.engine.gpu_input import build_gpu_loaders
+    from tutorial_lib.engine.input.folders import DataError
+    from tutorial_lib.engine.input.loaders import build_gpu_loaders
 
     device = resolve_device(device)
     warmup_batches = max(1, workers) if warmup_batches is None else warmup_batches
@@ -211,7 +210,7 @@ def measure_e2e(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, arch: str | None
                 input_pipeline: str | None = None) -> dict:
     """Training images/s when the trainer's own loader feeds the trainer's own step from the JPEG files.
 
-    The same objects the trainer uses (:func:`tutorial_lib.engine.data.build_loaders` with
+    The same objects the trainer uses (:func:`tutorial_lib.engine.input.loaders.loaders_for` with
     ``dataset="imagefolder"`` and :class:`tutorial_lib.engine.step.TrainStep`), timed the way the
     trainer runs: the host queues steps without waiting for each one (one synchronisation at the
     end), so loading the next batch overlaps the device's work. ``data_wait_fraction`` is the share
@@ -221,7 +220,7 @@ def measure_e2e(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, arch: str | None
     The timed steps go on past ``steps`` until ``min_time`` seconds have passed. ``input_pipeline``
     None takes the profile's (``gpu``: decode and augment on the device, as the trainer does).
     """
-    from tutorial_lib.engine.gpu_input import loaders_for
+    from tutorial_lib.engine.input.loaders import loaders_for
     from tutorial_lib.engine.step import TrainStep
 
     device = resolve_device(device)

@@ -67,7 +67,7 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
     settings = {"classes": classes, "per_class": per_class, "val_per_class": val_per_class, "size": list(size),
                 "quality": quality, "seed": seed, "version": 1}
     marker = root / FAKE_MARKER
-    from tutorial_lib.engine.data import check_replaceable, publish_tree
+    from tutorial_lib.engine.input.folders import check_replaceable, publish_tree
     from tutorial_lib.rundir.owned import foreign_tree_files
 
     if foreign_tree_files(root, FAKE_MARKER) is not None and json.loads(marker.read_text()) == settings:
@@ -108,7 +108,7 @@ def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: i
     training images for ``loader_batches + 4`` batches and the device's default e2e steps."""
     root = Path(root)
     if root.is_dir() and not (root / FAKE_MARKER).is_file() and any(root.iterdir()):
-        from tutorial_lib.engine.data import check_imagefolder
+        from tutorial_lib.engine.input.folders import check_imagefolder
 
         return check_imagefolder(root)
     d = defaults(device)
@@ -118,7 +118,7 @@ def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: i
 
 def dataset_summary(data_dir: str | os.PathLike) -> dict:
     """Image count, classes and mean file size of ``data_dir/train``."""
-    from tutorial_lib.engine.data import CountingImageFolder
+    from tutorial_lib.engine.input.cpu import CountingImageFolder
 
     dataset = CountingImageFolder(split_dir(data_dir))
     sizes = [os.path.getsize(path) for path, _ in dataset.samples]

@@ -59,7 +59,9 @@ def describe(record: dict) -> str:
             "e2e": "{arch} {precision} {input_pipeline}-pipeline workers={workers} b={batch_size} {image_size}px",
             "trainer": "{run}: {dataset} {input_pipeline}-pipeline {arch} {precision} b={batch_size}",
             "peer": "{peer} {arch} {precision} cl={channels_last} compile={compile} b={batch}",
-            "allreduce": "{backend} x{world_size}", "matmul": "{device}"}.get(kind, "{kind}")
+            "allreduce": "{backend} x{world_size}", "matmul": "{device}",
+            "loader": "{recipe} workers={workers} b={batch_size} {image_size}px",
+            "loader_ratio": "workers={workers} b={batch_size} {image_size}px"}.get(kind, "{kind}")
     text = f"{kind}: " + head.format_map({k: _fmt(v) for k, v in record.items()})
     if status != "ok":
         return f"{text}: {status} ({record.get('reason', '')})"
@@ -84,6 +86,18 @@ def describe(record: dict) -> str:
         return f"{text}: {record['images_per_sec']:.1f} img/s, peak {record.get('peak_mem_gb')} GB"
     if kind == "matmul":
         return f"{text}: {record['matmul_dtype']} {record['matmul_size']}^3: {record['matmul_tflops']:.3f} TFLOP/s"
+    if kind == "loader":
+        return (f"{text}: {record['images_per_sec_per_worker']:.1f} img/s per worker "
+                f"({record['images_per_sec_low']:.1f}-{record['images_per_sec_high']:.1f} in all), "
+                f"peak {record['peak_pss_mb']:.0f} MB")
+    if kind == "loader_ratio":
+        return f"{text}: tutorial/plain {record['ratio']:.2f}x ({record['ratio_low']:.2f}-{record['ratio_high']:.2f})"
+    if kind == "decode":
+        return (f"{text}: PIL {record['pil_ms_per_image']:.2f} ms/image, torchvision "
+                f"{record['torchvision_ms_per_image']:.2f} ms/image, "
+                f"PIL/torchvision {record['pil_over_torchvision']:.2f}x "
+                f"({record['pil_over_torchvision_low']:.2f}-{record['pil_over_torchvision_high']:.2f}): "
+                f"{record['decision']}")
     if kind == "allreduce":
         best = max(r["busbw_GBps"] for r in record["results"])
         return f"{text}: {len(record['results'])} sizes, best bus bandwidth {best:.2f} GB/s"

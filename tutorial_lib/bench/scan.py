@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from tutorial_lib.data import file_index
-from tutorial_lib.engine.data import CountingImageFolder
 from tutorial_lib.engine.device import environment_facts
+from tutorial_lib.engine.input.cpu import CountingImageFolder
 
 TREE_MARKER = "scan_tree.json"
 

@@ -87,7 +87,7 @@ def ddp_step_rates(algorithms, steps: int, repeats: int, device, arch: str = "re
     """Images/s of the trainer's step under DDP with each algorithm, and of the same step without DDP on
     every rank at once (``none``: the compute alone, for the model), in interleaved rounds of ``steps``."""
     from tutorial_lib.engine.config import make_config
-    from tutorial_lib.engine.data import Batch
+    from tutorial_lib.engine.input.files import Batch
     from tutorial_lib.engine.step import TrainStep
 
     world = dist.get_world_size()

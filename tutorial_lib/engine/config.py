@@ -315,14 +315,14 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     if cfg.compile != "none" and cfg.compile == "reduce-overhead" and not on_gpu:
         _fail("compile", "reduce-overhead uses CUDA graphs and needs a GPU", "use --compile default or none")
     if check_paths and cfg.dataset == "imagefolder":
-        from tutorial_lib.engine.data import DataError, check_imagefolder
+        from tutorial_lib.engine.input.folders import DataError, check_imagefolder
 
         try:
             check_imagefolder(cfg.data_dir)
         except DataError as exc:
             raise ConfigError(str(exc)) from None
     if check_paths and cfg.dataset == "digits":  # the export replaces data_dir: only ever a folder of ours
-        from tutorial_lib.engine.data import DataError, check_digits_target
+        from tutorial_lib.engine.input.folders import DataError, check_digits_target
 
         try:
             check_digits_target(cfg.data_dir)

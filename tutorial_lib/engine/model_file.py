@@ -22,8 +22,11 @@ from torch.utils.data import DataLoader
 from torchvision.datasets.folder import find_classes
 
 from tutorial_lib.engine import distributed as dist_utils
-from tutorial_lib.engine.data import CountingImageFolder, DataError, ShardSampler, collate_skipping, val_transform
 from tutorial_lib.engine.evaluate import evaluate
+from tutorial_lib.engine.input.cpu import CountingImageFolder, NormalizedBatches, collate_skipping, val_transform
+from tutorial_lib.engine.input.files import Normalizer
+from tutorial_lib.engine.input.folders import DataError
+from tutorial_lib.engine.input.samplers import ShardSampler
 from tutorial_lib.engine.models import build_model
 from tutorial_lib.rundir.checkpoint import CheckpointError, load_weights_only, save_atomic
 from tutorial_lib.rundir.layout import MODEL_FILE
@@ -80,8 +83,10 @@ def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_
                             f"{dataset.classes[:3]}) are not the {len(meta['classes'])} classes the model was "
                             f"trained on (first {meta['classes'][:3]}), so labels would not match. Fix: pass the "
                             "data set it was trained on.")
-        loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate_skipping,
-                            sampler=ShardSampler(len(dataset), info.rank, info.world_size))
+        loader = NormalizedBatches(DataLoader(dataset, batch_size=batch_size, num_workers=workers,
+                                              collate_fn=collate_skipping,
+                                              sampler=ShardSampler(len(dataset), info.rank, info.world_size)),
+                                   Normalizer(target))
         result = evaluate(model, loader, target, info, False, nullcontext)
     finally:
         dist_utils.shutdown(info)

@@ -15,7 +15,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from tutorial_lib.engine.comm_hooks import register_allreduce
 from tutorial_lib.engine.config import TrainConfig, scaled_batch_and_lr
-from tutorial_lib.engine.data import Batch
+from tutorial_lib.engine.input.files import Batch
 from tutorial_lib.engine.models import build_model
 from tutorial_lib.engine.optim import build_optimizer, build_scheduler
 

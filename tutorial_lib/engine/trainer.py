@@ -31,10 +31,11 @@ from tutorial_lib.data import file_index
 from tutorial_lib.engine import distributed as dist_utils
 from tutorial_lib.engine.cli import config_from_args
 from tutorial_lib.engine.config import ConfigError, TrainConfig, scaled_batch_and_lr, validate
-from tutorial_lib.engine.data import Batch, DataError, prepare_dataset
 from tutorial_lib.engine.device import environment_facts
 from tutorial_lib.engine.evaluate import evaluate
-from tutorial_lib.engine.gpu_input import loaders_for
+from tutorial_lib.engine.input.files import Batch
+from tutorial_lib.engine.input.folders import DataError, prepare_dataset
+from tutorial_lib.engine.input.loaders import loaders_for
 from tutorial_lib.engine.model_file import class_names, save_model
 from tutorial_lib.engine.models import count_parameters
 from tutorial_lib.engine.recipe import check_resume

@@ -211,12 +211,12 @@ def _images_in(folder: Path) -> list[Path]:
 def dataset_summary(data_dir: str | os.PathLike):
     """Classes and images per split of an ImageFolder tree (``train/`` and ``val/``), as a DataFrame.
 
-    Checks the layout with :func:`tutorial_lib.engine.data.check_imagefolder` first (clear error if wrong).
+    Checks the layout with :func:`tutorial_lib.engine.input.folders.check_imagefolder` first (clear error if wrong).
     Columns: classes, images, fewest and most images in one class, empty class folders.
     """
     import pandas as pd
 
-    from tutorial_lib.engine.data import check_imagefolder
+    from tutorial_lib.engine.input.folders import check_imagefolder
 
     root = check_imagefolder(data_dir)
     rows = {}
@@ -229,7 +229,7 @@ def dataset_summary(data_dir: str | os.PathLike):
 
 def sample_images(data_dir: str | os.PathLike, n: int = 16, split: str = "train", seed: int = 0) -> list[tuple]:
     """``n`` (path, class name) pairs drawn at random (reproducibly, by ``seed``) from one split."""
-    from tutorial_lib.engine.data import check_imagefolder
+    from tutorial_lib.engine.input.folders import check_imagefolder
 
     if n < 1:
         raise ValueError(f"n: must be at least 1, got {n}")

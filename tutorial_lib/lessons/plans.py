@@ -23,7 +23,7 @@ from pathlib import Path
 from tutorial_lib.engine.config import PROFILES, ConfigError, TrainConfig, make_config
 
 _FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
-DIGITS_MARKER = "digits_export.json"  # written by engine.data.export_digits
+DIGITS_MARKER = "digits_export.json"  # written by engine.input.folders.export_digits
 DIGITS_TRAIN_IMAGES = 1438  # scikit-learn's 1,797 digits less the 20% validation split of export_digits
 
 
