@@ -276,7 +276,8 @@ def test_a_trainer_that_cannot_write_its_checkpoint_says_so_in_one_line(runs):
     error = _one_line_error(result, 1, "could not save")
     run_dir = runs.run_dir("no-room")
     assert str(run_dir / CHECKPOINT_FILE) in error and "File too large" in error
-    assert sorted(p.name for p in run_dir.iterdir()) == sorted([CONFIG_FILE, INDEX_FILE, METRICS_FILE])  # no temp file left
+    # no temp file left
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted([CONFIG_FILE, INDEX_FILE, METRICS_FILE])
 
 
 # ------------------------------------------------------------------------ 6. a recorded pid is verified
