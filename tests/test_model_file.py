@@ -108,6 +108,9 @@ def test_a_crafted_pickle_checkpoint_is_refused_and_runs_nothing(runs, tmp_path)
     marker = tmp_path / "code-ran"
     run_dir = runs.run_dir("crafted")
     run_dir.mkdir(parents=True)
+    # a run directory as the project leaves it (its first event), whose checkpoint someone replaced
+    started = json.dumps({"event": "start", "time": 0.0}) + "\n"
+    (run_dir / METRICS_FILE).write_text(started)
     with open(run_dir / CHECKPOINT_FILE, "wb") as handle:
         pickle.dump({"model": _Planted(marker)}, handle, protocol=2)
     result = runs.module(runs.flags("crafted", **TINY))
@@ -115,7 +118,7 @@ def test_a_crafted_pickle_checkpoint_is_refused_and_runs_nothing(runs, tmp_path)
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: checkpoint:")
     assert "posix.mkdir" in result.stderr and "nothing was loaded or run" in result.stderr
     assert not marker.exists()
-    assert not (run_dir / METRICS_FILE).exists() and not (run_dir / CONFIG_FILE).exists()
+    assert (run_dir / METRICS_FILE).read_text() == started and not (run_dir / CONFIG_FILE).exists()
     with open(run_dir / MODEL_FILE, "wb") as handle:  # the same through `python -m tutorial_lib.evaluate`
         pickle.dump({"format": 1, "state_dict": _Planted(marker)}, handle)
     done = subprocess.run([sys.executable, "-m", "tutorial_lib.evaluate", str(run_dir), "--data-dir",
