@@ -101,7 +101,7 @@ class Site:
         known = [f.name for f in fields(cls)]
         unknown = [key for key in data if key not in known]
         if unknown:
-            raise ConfigError(f"site.{shorten(unknown[0])}: not a site setting. Fix: use one of {', '.join(known)}.")
+            raise ConfigError(f"site.{str(unknown[0])[:60]}: not a site setting. Fix: use one of {', '.join(known)}.")
         return cls(**{key: _SITE_CHECKS[key](value) for key, value in data.items() if value not in (None, "")})
 
     def resolve(self, partition=None, account=None, time=None) -> tuple:

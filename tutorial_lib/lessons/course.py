@@ -102,18 +102,43 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
     return found
 
 
+def declared_parameters(notebook: Path) -> list[str]:
+    """The names a notebook's ``parameters`` cell assigns, in order (what papermill may set)."""
+    import ast
+
+    cells = json.loads(Path(notebook).read_text())["cells"]
+    source = next(("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])), "")
+    return [target.id for statement in ast.parse(source).body if isinstance(statement, ast.Assign)
+            for target in statement.targets if isinstance(target, ast.Name)]
+
+
+def check_parameter_names(params: dict, where: str = "parameters") -> None:
+    """Refuse a parameter that no notebook declares (papermill would only warn, and the course would run
+    with the notebook's default instead), naming it and the closest declared names."""
+    import difflib
+
+    declared = sorted({name for notebook in notebooks() for name in declared_parameters(notebook)})
+    unknown = [name for name in params if name not in declared]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], declared, n=3)
+        raise SystemExit(f"error: {where}: no notebook has a parameter {unknown[0]!r}"
+                         + (f" (did you mean {', '.join(close)}?)" if close else "")
+                         + ". Fix: use a name from a notebook's parameters cell (nothing was run).")
+
+
 def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None, only: list[str] | None = None,
                kernel: str | None = None, progress: bool = True) -> Path:
     """Execute the notebooks headless with papermill into ``out``; write and return SUMMARY.md.
 
-    ``params`` are passed to every notebook (papermill ignores those a notebook does not declare
-    and warns). A failing notebook stops the run with papermill's error, after the summary of the
+    ``params`` are passed to every notebook that declares them; a name no notebook declares is
+    refused before anything runs (:func:`check_parameter_names`). A failing notebook stops the run with papermill's error, after the summary of the
     notebooks before it has been written. ``progress`` shows papermill's bar of executed cells.
     Course runs are never resumed, so once a notebook is done the checkpoints of the runs it
     finished are deleted (:func:`drop_finished_checkpoints`).
     """
     import papermill
 
+    check_parameter_names(params or {})
     out = check_output_folder(out)
     os.environ[SUMMARY_ENV] = str(out / "summary")
     timings: dict[str, float] = {}
@@ -122,7 +147,9 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
         for notebook in notebooks(only):
             print(f"== {notebook.name}", flush=True)
             started = time.perf_counter()
-            papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=params or {},
+            declared = declared_parameters(notebook)
+            given = {name: value for name, value in (params or {}).items() if name in declared}
+            papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=given,
                                        cwd=str(REPO_ROOT), kernel_name=kernel, progress_bar=progress,
                                        log_output=False)
             timings[notebook.stem] = time.perf_counter() - started
@@ -221,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     params = load_params(args.params) if args.params else {}
+    check_parameter_names(params, args.params or "parameters")
     params.update({name: yaml.safe_load(value) for name, value in args.p})
+    check_parameter_names(params, "-p")
     run_course(args.out, params, args.only)
     return 0
 
