@@ -48,7 +48,8 @@ def test_the_site_reaches_sbatch_and_the_batch_script(tmp_path):
     lines = script.splitlines()
     for line in GPU_SITE["setup"]:  # the user's own shell, exactly as given, in order
         assert line in lines
-    assert lines.index(GPU_SITE["setup"][0]) < lines.index(GPU_SITE["setup"][1]) < lines.index("# 1. Inputs, with defaults.")
+    first, second = (lines.index(line) for line in GPU_SITE["setup"])
+    assert first < second < lines.index("# 1. Inputs, with defaults.")
     assert "export NCCL_SOCKET_IFNAME=ib0" in lines and "export TUTORIAL_PYTHON=python3" in lines
     assert spec.python == "python3"  # what every node's torchrun runs
     # explicit submit arguments win over the site's
@@ -66,7 +67,8 @@ def test_gpu_request_style_and_containers(tmp_path):
     assert "SITE_SRUN=('--container-image=nvcr.io#nvidia/pytorch:24.01-py3'" in batch_script(pyxis)
     # a CPU job asks for no GPUs, whatever the style
     cpu = spec_for({"gpu_request": "gres", "cpus_per_rank": 1}, tmp_path, ranks=2, profile="smoke")
-    assert not [w for w in sbatch_command(cpu) if w.startswith(("--gres", "--gpus"))] and "--cpus-per-task=2" in sbatch_command(cpu)
+    assert not [w for w in sbatch_command(cpu) if w.startswith(("--gres", "--gpus"))]
+    assert "--cpus-per-task=2" in sbatch_command(cpu)
 
 
 def test_the_site_section_runs_in_bash_and_its_values_stay_inert(tmp_path):

@@ -131,8 +131,9 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
     """Execute the notebooks headless with papermill into ``out``; write and return SUMMARY.md.
 
     ``params`` are passed to every notebook that declares them; a name no notebook declares is
-    refused before anything runs (:func:`check_parameter_names`). A failing notebook stops the run with papermill's error, after the summary of the
-    notebooks before it has been written. ``progress`` shows papermill's bar of executed cells.
+    refused before anything runs (:func:`check_parameter_names`). A failing notebook stops the run
+    with papermill's error, after the summary of the notebooks before it has been written.
+    ``progress`` shows papermill's bar of executed cells.
     Course runs are never resumed, so once a notebook is done the checkpoints of the runs it
     finished are deleted (:func:`drop_finished_checkpoints`).
     """
