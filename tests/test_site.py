@@ -207,3 +207,32 @@ def test_on_the_strict_cluster_a_job_without_the_site_fails_in_one_line(tmp_path
     explanation = job.explain()
     assert "\n" not in explanation and f"The compute nodes have no {sys.executable}" in explanation
     assert "Fix: give the site block a python" in explanation
+
+
+# ------------------------------------------------------------ the pre-flight
+def test_preflight_reports_each_check_in_one_line(tmp_path, backend, digits_dir):
+    from tutorial_lib.jobs import preflight
+
+    cfg = make_config("smoke", name="pf", output_root=str(tmp_path), dataset="imagefolder", data_dir=str(digits_dir))
+    report = preflight.run(cfg, nodes=2, ranks_per_node=1, backend=backend, timeout=240)
+    lines = str(report).splitlines()
+    assert report.ok, str(report)
+    assert [line.split(":")[0] for line in lines] == [
+        "ok    scheduler accepts the job", "ok    python on every node imports torch and tutorial_lib",
+        "ok    CPUs per rank", "ok    all-reduce across 2 ranks"]
+    assert "2 of 2 ranks on 2 node(s)" in lines[1] and "sum 2 on every rank" in lines[3]
+    report.raise_if_failed()
+
+
+def test_on_the_strict_cluster_the_preflight_says_what_is_wrong(tmp_path, slurm, digits_dir):
+    from tutorial_lib.jobs import preflight
+
+    _strict(slurm)
+    cfg = make_config("smoke", name="pf", output_root=str(tmp_path), dataset="imagefolder", data_dir=str(digits_dir))
+    report = preflight.run(cfg, nodes=2, backend="slurm", site=Site(), timeout=240)
+    assert str(report).startswith("FAIL  scheduler accepts the job: sbatch refused") and len(report.checks) == 1
+    with pytest.raises(jobs.JobError, match="pre-flight check failed:\nFAIL  scheduler"):
+        report.raise_if_failed()
+    report = preflight.run(cfg, nodes=2, backend="slurm", site=Site(partition="compute"), timeout=240)
+    assert [check.ok for check in report.checks] == [True, False], str(report)
+    assert "The compute nodes have no" in str(report.checks[1]) and len(str(report).splitlines()) == 2

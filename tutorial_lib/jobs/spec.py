@@ -20,7 +20,7 @@ from tutorial_lib.rundir.layout import JOB_FILE
 _TIME = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _SBATCH_OPTION = re.compile(r"^--[a-z][a-z-]{1,30}(=[A-Za-z0-9_.:,@+/-]{1,200})?$")
-JOB_MODULES = ("tutorial_lib.train", "tutorial_lib.bench")
+JOB_MODULES = ("tutorial_lib.train", "tutorial_lib.bench", "tutorial_lib.jobs.preflight")
 # sbatch_options: only these full sbatch option names (sbatch takes an exact name as itself, while it would
 # resolve an abbreviation such as --outp or --export-f to an option the library must control).
 SBATCH_ALLOWED = ("--begin", "--comment", "--constraint", "--contiguous", "--core-spec", "--cores-per-socket",
