@@ -69,9 +69,18 @@ SITE_VENV=/opt/tutorial-site/venv
 if [[ $STRICT == 1 ]]; then
     CPUS=${TUTORIAL_SLURM_CPUS:-$(nproc)}
     PARTITION=compute
+    TASK_PLUGIN=task/affinity
+    PROCESS_NOTE="# Strict, like a real site: processes are tracked through the process tree
+# (no cgroups here) and every task is pinned to the CPUs Slurm gave it."
+    SCHED_NOTE="# Scheduling: jobs do not share CPUs (OverSubscribe=NO); a job waits for free ones."
 else
     CPUS=${TUTORIAL_SLURM_CPUS:-2}
     PARTITION=debug
+    TASK_PLUGIN=task/none
+    PROCESS_NOTE="# No cgroups: processes are tracked through the process tree, tasks are not
+# pinned to cores (both emulated nodes share the same cores)."
+    SCHED_NOTE="# Scheduling: share CPUs between jobs (OverSubscribe=FORCE on the partition) so
+# several small CPU jobs fit on the emulated nodes at once."
 fi
 TIMEOUT=${TUTORIAL_SLURM_TIMEOUT:-60}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -127,39 +136,21 @@ SlurmdLogFile=$LOG_DIR/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 
-EOF
-if [[ $STRICT == 1 ]]; then
-cat <<EOF
-# Strict, like a real site: processes are tracked through the process tree
-# (no cgroups here) and every task is pinned to the CPUs Slurm gave it.
+$PROCESS_NOTE
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/affinity
+TaskPlugin=$TASK_PLUGIN
 JobAcctGatherType=jobacct_gather/none
 
-# Scheduling: jobs do not share CPUs (OverSubscribe=NO); a job waits for free ones.
-SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=5,bf_interval=5
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-EOF
-else
-cat <<EOF
-# No cgroups: processes are tracked through the process tree, tasks are not
-# pinned to cores (both emulated nodes share the same cores).
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-
-# Scheduling: share CPUs between jobs (OverSubscribe=FORCE on the partition) so
-# several small CPU jobs fit on the emulated nodes at once.
+$SCHED_NOTE
 SchedulerType=sched/backfill
 # Look at pending jobs every few seconds, not every minute (small cluster).
 SchedulerParameters=sched_interval=5,bf_interval=5
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
-# Trust the CPU count below even if the hardware has fewer cores.
-SlurmdParameters=config_overrides
 EOF
+if [[ $STRICT != 1 ]]; then
+    echo "# Trust the CPU count below even if the hardware has fewer cores."
+    echo "SlurmdParameters=config_overrides"
 fi
 cat <<EOF
 
