@@ -236,3 +236,20 @@ def test_on_the_strict_cluster_the_preflight_says_what_is_wrong(tmp_path, slurm,
     report = preflight.run(cfg, nodes=2, backend="slurm", site=Site(partition="compute"), timeout=240)
     assert [check.ok for check in report.checks] == [True, False], str(report)
     assert "The compute nodes have no" in str(report.checks[1]) and len(str(report).splitlines()) == 2
+
+
+def test_a_notebook_refuses_a_parameter_it_does_not_declare(tmp_path):
+    """papermill -p with a misspelt name: the notebook's setup call stops, naming it (papermill only warns)."""
+    import nbformat
+    import papermill
+
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("epochs = 2\nnodes = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("from tutorial_lib.lessons import course\ncourse.setup_notebook(quiet=True)")])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    source = tmp_path / "nb.ipynb"
+    nbformat.write(notebook, source)
+    papermill.execute_notebook(str(source), str(tmp_path / "ok.ipynb"), parameters={"epochs": 3}, progress_bar=False)
+    with pytest.raises(papermill.PapermillExecutionError, match="this notebook has no parameter 'nodez'"):
+        papermill.execute_notebook(str(source), str(tmp_path / "bad.ipynb"), parameters={"nodez": 2},
+                                   progress_bar=False)

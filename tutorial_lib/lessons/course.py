@@ -22,18 +22,61 @@ DEFAULT_OUT = REPO_ROOT / "executed"
 
 
 def setup_notebook(quiet: bool = False) -> None:
-    """Call first in every notebook: work from the repository root so relative paths (data/, runs/)
-    mean the same under JupyterLab, papermill and nbval; set readable plot defaults.
+    """Call first in every notebook: refuse a parameter papermill injected that the notebook does not
+    declare (:func:`check_injected_parameters`); work from the repository root so relative paths (data/,
+    runs/) mean the same under JupyterLab, papermill and nbval; set readable plot defaults.
 
     Returns nothing, so that a cell ending with this call shows no stray value."""
     import matplotlib
 
+    check_injected_parameters()
     if (REPO_ROOT / "notebooks").is_dir():
         os.chdir(REPO_ROOT)
     matplotlib.rcParams.update({"figure.dpi": 80, "figure.figsize": (9, 4), "axes.grid": True,
                                 "grid.alpha": 0.3})
     if not quiet:
         print(f"working directory: {Path.cwd()}")
+
+
+def _assigned(source: str) -> list[str]:
+    import ast
+
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return []
+    return [target.id for statement in body if isinstance(statement, ast.Assign) for target in statement.targets
+            if isinstance(target, ast.Name)]
+
+
+def _only_assignments(source: str) -> bool:
+    import ast
+
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    return bool(body) and all(isinstance(statement, ast.Assign) for statement in body)
+
+
+def check_injected_parameters(history: list[str] | None = None) -> None:
+    """Under papermill (``-p name value``): refuse a name the notebook's parameters cell does not declare,
+    which papermill only warns about (the notebook would run with its default). ``history``: the sources of
+    the cells run so far (IPython's ``In``); papermill's injected cell starts with ``# Parameters`` and runs
+    right after the parameters cell."""
+    if history is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        history = list(shell.user_ns.get("In", [])) if shell is not None else []
+    for position, source in enumerate(history[1:], 1):
+        declared = _assigned(history[position - 1])
+        # a cell re-run by hand out of order is not checked: the cell before must be a parameters cell
+        if source.startswith("# Parameters\n") and _only_assignments(history[position - 1]):
+            unknown = [name for name in _assigned(source) if name not in declared]
+            if unknown:
+                raise ValueError(f"parameters: this notebook has no parameter {unknown[0]!r} (given with papermill "
+                                 "-p or -f). Fix: use a name from its parameters cell.")
 
 
 def _summary_dir() -> Path | None:
@@ -104,12 +147,9 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
 
 def declared_parameters(notebook: Path) -> list[str]:
     """The names a notebook's ``parameters`` cell assigns, in order (what papermill may set)."""
-    import ast
-
     cells = json.loads(Path(notebook).read_text())["cells"]
-    source = next(("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])), "")
-    return [target.id for statement in ast.parse(source).body if isinstance(statement, ast.Assign)
-            for target in statement.targets if isinstance(target, ast.Name)]
+    return _assigned(next(("".join(c["source"]) for c in cells
+                           if "parameters" in c.get("metadata", {}).get("tags", [])), ""))
 
 
 def check_parameter_names(params: dict, where: str = "parameters") -> None:
