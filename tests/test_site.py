@@ -253,3 +253,15 @@ def test_a_notebook_refuses_a_parameter_it_does_not_declare(tmp_path):
     with pytest.raises(papermill.PapermillExecutionError, match="this notebook has no parameter 'nodez'"):
         papermill.execute_notebook(str(source), str(tmp_path / "bad.ipynb"), parameters={"nodez": 2},
                                    progress_bar=False)
+
+
+def test_on_the_strict_cluster_the_training_step_gets_the_cpus_the_job_asked_for(tmp_path, slurm, digits_dir):
+    """--cpus-per-task reaches srun's step (SRUN_CPUS_PER_TASK): without it the step, and so every rank, is
+    pinned to one CPU whatever the job asked for."""
+    from tutorial_lib.jobs import preflight
+
+    _strict(slurm)
+    cfg = make_config("smoke", name="cpus", output_root=str(tmp_path), dataset="imagefolder", data_dir=str(digits_dir))
+    report = preflight.run(cfg, nodes=1, ranks_per_node=2, backend="slurm", site=load_site(CI_SITE), timeout=240)
+    assert report.ok, str(report)
+    assert "each rank may use 2 CPU(s)" in str(report.checks[2])  # cpus_per_rank 1 x 2 ranks, shared by both
