@@ -48,15 +48,21 @@ def rank_facts(out: Path, timeout_s: float, want_gpu: bool) -> dict:
         backend, device = "nccl", torch.device("cuda", local_rank)
     else:
         backend, device = "gloo", torch.device("cpu")
+    facts["allreduce_backend"] = backend
+    _append(out, facts)  # what the rank found, before the all-reduce that may hang or fail
     started = time.perf_counter()
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     value = torch.ones(1, device=device)
     dist.all_reduce(value)
-    facts.update(allreduce_backend=backend, allreduce_sum=value.item(), allreduce_s=time.perf_counter() - started)
+    facts.update(allreduce_sum=value.item(), allreduce_s=time.perf_counter() - started)
     dist.destroy_process_group()
-    with open(out, "a") as handle:  # one short line per rank: appends do not interleave
-        handle.write(json.dumps(facts) + "\n")
+    _append(out, facts)
     return facts
+
+
+def _append(out: Path, facts: dict) -> None:
+    with open(out, "a") as handle:  # one short line per write: appends do not interleave
+        handle.write(json.dumps(facts) + "\n")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -138,7 +144,8 @@ def run(config, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto", 
         report.checks.append(Check("job ran", False, f"still {state} after {timeout:g} s (queue wait, or a rank "
                                                      "hanging at start). Fix: look at job.logs(); raise timeout."))
         return report
-    found = [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
+    lines = [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
+    found = list({f["rank"]: f for f in lines}.values())  # each rank's last line
     world = nodes * ranks_per_node
     if state != "COMPLETED" and not found:
         explained = job.explain()
@@ -159,9 +166,9 @@ def run(config, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto", 
         cpus = sorted({f["cpus"] for f in found})
         report.checks.append(Check("CPUs per rank", bool(found), f"each rank may use {'/'.join(map(str, cpus))} "
                                    "CPU(s) (its affinity: on Slurm, the CPUs the job's task got on that node)"))
-    summed = [f for f in found if f["allreduce_sum"] == world]
+    summed = [f for f in found if f.get("allreduce_sum") == world]
     ok = len(summed) == world
-    slowest = max((f["allreduce_s"] for f in found), default=0)
+    slowest = max((f.get("allreduce_s", 0) for f in found), default=0)
     report.checks.append(Check(f"all-reduce across {world} ranks", ok,
                                f"completed ({found[0]['allreduce_backend']}, sum {world} on every rank, "
                                f"{1000 * slowest:.0f} ms with the connection)" if ok else
