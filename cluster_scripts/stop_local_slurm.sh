@@ -16,7 +16,11 @@
 # Idempotent: stopping a stopped cluster just says so.
 set -euo pipefail
 
-RUN_DIR=/run/slurm
+# TUTORIAL_SLURM_INSTANCE=NAME: stop the second cluster of that name instead (see start_local_slurm.sh).
+INSTANCE=${TUTORIAL_SLURM_INSTANCE:-}
+SUFFIX=${INSTANCE:+-$INSTANCE}
+RUN_DIR=/run/slurm$SUFFIX
+export SLURM_CONF=/etc/slurm$SUFFIX/slurm.conf
 NODES=(node1 node2)
 CANCEL=0 KEEP_MUNGE=0 PURGE=0
 for arg in "$@"; do
@@ -68,7 +72,7 @@ pid_alive "$RUN_DIR/slurmctld.pid" && stopped_any=1
 stop_daemon slurmctld "$RUN_DIR/slurmctld.pid"
 
 # munged is stopped only if start_local_slurm.sh started it (it leaves a marker).
-if [[ -f $RUN_DIR/tutorial-started-munge ]] && ((KEEP_MUNGE == 0)); then
+if [[ -z $INSTANCE && -f $RUN_DIR/tutorial-started-munge ]] && ((KEEP_MUNGE == 0)); then
     if pid_alive /run/munge/munged.pid; then stopped_any=1; fi
     stop_daemon munged /run/munge/munged.pid
     rm -f "$RUN_DIR/tutorial-started-munge"
@@ -76,7 +80,7 @@ fi
 
 if ((PURGE)); then
     say "purging controller state, node spools and logs"
-    rm -rf /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
+    rm -rf "/var/spool/slurmctld$SUFFIX" "/var/spool/slurmd$SUFFIX" "/var/log/slurm$SUFFIX"
 fi
 
 if ((stopped_any)); then say "stopped."; else say "already stopped."; fi

@@ -10,6 +10,7 @@ the same function the notebook calls), and each is validated as jobs.submit woul
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import logging
 from pathlib import Path
@@ -48,8 +49,14 @@ def values_for(notebook: Path, params_file: Path | None, **extra) -> dict:
 
 
 def plan_for(notebook: Path, values: dict, gpus: int) -> plans.Plan:
-    backend = "slurm" if values["backend"] == "slurm" else "local"
-    return plans.for_notebook(notebook.stem)(values, gpus=gpus, backend=backend)
+    """The notebook's plan, called as the notebook calls it: each parameter the plan takes, by name."""
+    backend = "slurm" if values.get("backend") == "slurm" else "local"
+    function = plans.for_notebook(notebook.stem)
+    if function is plans.other_notebook:
+        return function(values, gpus=gpus, backend=backend)
+    taken = inspect.signature(function).parameters
+    return function(**{k: v for k, v in values.items() if k in taken and k not in ("gpus", "backend")}, gpus=gpus,
+                    backend=backend)
 
 
 @pytest.fixture(scope="module")

@@ -178,7 +178,8 @@ def test_efficiency_plot_puts_both_studies_on_one_axis(sweep):
 def test_real_sbatch_script_sections():
     sections = batch_jobs.sbatch_sections()
     assert list(sections)[:3] == ["header", "directives", "setup"]
-    assert [k for k in sections if k.isdigit()] == [str(n) for n in range(1, 8)]
+    assert [k for k in sections if k.isdigit()] == [str(n) for n in range(0, 8)]
+    assert "# >>> site >>>" in sections["0"].text  # where each job's copy gets its site's lines
     assert "#SBATCH --signal=B:USR1@120" in sections["directives"].text
     assert "#SBATCH --requeue" in sections["directives"].text
     assert "scontrol show hostnames" in sections["2"].text and "SLURM_JOB_ID % 20000" in sections["2"].text

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import time
 from pathlib import Path
 
@@ -23,16 +24,18 @@ from tutorial_lib.jobs import slurm
 from tutorial_lib.jobs.commands import sbatch_command, spec_torchrun_command
 from tutorial_lib.jobs.local import local_cancel, local_status, submit_local
 from tutorial_lib.jobs.slurm import slurm_available
-from tutorial_lib.jobs.spec import JobError, JobSpec, absolute_config, make_spec, read_job_file
+from tutorial_lib.jobs.spec import JobError, JobSpec, Site, absolute_config, load_site, make_spec, read_job_file
 from tutorial_lib.jobs.states import FINAL_STATES, STATES
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, slurm_log
 from tutorial_lib.rundir.lock import RunDirError, RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import metrics_table, read_metrics
 from tutorial_lib.rundir.owned import clear_run_dir
 
-__all__ = ["FINAL_STATES", "STATES", "Job", "JobError", "JobSpec", "attach", "choose_backend", "sbatch_command",
-           "slurm_available", "spec_torchrun_command", "submit", "sweep"]
+__all__ = ["FINAL_STATES", "STATES", "Job", "JobError", "JobSpec", "Site", "attach", "choose_backend", "load_site",
+           "sbatch_command", "slurm_available", "spec_torchrun_command", "submit", "sweep"]
 RENAMED_ARGUMENTS = {"gpus_per_node": "ranks_per_node"}
+# slurmstepd's words when a task's program is not there (e.g. a virtualenv only the login node has)
+_MISSING_PROGRAM = re.compile(r"execve\(\): (\S+?): No such file or directory")
 
 
 class Job:
@@ -94,6 +97,11 @@ class Job:
         cause = "".join(f"\n  {line}" for line in causes)
         head = (f"job {self.id} ({self.name}, {self.backend}) ended {status['state']} with exit code "
                 f"{status.get('exit_code')}.")
+        missing = _MISSING_PROGRAM.search(self.logs()) if self.backend == "slurm" else None
+        if missing and status["state"] != "COMPLETED":
+            return (f"{head} The compute nodes have no {missing.group(1)}: the Python command the job runs does not "
+                    "exist there. Fix: give the site block a python that exists on the nodes and setup lines that "
+                    "make it work (module load, venv activation; see README, Bringing the course to your cluster).")
         no_log = self.backend == "slurm" and not self.log_path.is_file()
         if no_log and status["state"] == "FAILED" and status.get("slurm_state", "FAILED") == "FAILED":
             return (f"{head} Slurm could not open its output file {self.log_path} (it does not exist), so the batch "
@@ -166,16 +174,18 @@ def choose_backend(backend: str = "auto", verbose: bool = True) -> str:
 
 # ------------------------------------------------------------------ submit
 def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto",
-           time: str | int = "00:30:00", partition: str | None = None, account: str | None = None,
+           time: str | int | None = None, partition: str | None = None, account: str | None = None,
            sbatch_options=(), max_restarts: int = 0, after: Job | None = None, check_data: bool = True,
            fresh: bool = False, verbose: bool = True, module: str = "tutorial_lib.train",
-           module_args: list[str] | None = None, **renamed) -> Job:
+           module_args: list[str] | None = None, site=None, **renamed) -> Job:
     """Validate and submit one training job; return its Job handle.
 
     ``ranks_per_node`` processes run on each of ``nodes`` nodes (one per GPU on a GPU cluster, CPU
     processes when the config's device is the CPU). ``backend``: ``auto`` (Slurm if it answers, else
     this machine), ``local`` or ``slurm``. ``after``: start only once that job has ended (sweeps measure
-    one job at a time).
+    one job at a time). ``site``: what the cluster needs (:class:`Site`, a ``site:`` mapping or a YAML
+    file; None: the file named by ``$TUTORIAL_SITE``, if any); Slurm jobs only. ``time``, ``partition``
+    and ``account`` default to the site's (``time``: 00:30:00 without one).
     ``max_restarts``: torchrun restarts all ranks this many times if one dies (on both backends).
     ``fresh``: delete an earlier run of the same name first (otherwise the job resumes from it).
     ``module``/``module_args``: run another program on every rank instead of the trainer (e.g.
@@ -191,7 +201,7 @@ def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend
     config = absolute_config(config)
     spec = make_spec(config, nodes, ranks_per_node, time, partition, account, sbatch_options, max_restarts,
                      check_data and module == "tutorial_lib.train", on_cluster=chosen == "slurm",
-                     module=module, module_args=module_args)
+                     module=module, module_args=module_args, site=site)
     _prepare_run_dir(spec.run_dir, create=False)
     RunLock(spec.run_dir).check()
     if (spec.run_dir / JOB_FILE).exists():

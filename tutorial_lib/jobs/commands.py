@@ -10,6 +10,7 @@ the program). Values are always separate argv elements, never a shell string.
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass
 
 from tutorial_lib import REPO_ROOT
@@ -17,6 +18,8 @@ from tutorial_lib.jobs.spec import JobSpec
 from tutorial_lib.rundir.layout import SLURM_LOG_PATTERN, STOP_FILE
 
 SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
+JOB_SCRIPT = "job.sbatch"  # the job's own copy of train.sbatch, with the site's section filled in
+SITE_BEGIN, SITE_END = "# >>> site >>>", "# <<< site <<<"
 DEFAULT_MODULE = "tutorial_lib.train"
 
 
@@ -72,8 +75,15 @@ def job_env(spec: JobSpec) -> dict:
     return {**env, **torchrun_env(spec.max_restarts)}
 
 
+def uses_gpus(spec: JobSpec) -> bool:
+    """Whether the job's ranks ask Slurm for GPUs."""
+    return spec.config.device == "cuda" or spec.config.profile in ("gpu", "hal")
+
+
 def sbatch_command(spec: JobSpec, after_slurm_id: str | None = None) -> list[str]:
-    """The sbatch argv that submits ``spec`` with cluster_scripts/train.sbatch (start after job ``after_slurm_id``)."""
+    """The sbatch argv that submits ``spec``'s batch script (:func:`batch_script`, written to the run
+    directory as ``job.sbatch``), to start after job ``after_slurm_id``."""
+    site = spec.site
     command = ["sbatch", "--parsable", f"--job-name={spec.config.name}", f"--nodes={spec.nodes}",
                "--ntasks-per-node=1", f"--time={spec.time}", f"--chdir={REPO_ROOT}",
                f"--output={spec.run_dir}/{SLURM_LOG_PATTERN}", "--export=ALL"]
@@ -81,8 +91,47 @@ def sbatch_command(spec: JobSpec, after_slurm_id: str | None = None) -> list[str
         command.append(f"--partition={spec.partition}")
     if spec.account:
         command.append(f"--account={spec.account}")
-    if spec.config.device == "cuda" or spec.config.profile in ("gpu", "hal"):
-        command.append(f"--gpus-per-node={spec.ranks_per_node}")
+    if site.qos:
+        command.append(f"--qos={site.qos}")
+    if site.cpus_per_rank:
+        command.append(f"--cpus-per-task={site.cpus_per_rank * spec.ranks_per_node}")
+    if site.mem:
+        command.append(f"--mem={site.mem}")
+    if uses_gpus(spec):
+        command.append(f"--gres=gpu:{spec.ranks_per_node}" if site.gpu_request == "gres"
+                       else f"--gpus-per-node={spec.ranks_per_node}")
     if after_slurm_id is not None:
         command.append(f"--dependency=afterany:{after_slurm_id}")
-    return command + spec.sbatch_options + [str(SBATCH_SCRIPT)] + spec.program_args()
+    return (command + list(site.sbatch_options) + spec.sbatch_options + [str(spec.run_dir / JOB_SCRIPT)]
+            + spec.program_args())
+
+
+def site_section(spec: JobSpec) -> str:
+    """The lines train.sbatch's site section gets for ``spec``: the setup lines exactly as the site
+    gives them, then its variables, its Python command and its container, quoted."""
+    site = spec.site
+    lines = [SITE_BEGIN]
+    if site.setup:
+        lines += ["set +u  # module load and activate scripts may read unset variables"]
+        lines += list(site.setup) + ["set -u"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in site.env]
+    if site.python:
+        lines.append(f"export TUTORIAL_PYTHON={shlex.quote(site.python)}")
+    container = site.container
+    if container is not None and container.runtime == "pyxis":
+        srun = [f"--container-image={container.image}", f"--container-workdir={REPO_ROOT}"]
+        if container.binds:
+            srun.append(f"--container-mounts={','.join(container.binds)}")
+        lines.append(f"SITE_SRUN=({shlex.join(srun)})")
+    elif container is not None:
+        launch = ["apptainer", "exec"] + (["--nv"] if uses_gpus(spec) else [])
+        launch += [word for bind in container.binds for word in ("--bind", bind)] + [container.image]
+        lines.append(f"SITE_LAUNCH=({shlex.join(launch)})")
+    return "\n".join(lines + [SITE_END])
+
+
+def batch_script(spec: JobSpec) -> str:
+    """cluster_scripts/train.sbatch with its site section filled in for ``spec``."""
+    text = SBATCH_SCRIPT.read_text()
+    head, rest = text.split(SITE_BEGIN + "\n", 1)
+    return head + site_section(spec) + rest.split(SITE_END, 1)[1]

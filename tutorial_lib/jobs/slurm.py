@@ -8,10 +8,20 @@ import subprocess
 import time
 from pathlib import Path
 
-from tutorial_lib.jobs.commands import job_env, sbatch_command
+from tutorial_lib.jobs.commands import JOB_SCRIPT, batch_script, job_env, sbatch_command
 from tutorial_lib.jobs.spec import JobError, JobSpec, write_job_file
 from tutorial_lib.jobs.states import FINAL_STATES, from_slurm
 from tutorial_lib.rundir.layout import DONE_FILE
+
+# What to do about sbatch's most common refusals at a new site (its message, then the fix).
+SBATCH_FIXES = (
+    ("No partition specified", "this cluster has no default partition: set the site block's partition "
+                               "(`sinfo` lists them)."),
+    ("Invalid partition name", "set the site block's partition to one that `sinfo` lists."),
+    ("Invalid account", "set the site block's account to one `sacctmgr show assoc user=$USER` lists."),
+    ("Requested node configuration is not available", "ask for no more CPUs, memory or GPUs per node than "
+                                                       "the partition's nodes have (`sinfo -N -l`)."),
+)
 
 
 def slurm_available() -> tuple[bool, str]:
@@ -41,9 +51,16 @@ def run_command(command: list[str], what: str, env: dict | None = None) -> str:
 
 
 def submit_slurm(spec: JobSpec, after_slurm_id: str | None = None) -> str:
-    """sbatch ``spec``; record it in the run directory; return the Slurm job id."""
+    """Write ``spec``'s batch script into its run directory and sbatch it; record the job there; return its id."""
     command = sbatch_command(spec, after_slurm_id)
-    output = run_command(command, "sbatch", env={**os.environ, **job_env(spec)})
+    script = spec.run_dir / JOB_SCRIPT
+    script.write_text(batch_script(spec))
+    try:
+        output = run_command(command, "sbatch", env={**os.environ, **job_env(spec)})
+    except JobError as exc:
+        script.unlink()  # the run directory stays as it was: nothing was submitted
+        hint = next((fix for words, fix in SBATCH_FIXES if words in str(exc)), None)
+        raise JobError(f"{str(exc).rstrip('.')}. Fix: {hint}" if hint else str(exc)) from None
     job_id = output.strip().split(";")[0]
     if not job_id.isdigit():
         raise JobError(f"sbatch answered {output.strip()!r}, not a job id")

@@ -8,9 +8,10 @@ validation is an inert literal.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from tutorial_lib.engine.config import ConfigError, TrainConfig, shorten, to_cli_args, validate, validate_name
@@ -20,7 +21,7 @@ from tutorial_lib.rundir.layout import JOB_FILE
 _TIME = re.compile(r"(\d+-)?\d{1,3}(:\d{2}){0,2}")
 _SLURM_WORD = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _SBATCH_OPTION = re.compile(r"--[a-z][a-z-]{1,30}(=[A-Za-z0-9_.:,@+/-]{1,200})?")
-JOB_MODULES = ("tutorial_lib.train", "tutorial_lib.bench")
+JOB_MODULES = ("tutorial_lib.train", "tutorial_lib.bench", "tutorial_lib.jobs.preflight")
 # sbatch_options: only these full sbatch option names (sbatch takes an exact name as itself, while it would
 # resolve an abbreviation such as --outp or --export-f to an option the library must control).
 SBATCH_ALLOWED = ("--begin", "--comment", "--constraint", "--contiguous", "--core-spec", "--cores-per-socket",
@@ -40,6 +41,197 @@ class JobError(RuntimeError):
     """A job could not be submitted, or it failed; the message says why and what to do."""
 
 
+SITE_ENV = "TUTORIAL_SITE"  # a YAML file whose `site:` block every Slurm job gets when none is passed
+GPU_REQUESTS = ("gpus-per-node", "gres")
+CONTAINER_RUNTIMES = ("apptainer", "pyxis")
+_MEM = re.compile(r"\d{1,9}[KMGT]?")
+_COMMAND_WORD = re.compile(r"[A-Za-z0-9_./+-]{1,255}")
+_IMAGE = re.compile(r"[A-Za-z0-9_./:@#+-]{1,255}")
+_BIND = re.compile(r"/[A-Za-z0-9_./+-]{0,255}(:/[A-Za-z0-9_./+-]{0,255}(:(ro|rw))?)?")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+# Variables the library and train.sbatch set for every job: a site may not replace them.
+_ENV_SET_HERE = ("PYTHONPATH", "RANKS_PER_NODE", "HEAD", "PORT", "SRUN_CPUS_PER_TASK")
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container every node runs the training program in: Apptainer (``apptainer exec``) or pyxis
+    (``srun --container-image``); ``binds`` are ``host_path[:container_path[:ro]]``."""
+
+    image: str
+    runtime: str = "apptainer"
+    binds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Site:
+    """What every Slurm job at a site needs (the ``site:`` block of a parameter file).
+
+    ``cpus_per_rank``: CPUs per rank (per GPU on a GPU job); the job asks for ``--cpus-per-task``
+    = cpus_per_rank x ranks per node. ``mem``: memory per node (``64G``; ``0``: all of it).
+    ``gpu_request``: ``gpus-per-node`` (``--gpus-per-node=N``) or ``gres`` (``--gres=gpu:N``).
+    ``setup``: shell lines each job runs before training (``module load ...``, ``source venv/bin/activate``),
+    written into the job's batch script as given. ``python``: the Python command on the compute nodes
+    (default: this kernel's interpreter, which exists there only on a shared file system).
+    ``env``: environment variables (``NCCL_SOCKET_IFNAME``...). Explicit ``submit`` arguments win.
+    """
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str | None = None
+    cpus_per_rank: int | None = None
+    mem: str | None = None
+    gpu_request: str = "gpus-per-node"
+    setup: tuple[str, ...] = ()
+    python: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    container: Container | None = None
+    sbatch_options: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data) -> Site:
+        """A checked Site from a mapping (a parameter file's ``site:`` block); errors name ``site.<key>``."""
+        if data is None:
+            return cls()
+        if isinstance(data, Site):
+            return data
+        if not isinstance(data, dict):
+            raise ConfigError(f"site: expected a mapping of settings, got {shorten(data)}. Fix: e.g. "
+                              "site: {partition: gpu, python: python3}.")
+        known = [f.name for f in fields(cls)]
+        unknown = [key for key in data if key not in known]
+        if unknown:
+            raise ConfigError(f"site.{str(unknown[0])[:60]}: not a site setting. Fix: use one of {', '.join(known)}.")
+        return cls(**{key: _SITE_CHECKS[key](value) for key, value in data.items() if value not in (None, "")})
+
+    def resolve(self, partition=None, account=None, time=None) -> tuple:
+        """``(partition, account, time)`` of a job: the ``submit`` arguments where given, else the site's."""
+        return partition or self.partition, account or self.account, time or self.time or "00:30:00"
+
+    def to_dict(self) -> dict:
+        """The settings that are set, as the ``site:`` block would hold them."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) not in (None, ())}
+        if "env" in data:
+            data["env"] = dict(self.env)
+        if self.container is not None:
+            data["container"] = asdict(self.container)
+        return data
+
+
+def _site_word(what: str):
+    return lambda value: _prefixed(_check_word, what, value)
+
+
+def _prefixed(check, what: str, value):
+    try:
+        return check(what, value) if check is _check_word else check(value)
+    except ConfigError as exc:
+        raise ConfigError(f"site.{exc}") from None
+
+
+def _site_int(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+        raise ConfigError(f"site.cpus_per_rank: must be an integer from 1 to 1024, got {shorten(value)}. "
+                          "Fix: e.g. cpus_per_rank: 8 (CPUs per GPU).")
+    return value
+
+
+def _site_match(what: str, pattern: re.Pattern, example: str):
+    def check(value):
+        if not isinstance(value, (str, int)) or isinstance(value, bool) or not pattern.fullmatch(str(value)):
+            raise ConfigError(f"site.{what}: {shorten(value)} is refused. Fix: e.g. {what}: {example}.")
+        return str(value)
+    return check
+
+
+def _site_choice(what: str, choices: tuple):
+    def check(value):
+        if value not in choices:
+            raise ConfigError(f"site.{what}: {shorten(value)} is not one of {', '.join(choices)}. "
+                              f"Fix: {what}: {choices[0]}.")
+        return value
+    return check
+
+
+def _site_lines(value) -> tuple[str, ...]:
+    lines = [value] if isinstance(value, str) else value
+    if not isinstance(lines, (list, tuple)) or not all(
+            isinstance(line, str) and line.isprintable() for line in lines):
+        raise ConfigError("site.setup: expected a list of single-line shell commands (no line breaks or control "
+                          "characters). Fix: e.g. setup: ['module load cuda/12.4', 'source ~/venv/bin/activate'].")
+    return tuple(lines)
+
+
+def _site_env(value) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"site.env: expected a mapping NAME: value, got {shorten(value)}. "
+                          "Fix: e.g. env: {NCCL_SOCKET_IFNAME: ib0}.")
+    for name, text in value.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise ConfigError(f"site.env: {shorten(name)} is not a variable name. Fix: letters, digits and '_'.")
+        if name in _ENV_SET_HERE or name.startswith(("TUTORIAL_", "SLURM_")):
+            raise ConfigError(f"site.env: {name} is set by tutorial_lib.jobs itself. Fix: leave it out.")
+        if not isinstance(text, (str, int, float)) or not str(text).isprintable():
+            raise ConfigError(f"site.env.{name}: {shorten(text)} must be a single-line value. Fix: e.g. {name}: ib0.")
+    return tuple((name, str(text)) for name, text in value.items())
+
+
+def _site_container(value) -> Container:
+    if isinstance(value, str):
+        value = {"image": value}
+    if not isinstance(value, dict) or "image" not in value or set(value) - {"image", "runtime", "binds"}:
+        raise ConfigError(f"site.container: expected {{image: ..., runtime: apptainer|pyxis, binds: [...]}}, got "
+                          f"{shorten(value)}. Fix: e.g. container: {{image: /images/torch.sif, binds: [/data]}}.")
+    binds = value.get("binds") or []
+    if not isinstance(binds, list) or not all(isinstance(b, str) and _BIND.fullmatch(b) and ".." not in b
+                                              for b in binds):
+        raise ConfigError(f"site.container.binds: {shorten(binds)} is refused. Fix: a list of absolute paths, "
+                          "host[:container[:ro]], e.g. [/data, /scratch:/scratch:ro].")
+    return Container(image=_site_match("container.image", _IMAGE, "/images/torch.sif")(value["image"]),
+                     runtime=_site_choice("container.runtime", CONTAINER_RUNTIMES)(value.get("runtime", "apptainer")),
+                     binds=tuple(binds))
+
+
+def _site_options(value) -> tuple[str, ...]:
+    options = [value] if isinstance(value, str) else value
+    if not isinstance(options, (list, tuple)):
+        raise ConfigError("site.sbatch_options: expected a list. Fix: e.g. sbatch_options: ['--constraint=a100'].")
+    try:
+        return tuple(_check_sbatch_option(option) for option in options)
+    except ConfigError as exc:
+        raise ConfigError(f"site.{exc}") from None
+
+
+_SITE_CHECKS = {
+    "partition": _site_word("partition"), "account": _site_word("account"), "qos": _site_word("qos"),
+    "time": lambda value: _prefixed(check_time, "time", value), "cpus_per_rank": _site_int,
+    "mem": _site_match("mem", _MEM, "64G"), "gpu_request": _site_choice("gpu_request", GPU_REQUESTS),
+    "setup": _site_lines, "python": _site_match("python", _COMMAND_WORD, "python3"), "env": _site_env,
+    "container": _site_container, "sbatch_options": _site_options,
+}
+
+
+def load_site(source=None) -> Site:
+    """The Site of a ``site:`` mapping, of a YAML file holding one (a parameter file), or (``None``)
+    of the file named by the ``TUTORIAL_SITE`` environment variable; an empty Site when there is none."""
+    if isinstance(source, (Site, dict)):
+        return Site.from_dict(source)
+    path = source if source is not None else os.environ.get(SITE_ENV)
+    if not path:
+        return Site()
+    import yaml
+
+    where = f"{SITE_ENV}={path}" if source is None else str(path)
+    if not Path(path).is_file():
+        raise ConfigError(f"site: {where} names no file. Fix: point it at a YAML file with a site: block.")
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict) or not isinstance(data.get("site"), dict):
+        raise ConfigError(f"site: {where} holds no site: block. Fix: add one (see README, Bringing the course "
+                          "to your cluster).")
+    return Site.from_dict(data["site"])
+
+
 @dataclass
 class JobSpec:
     """A training job's resources plus its resolved training config."""
@@ -52,7 +244,8 @@ class JobSpec:
     account: str | None = None
     sbatch_options: list[str] = field(default_factory=list)
     max_restarts: int = 0  # torchrun --max-restarts: restart all ranks if one dies
-    python: str = sys.executable
+    python: str = sys.executable  # on the compute nodes: the site's python, else this interpreter
+    site: Site = field(default_factory=Site)  # Slurm jobs only: the site's settings (an empty Site locally)
     module: str = "tutorial_lib.train"  # what each rank runs (tutorial_lib.bench for measurement jobs)
     module_args: list[str] | None = None  # its arguments; None = the training config's flags
 
@@ -69,6 +262,7 @@ class JobSpec:
         """JSON-friendly form (stored in the run directory's job.json)."""
         data = asdict(self)
         data["config"] = self.config.to_dict()
+        data["site"] = self.site.to_dict()
         return data
 
 
@@ -128,13 +322,15 @@ def _check_sbatch_option(option: str) -> str:
     raise ConfigError(f"sbatch_options: {problem}. Fix: {fix}.")
 
 
-def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time: str | int = "00:30:00",
+def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time: str | int | None = None,
               partition: str | None = None, account: str | None = None, sbatch_options=(),
               max_restarts: int = 0, check_data: bool = True, on_cluster: bool = False,
-              module: str = "tutorial_lib.train", module_args: list[str] | None = None) -> JobSpec:
+              module: str = "tutorial_lib.train", module_args: list[str] | None = None, site=None) -> JobSpec:
     """Validate everything about a job before anything is submitted; return its JobSpec.
 
-    ``on_cluster``: the job runs on Slurm compute nodes, which may have GPUs this machine lacks.
+    ``on_cluster``: the job runs on Slurm compute nodes, which may have GPUs this machine lacks; it then
+    gets ``site`` (a :class:`Site`, a ``site:`` mapping, a YAML file; None: :func:`load_site`'s default),
+    whose partition, account and time apply where the arguments leave them out.
     """
     if not isinstance(config, TrainConfig):
         raise ConfigError("config: expected a TrainConfig. "
@@ -158,10 +354,13 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
         raise ConfigError("module_args: must be a list of single-line strings. Fix: e.g. ['allreduce', '--out', 'x']")
     options = [_check_sbatch_option(o) for o in (list(sbatch_options) if not isinstance(sbatch_options, str)
                                                   else [sbatch_options])]
+    site = load_site(site) if on_cluster else Site()
+    partition, account, time = site.resolve(partition, account, time)
     return JobSpec(config=config, nodes=nodes, ranks_per_node=ranks_per_node, time=check_time(time),
                    partition=_check_word("partition", partition), account=_check_word("account", account),
                    sbatch_options=options, max_restarts=max_restarts, module=module,
-                   module_args=list(module_args) if module_args is not None else None)
+                   module_args=list(module_args) if module_args is not None else None,
+                   python=site.python or sys.executable, site=site)
 
 
 def absolute_config(config: TrainConfig) -> TrainConfig:

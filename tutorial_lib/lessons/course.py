@@ -22,18 +22,61 @@ DEFAULT_OUT = REPO_ROOT / "executed"
 
 
 def setup_notebook(quiet: bool = False) -> None:
-    """Call first in every notebook: work from the repository root so relative paths (data/, runs/)
-    mean the same under JupyterLab, papermill and nbval; set readable plot defaults.
+    """Call first in every notebook: refuse a parameter papermill injected that the notebook does not
+    declare (:func:`check_injected_parameters`); work from the repository root so relative paths (data/,
+    runs/) mean the same under JupyterLab, papermill and nbval; set readable plot defaults.
 
     Returns nothing, so that a cell ending with this call shows no stray value."""
     import matplotlib
 
+    check_injected_parameters()
     if (REPO_ROOT / "notebooks").is_dir():
         os.chdir(REPO_ROOT)
     matplotlib.rcParams.update({"figure.dpi": 80, "figure.figsize": (9, 4), "axes.grid": True,
                                 "grid.alpha": 0.3})
     if not quiet:
         print(f"working directory: {Path.cwd()}")
+
+
+def _assigned(source: str) -> list[str]:
+    import ast
+
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return []
+    return [target.id for statement in body if isinstance(statement, ast.Assign) for target in statement.targets
+            if isinstance(target, ast.Name)]
+
+
+def _only_assignments(source: str) -> bool:
+    import ast
+
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    return bool(body) and all(isinstance(statement, ast.Assign) for statement in body)
+
+
+def check_injected_parameters(history: list[str] | None = None) -> None:
+    """Under papermill (``-p name value``): refuse a name the notebook's parameters cell does not declare,
+    which papermill only warns about (the notebook would run with its default). ``history``: the sources of
+    the cells run so far (IPython's ``In``); papermill's injected cell starts with ``# Parameters`` and runs
+    right after the parameters cell."""
+    if history is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        history = list(shell.user_ns.get("In", [])) if shell is not None else []
+    for position, source in enumerate(history[1:], 1):
+        declared = _assigned(history[position - 1])
+        # a cell re-run by hand out of order is not checked: the cell before must be a parameters cell
+        if source.startswith("# Parameters\n") and _only_assignments(history[position - 1]):
+            unknown = [name for name in _assigned(source) if name not in declared]
+            if unknown:
+                raise ValueError(f"parameters: this notebook has no parameter {unknown[0]!r} (given with papermill "
+                                 "-p or -f). Fix: use a name from its parameters cell.")
 
 
 def _summary_dir() -> Path | None:
@@ -121,18 +164,41 @@ def kernel_manager_class():
     return CurveKernelManager
 
 
+def declared_parameters(notebook: Path) -> list[str]:
+    """The names a notebook's ``parameters`` cell assigns, in order (what papermill may set)."""
+    cells = json.loads(Path(notebook).read_text())["cells"]
+    return _assigned(next(("".join(c["source"]) for c in cells
+                           if "parameters" in c.get("metadata", {}).get("tags", [])), ""))
+
+
+def check_parameter_names(params: dict, where: str = "parameters") -> None:
+    """Refuse a parameter that no notebook declares (papermill would only warn, and the course would run
+    with the notebook's default instead), naming it and the closest declared names."""
+    import difflib
+
+    declared = sorted({name for notebook in notebooks() for name in declared_parameters(notebook)})
+    unknown = [name for name in params if name not in declared]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], declared, n=3)
+        raise SystemExit(f"error: {where}: no notebook has a parameter {unknown[0]!r}"
+                         + (f" (did you mean {', '.join(close)}?)" if close else "")
+                         + ". Fix: use a name from a notebook's parameters cell (nothing was run).")
+
+
 def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None, only: list[str] | None = None,
                kernel: str | None = None, progress: bool = True) -> Path:
     """Execute the notebooks headless with papermill into ``out``; write and return SUMMARY.md.
 
-    ``params`` are passed to every notebook (papermill ignores those a notebook does not declare
-    and warns). A failing notebook stops the run with papermill's error, after the summary of the
-    notebooks before it has been written. ``progress`` shows papermill's bar of executed cells.
+    ``params`` are passed to every notebook that declares them; a name no notebook declares is
+    refused before anything runs (:func:`check_parameter_names`). A failing notebook stops the run
+    with papermill's error, after the summary of the notebooks before it has been written.
+    ``progress`` shows papermill's bar of executed cells.
     Course runs are never resumed, so once a notebook is done the checkpoints of the runs it
     finished are deleted (:func:`drop_finished_checkpoints`).
     """
     import papermill
 
+    check_parameter_names(params or {})
     out = check_output_folder(out)
     os.environ[SUMMARY_ENV] = str(out / "summary")
     timings: dict[str, float] = {}
@@ -141,7 +207,9 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
         for notebook in notebooks(only):
             print(f"== {notebook.name}", flush=True)
             started = time.perf_counter()
-            papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=params or {},
+            declared = declared_parameters(notebook)
+            given = {name: value for name, value in (params or {}).items() if name in declared}
+            papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=given,
                                        cwd=str(REPO_ROOT), kernel_name=kernel, progress_bar=progress,
                                        log_output=False, kernel_manager_class=kernel_manager_class())
             timings[notebook.stem] = time.perf_counter() - started
@@ -254,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     params = load_params(args.params) if args.params else {}
+    check_parameter_names(params, args.params or "parameters")
     params.update({name: yaml.safe_load(value) for name, value in args.p})
+    check_parameter_names(params, "-p")
     run_course(args.out, params, args.only)
     return 0
 

@@ -1,12 +1,14 @@
 """What each notebook will submit, decided from its parameters alone: nothing runs here.
 
     from tutorial_lib.lessons import plans
-    plan = plans.ddp_one_node(globals(), gpus=torch.cuda.device_count(), backend="local")
+    plan = plans.multi_node(profile="smoke", output_root="runs/course", ..., site=None,
+                            gpus=torch.cuda.device_count(), backend="local")
     plan.check()                      # every job validated as the notebook will submit it
     jobs = plan.submit()              # {job name: Job}
 
-A notebook passes its parameters (its ``globals()``: only the names each plan reads are used), the
-number of GPUs on this machine and the backend it resolved. The plan adapts the jobs to the machine
+A notebook passes each parameter a plan reads by name (keyword arguments, so the notebook shows every
+input of its jobs), the number of GPUs on this machine and the backend it resolved. ``site`` (the
+parameter files' ``site:`` block) goes to every job, for Slurm. The plan adapts the jobs to the machine
 (fewer ranks than asked when this machine has fewer GPUs and no Slurm, CPU ranks for an exactness
 check that needs more ranks than GPUs) and says so in ``plan.notes``. ``tests/test_params.py`` calls
 the same functions with every parameter file in ``notebooks/params/`` and a GPU assumed, so a bad
@@ -94,14 +96,6 @@ class Plan:
 
 
 # ------------------------------------------------------------------ helpers
-def _get(params: Mapping, *names: str) -> list:
-    missing = [n for n in names if n not in params]
-    if missing:
-        raise ConfigError(f"parameters: {', '.join(missing)} missing. Fix: run the notebook's parameters cell "
-                          "(or pass every parameter the plan reads).")
-    return [params[n] for n in names]
-
-
 def _device(cfg: TrainConfig) -> str:
     return "CPU processes" if cfg.device == "cpu" else "GPUs" if cfg.device == "cuda" else "auto"
 
@@ -111,17 +105,26 @@ def is_digits(dataset: str, data_dir: str) -> bool:
     return dataset == "digits" or (Path(data_dir) / DIGITS_MARKER).is_file()
 
 
-def recipe(params: Mapping, name: str, **fields) -> TrainConfig:
+@dataclass(frozen=True)
+class Recipe:
+    """A notebook's recipe parameters: the profile, and what it overrides (None: the profile's value)."""
+
+    profile: str
+    base_lr: float | None = None
+    warmup_epochs: float | None = None
+    train_compile: str | None = None
+
+
+def recipe(base: Recipe, name: str, **fields) -> TrainConfig:
     """A notebook job's config: the profile, the notebook's recipe parameters, then ``fields``.
 
-    Reads ``profile`` and, when the notebook declares them, ``base_lr``, ``warmup_epochs`` and
-    ``train_compile``. On the digits (8x8 scans) crops stay large and flips stay off whatever the
-    profile says: a mirrored 3 is not a 3, and an 8%-crop of 8x8 pixels holds nothing.
+    On the digits (8x8 scans) crops stay large and flips stay off whatever the profile says: a
+    mirrored 3 is not a 3, and an 8%-crop of 8x8 pixels holds nothing.
     """
-    profile, = _get(params, "profile")
-    values = {key: params[key] for key in ("base_lr", "warmup_epochs") if key in params}
-    if "train_compile" in params:
-        values["compile"] = params["train_compile"]
+    profile = base.profile
+    values = {key: getattr(base, key) for key in ("base_lr", "warmup_epochs") if getattr(base, key) is not None}
+    if base.train_compile is not None:
+        values["compile"] = base.train_compile
     values.update(fields)
     defaults = {**dataclasses.asdict(TrainConfig()), **PROFILES.get(profile, {}), **values}
     if is_digits(defaults["dataset"], defaults["data_dir"]):
@@ -169,24 +172,25 @@ EXACT = dict(train_augment=False, warmup_epochs=0.0, epochs=1, log_every=1, seed
              precision="fp32", compile="none", channels_last=False)
 
 
-def ddp_one_node(params: Mapping, gpus: int = 0, backend: str = "local") -> Plan:
+def ddp_one_node(*, profile: str, output_root: str, data_dir: str, arch: str, image_size: int, batch_size: int,
+                 epochs: int, nodes: int, ranks_per_node: int, max_steps_per_epoch: int, bucket_cap_mb: int,
+                 exact_workers: int, exact_batch: int, exact_steps: int, base_lr: float | None = None,
+                 warmup_epochs: float | None = None, train_compile: str | None = None, site=None, gpus: int = 0,
+                 backend: str = "local") -> Plan:
     """03: one DDP job, then the equivalence check (``exact_workers`` x B against 1 x ``exact_workers``·B,
     with GroupNorm and a BatchNorm control). The check runs on GPUs where there are enough of them,
     otherwise as CPU processes (gloo), even beside a GPU."""
-    (output_root, arch, image_size, batch_size, epochs, nodes, ranks_per_node, steps, bucket_cap_mb, data_dir,
-     exact_workers, exact_batch, exact_steps) = _get(
-        params, "output_root", "arch", "image_size", "batch_size", "epochs", "nodes", "ranks_per_node",
-        "max_steps_per_epoch", "bucket_cap_mb", "data_dir", "exact_workers", "exact_batch", "exact_steps")
     notes: list[str] = []
+    base = Recipe(profile, base_lr, warmup_epochs, train_compile)
     common = dict(output_root=output_root, arch=arch, image_size=image_size, data_dir=data_dir)
-    cfg = recipe(params, "03-ddp-2w", batch_size=batch_size, epochs=epochs, max_steps_per_epoch=steps,
+    cfg = recipe(base, "03-ddp-2w", batch_size=batch_size, epochs=epochs, max_steps_per_epoch=max_steps_per_epoch,
                  bucket_cap_mb=bucket_cap_mb, **common)
-    planned = [_job(cfg, nodes, ranks_per_node, backend, gpus, notes)]
+    planned = [_job(cfg, nodes, ranks_per_node, backend, gpus, notes, site=site)]
     if exact_workers < 2:
         raise ConfigError(f"exact_workers: the check compares 2 or more workers with 1, got {exact_workers}. "
                           "Fix: pass exact_workers=2.")
     exact = dict(EXACT, max_steps_per_epoch=exact_steps, **common)
-    probe = recipe(params, "03-probe", **exact)
+    probe = recipe(base, "03-probe", **exact)
     if backend == "slurm" or not on_gpu(probe, gpus) or gpus >= exact_workers:
         device, ranks_on = probe.device, "the same devices as the job"
     else:
@@ -197,28 +201,30 @@ def ddp_one_node(params: Mapping, gpus: int = 0, backend: str = "local") -> Plan
                      "by DDP")
     cpu_fields = dict(device="cpu", workers=0) if device == "cpu" else {}
     for norm in ("group", "batch"):
-        two = recipe(params, f"03-{norm}-2w", norm=norm, batch_size=exact_batch, **exact, **cpu_fields)
-        one = recipe(params, f"03-{norm}-1w", norm=norm, batch_size=exact_workers * exact_batch, **exact,
+        two = recipe(base, f"03-{norm}-2w", norm=norm, batch_size=exact_batch, **exact, **cpu_fields)
+        one = recipe(base, f"03-{norm}-1w", norm=norm, batch_size=exact_workers * exact_batch, **exact,
                      **cpu_fields)
-        planned += [_job(two, 1, exact_workers, backend, gpus, notes), _job(one, 1, 1, backend, gpus, notes)]
+        planned += [_job(two, 1, exact_workers, backend, gpus, notes, site=site),
+                    _job(one, 1, 1, backend, gpus, notes, site=site)]
     return Plan(planned, backend, notes, {"exact_device": device, "exact_ranks_on": ranks_on,
                                           "exact_workers": exact_workers})
 
 
-def large_batches(params: Mapping, gpus: int = 0, backend: str = "local") -> Plan:
+def large_batches(*, profile: str, output_root: str, dataset: str, data_dir: str, arch: str, image_size: int,
+                  nodes: int, ranks_per_node: int, global_batches: list[int], epochs: int, base_lr: float,
+                  warmup_epochs: float, max_steps_per_epoch: int, lars_base_lr: float,
+                  train_compile: str | None = None, site=None, gpus: int = 0, backend: str = "local") -> Plan:
     """04: the global-batch sweep without and with warmup (each sweep one job at a time, side by side),
     then LARS at the largest batch after the no-warmup sweep."""
-    (output_root, dataset, data_dir, arch, image_size, nodes, ranks_per_node, global_batches, epochs, base_lr,
-     warmup_epochs, steps, lars_base_lr) = _get(
-        params, "output_root", "dataset", "data_dir", "arch", "image_size", "nodes", "ranks_per_node",
-        "global_batches", "epochs", "base_lr", "warmup_epochs", "max_steps_per_epoch", "lars_base_lr")
+    steps = max_steps_per_epoch
+    rec = Recipe(profile, base_lr, warmup_epochs, train_compile)
     if float(warmup_epochs) <= 0:
         raise ConfigError(f"warmup_epochs: the 'with warmup' runs need a warmup, got {warmup_epochs}. Fix: pass e.g. "
                           "warmup_epochs=1.")
     notes: list[str] = []
     base = dict(output_root=output_root, dataset=dataset, data_dir=data_dir, arch=arch, image_size=image_size,
                 epochs=epochs, base_lr=base_lr, max_steps_per_epoch=steps)
-    probe = recipe(params, "04-sgd", **base)
+    probe = recipe(rec, "04-sgd", **base)
     nodes, ranks_per_node, note = place(probe, nodes, ranks_per_node, backend, gpus)
     notes += note
     workers = nodes * ranks_per_node
@@ -230,51 +236,53 @@ def large_batches(params: Mapping, gpus: int = 0, backend: str = "local") -> Pla
     for warmup in (0.0, float(warmup_epochs)):
         previous = None
         for batch in global_batches:
-            cfg = recipe(params, f"04-warmup{warmup:g}-batch_size{batch // workers}", **base,
+            cfg = recipe(rec, f"04-warmup{warmup:g}-batch_size{batch // workers}", **base,
                          warmup_epochs=warmup, batch_size=batch // workers)
             check_batch(cfg, workers)
-            planned.append(Planned(cfg, nodes, ranks_per_node, after=previous))
+            planned.append(Planned(cfg, nodes, ranks_per_node, dict(site=site), after=previous))
             previous = cfg.name
     largest = max(global_batches)
-    lars = recipe(params, "04-lars", **{**base, "base_lr": lars_base_lr}, optimizer="lars",
+    lars = recipe(rec, "04-lars", **{**base, "base_lr": lars_base_lr}, optimizer="lars",
                   warmup_epochs=float(warmup_epochs), batch_size=largest // workers)
-    planned.append(Planned(lars, nodes, ranks_per_node, after=f"04-warmup0-batch_size{largest // workers}"))
+    planned.append(Planned(lars, nodes, ranks_per_node, dict(site=site),
+                           after=f"04-warmup0-batch_size{largest // workers}"))
     return Plan(planned, backend, notes, {"workers": workers, "per_worker": [g // workers for g in global_batches]})
 
 
-def multi_node(params: Mapping, gpus: int = 0, backend: str = "local") -> Plan:
-    """05: the multi-node job and the long job that is cancelled, with the Slurm options."""
-    (output_root, data_dir, arch, image_size, batch_size, epochs, steps, nodes, ranks_per_node, time_limit,
-     partition, account, extra_sbatch, cancel_epochs) = _get(
-        params, "output_root", "data_dir", "arch", "image_size", "batch_size", "epochs", "max_steps_per_epoch",
-        "nodes", "ranks_per_node", "time_limit", "partition", "account", "extra_sbatch", "cancel_epochs")
+def multi_node(*, profile: str, output_root: str, data_dir: str, arch: str, image_size: int, batch_size: int,
+               epochs: int, max_steps_per_epoch: int, nodes: int, ranks_per_node: int, time_limit: str | None,
+               extra_sbatch: str, cancel_epochs: int, base_lr: float | None = None,
+               warmup_epochs: float | None = None, train_compile: str | None = None, site=None, gpus: int = 0,
+               backend: str = "local") -> Plan:
+    """05: the multi-node job and the long job that is cancelled, with the site and the Slurm options."""
     notes: list[str] = []
-    options = dict(time=time_limit, partition=partition or None, account=account or None,
-                   sbatch_options=str(extra_sbatch).split())
+    options = dict(time=time_limit or None, site=site, sbatch_options=str(extra_sbatch).split())
     common = dict(output_root=output_root, data_dir=data_dir, arch=arch, image_size=image_size,
                   batch_size=batch_size)
-    main = recipe(params, "05-multinode", epochs=epochs, max_steps_per_epoch=steps, **common)
-    long = recipe(params, "05-cancel-me", epochs=cancel_epochs, **common)
+    base = Recipe(profile, base_lr, warmup_epochs, train_compile)
+    main = recipe(base, "05-multinode", epochs=epochs, max_steps_per_epoch=max_steps_per_epoch, **common)
+    long = recipe(base, "05-cancel-me", epochs=cancel_epochs, **common)
     planned = [_job(main, nodes, ranks_per_node, backend, gpus, notes, **options),
                _job(long, nodes, ranks_per_node, backend, gpus, [], **options)]
     return Plan(planned, backend, notes)
 
 
-def scaling_study(params: Mapping, gpus: int = 0, backend: str = "local") -> Plan:
+def scaling_study(*, profile: str, output_root: str, data_dir: str, arch: str, image_size: int, batch_size: int,
+                  epochs: int, max_steps_per_epoch: int, scale_over: str, scale_values, nodes: int,
+                  ranks_per_node: int, time_limit: str | None, extra_sbatch: str, base_lr: float | None = None,
+                  warmup_epochs: float | None = None, train_compile: str | None = None, site=None, gpus: int = 0,
+                  backend: str = "local") -> Plan:
     """06: one job per value of ``scale_over``, one after another. Locally on GPUs, only the values
     this machine can place are measured; the others are listed in ``extras["not_measured"]``."""
     from tutorial_lib.lessons.study import int_list
 
-    (output_root, data_dir, arch, image_size, batch_size, epochs, steps, scale_over, scale_values, nodes,
-     ranks_per_node, time_limit, extra_sbatch) = _get(
-        params, "output_root", "data_dir", "arch", "image_size", "batch_size", "epochs", "max_steps_per_epoch",
-        "scale_over", "scale_values", "nodes", "ranks_per_node", "time_limit", "extra_sbatch")
     if scale_over not in ("nodes", "ranks_per_node"):
         raise ConfigError(f"scale_over: {scale_over!r} is not a resource. Fix: use 'ranks_per_node' or 'nodes'.")
     values = int_list(scale_values)
-    cfg = recipe(params, "06-scale", output_root=output_root, data_dir=data_dir, arch=arch,
-                 image_size=image_size, batch_size=batch_size, epochs=epochs, max_steps_per_epoch=steps)
-    options = dict(time=time_limit, sbatch_options=str(extra_sbatch).split())
+    cfg = recipe(Recipe(profile, base_lr, warmup_epochs, train_compile), "06-scale", output_root=output_root,
+                 data_dir=data_dir, arch=arch, image_size=image_size, batch_size=batch_size, epochs=epochs,
+                 max_steps_per_epoch=max_steps_per_epoch)
+    options = dict(time=time_limit or None, site=site, sbatch_options=str(extra_sbatch).split())
     planned, skipped, notes, previous = [], [], [], None
     for value in values:
         world = {"nodes": nodes, "ranks_per_node": ranks_per_node, scale_over: value}
@@ -297,10 +305,10 @@ def scaling_study(params: Mapping, gpus: int = 0, backend: str = "local") -> Pla
 
 def other_notebook(params: Mapping, gpus: int = 0, backend: str = "local") -> Plan:
     """The config a notebook without its own plan builds: the profile and every parameter that is a
-    training setting (00, 01, 02 and 07 build theirs this way)."""
-    profile, = _get(params, "profile")
+    training setting (00, 01 and 07 build theirs this way), with its site."""
     fields = {k: v for k, v in params.items() if k in _FIELDS and k not in ("profile", "name")}
-    return Plan([Planned(make_config(profile, name="config", **fields))], backend)
+    return Plan([Planned(make_config(params["profile"], name="config", **fields),
+                         options=dict(site=params.get("site")))], backend)
 
 
 PLANS: dict[str, Callable[..., Plan]] = {

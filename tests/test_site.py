@@ -1,0 +1,267 @@
+"""The site block: checked like every other sbatch input, written into each job's batch script, given to
+every Slurm job of every notebook; the course refuses parameter names no notebook declares.
+
+Nothing here needs a cluster except the last tests, which need the strict emulated one
+(``TUTORIAL_SLURM_STRICT=1 cluster_scripts/start_local_slurm.sh``, what CI runs).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tutorial_lib import REPO_ROOT, jobs
+from tutorial_lib.engine.config import ConfigError, make_config
+from tutorial_lib.jobs.commands import batch_script, sbatch_command, site_section
+from tutorial_lib.jobs.spec import Site, absolute_config, load_site, make_spec
+from tutorial_lib.lessons import course, plans
+
+CI_SITE = REPO_ROOT / "notebooks" / "params" / "ci-site.yaml"
+GPU_SITE = {"partition": "gpu", "account": "proj1", "qos": "high", "time": "02:00:00", "cpus_per_rank": 8,
+            "mem": "200G", "gpu_request": "gres", "setup": ["module load cuda/12.4", "source $HOME/venv/bin/activate"],
+            "python": "python3", "env": {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5_0"},
+            "sbatch_options": ["--constraint=a100"]}
+HOSTILE = ["x; touch {canary}", "$(touch {canary})", "`touch {canary}`", "a\ntouch {canary}",
+           "'; touch {canary}; '", "\" && touch {canary}", "a b"]
+
+
+def spec_for(site, tmp_path, ranks=4, profile="gpu", **kwargs):
+    cfg = absolute_config(make_config(profile, name="site", output_root=str(tmp_path)))
+    return make_spec(cfg, 2, ranks, check_data=False, on_cluster=True, site=site, **kwargs)
+
+
+def test_the_site_reaches_sbatch_and_the_batch_script(tmp_path):
+    spec = spec_for(GPU_SITE, tmp_path)
+    command = sbatch_command(spec)
+    for option in ("--partition=gpu", "--account=proj1", "--qos=high", "--time=02:00:00", "--cpus-per-task=32",
+                   "--mem=200G", "--gres=gpu:4", "--constraint=a100"):
+        assert option in command
+    assert not any(word.startswith("--gpus-per-node") for word in command)
+    assert command[command.index("--constraint=a100") + 1] == str(spec.run_dir / "job.sbatch")
+    script = batch_script(spec)
+    lines = script.splitlines()
+    for line in GPU_SITE["setup"]:  # the user's own shell, exactly as given, in order
+        assert line in lines
+    first, second = (lines.index(line) for line in GPU_SITE["setup"])
+    assert first < second < lines.index("# 1. Inputs, with defaults.")
+    assert "export NCCL_SOCKET_IFNAME=ib0" in lines and "export TUTORIAL_PYTHON=python3" in lines
+    assert spec.python == "python3"  # what every node's torchrun runs
+    # explicit submit arguments win over the site's
+    spec = spec_for(GPU_SITE, tmp_path, partition="debug", time="10")
+    assert "--partition=debug" in sbatch_command(spec) and "--time=10" in sbatch_command(spec)
+
+
+def test_gpu_request_style_and_containers(tmp_path):
+    assert "--gpus-per-node=4" in sbatch_command(spec_for({"partition": "gpu"}, tmp_path))
+    apptainer = spec_for({"container": {"image": "/images/torch.sif", "binds": ["/data", "/scratch:/s:ro"]}}, tmp_path)
+    assert ("SITE_LAUNCH=(apptainer exec --nv --bind /data --bind /scratch:/s:ro /images/torch.sif)"
+            in batch_script(apptainer).splitlines())
+    pyxis = spec_for({"container": {"image": "nvcr.io#nvidia/pytorch:24.01-py3", "runtime": "pyxis",
+                                    "binds": ["/data"]}}, tmp_path)
+    assert "SITE_SRUN=('--container-image=nvcr.io#nvidia/pytorch:24.01-py3'" in batch_script(pyxis)
+    # a CPU job asks for no GPUs, whatever the style
+    cpu = spec_for({"gpu_request": "gres", "cpus_per_rank": 1}, tmp_path, ranks=2, profile="smoke")
+    assert not [w for w in sbatch_command(cpu) if w.startswith(("--gres", "--gpus"))]
+    assert "--cpus-per-task=2" in sbatch_command(cpu)
+
+
+def test_the_site_section_runs_in_bash_and_its_values_stay_inert(tmp_path):
+    """The values a site may set are quoted: bash runs the section and sets them, executing nothing."""
+    canary = tmp_path / "canary"
+    hostile = f"$(touch {canary}) `touch {canary}`; touch {canary}"
+    spec = spec_for({"env": {"NCCL_DEBUG": hostile}, "setup": [f"echo setup ran > {tmp_path / 'setup'}"]}, tmp_path)
+    shell = f"set -euo pipefail\n{site_section(spec)}\nprintf %s \"$NCCL_DEBUG\""
+    result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == hostile and not canary.exists()
+    assert (tmp_path / "setup").read_text() == "setup ran\n"  # setup lines are shell, run as written
+    assert subprocess.run(["bash", "-n"], input=batch_script(spec), text=True).returncode == 0
+
+
+@pytest.mark.parametrize("key", ["partition", "account", "qos", "time", "mem", "python", "gpu_request",
+                                 "cpus_per_rank", "container", "sbatch_options", "env", "setup"])
+@pytest.mark.parametrize("template", HOSTILE)
+def test_hostile_site_values_are_refused(tmp_path, key, template):
+    value = template.format(canary=tmp_path / "canary")
+    if key == "setup" and "\n" not in value:  # the user's own shell: any one line, kept as it is
+        assert Site.from_dict({"setup": [value]}).setup == (value,)
+        return
+    site = {"env": {"NCCL_X": value} if "\n" in value else {value: "1"}, "sbatch_options": [f"--comment={value}"],
+            "container": {"image": value}, "setup": [value]}.get(key, value)
+    with pytest.raises(ConfigError) as error:
+        Site.from_dict({key: site})
+    assert f"site.{key}" in str(error.value) and "Fix" in str(error.value)
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "canary").exists()
+
+
+@pytest.mark.parametrize("option", ["--outp=/tmp/x", "--part=x", "--acc=x", "--export-f=x", "--job-nam=x",
+                                    "--gpus-per-n=8", "--wrap=x", "--output=/tmp/x"])
+def test_site_sbatch_options_cannot_reach_what_the_library_sets(option):
+    with pytest.raises(ConfigError, match="site.sbatch_options"):
+        Site.from_dict({"sbatch_options": [option]})
+
+
+def test_unknown_site_keys_and_reserved_variables_are_refused():
+    with pytest.raises(ConfigError, match="site.partitions: not a site setting"):
+        Site.from_dict({"partitions": "gpu"})
+    for name in ("PYTHONPATH", "SLURM_NNODES", "TUTORIAL_RUN_DIR", "SRUN_CPUS_PER_TASK"):
+        with pytest.raises(ConfigError, match=f"site.env: {name} is set by tutorial_lib.jobs"):
+            Site.from_dict({"env": {name: "1"}})
+    with pytest.raises(ConfigError, match="site.container.binds"):
+        Site.from_dict({"container": {"image": "/x.sif", "binds": ["/a,/etc"]}})
+
+
+def test_the_site_comes_from_tutorial_site_when_none_is_given(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUTORIAL_SITE", str(CI_SITE))
+    assert load_site().partition == yaml.safe_load(CI_SITE.read_text())["site"]["partition"]
+    spec = spec_for(None, tmp_path)
+    assert spec.site == load_site(CI_SITE) and spec.python == "/opt/tutorial-site/venv/bin/python"
+    local = make_spec(absolute_config(make_config("smoke", name="l", output_root=str(tmp_path))), check_data=False)
+    assert local.site == Site() and local.python == sys.executable  # the local backend needs no site
+    monkeypatch.setenv("TUTORIAL_SITE", str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigError, match="TUTORIAL_SITE=.*names no file"):
+        load_site()
+
+
+# ------------------------------------------------------------- the notebooks
+def _code_calls(notebook):
+    cells = json.loads(notebook.read_text())["cells"]
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            tree = ast.parse("".join(cell["source"]))
+            yield from (node for node in ast.walk(tree) if isinstance(node, ast.Call))
+
+
+def _name(call) -> str:
+    return ast.unparse(call.func)
+
+
+@pytest.mark.parametrize("notebook", course.notebooks(), ids=lambda p: p.stem)
+def test_every_slurm_job_of_every_notebook_gets_the_site(notebook, tmp_path, monkeypatch):
+    """Each call that submits jobs passes the notebook's site, and each plan gives it to every job."""
+    submitting = [c for c in _code_calls(notebook) if _name(c) in ("jobs.submit", "jobs.sweep")
+                  or _name(c).startswith("plans.")]
+    for call in submitting:
+        site = [k for k in call.keywords if k.arg == "site"]
+        assert site and ast.unparse(site[0].value) == "site", f"{notebook.stem}: {_name(call)} gets no site=site"
+    if notebook.stem in plans.PLANS:
+        from test_params import defaults, plan_for
+
+        monkeypatch.chdir(tmp_path)
+        values = {**defaults(notebook), "backend": "slurm", "site": GPU_SITE, "output_root": str(tmp_path)}
+        plan = plan_for(notebook, values, gpus=0)
+        for spec in plan.check(check_data=False):
+            command = sbatch_command(spec)
+            assert "--partition=gpu" in command and "--qos=high" in command, (notebook.stem, spec.config.name)
+            assert "module load cuda/12.4" in batch_script(spec).splitlines()
+
+
+@pytest.mark.parametrize("notebook", course.notebooks(), ids=lambda p: p.stem)
+def test_every_parameter_is_read_by_the_notebooks_code(notebook):
+    """A parameter no code cell reads only misleads (02 declared profile, backend and output_root)."""
+    cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"
+             and "parameters" not in c["metadata"].get("tags", [])]
+    read = {node.id for cell in cells for node in ast.walk(ast.parse("".join(cell["source"])))
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    unread = [name for name in course.declared_parameters(notebook) if name not in read]
+    assert not unread, f"{notebook.stem} declares parameters no code reads: {unread}"
+
+
+def test_the_course_refuses_a_parameter_no_notebook_declares(tmp_path, capsys):
+    params = tmp_path / "typo.yaml"
+    params.write_text("profile: smoke\nepoch: 3\n")
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match="no notebook has a parameter 'epoch' \\(did you mean epochs\\?\\)"):
+        course.main(["--params", str(params), "--out", str(out)])
+    with pytest.raises(SystemExit, match="-p: no notebook has a parameter 'nodez'"):
+        course.main(["-p", "nodez", "2", "--out", str(out)])
+    assert not out.exists()  # refused before anything ran or was written
+    course.check_parameter_names(yaml.safe_load(CI_SITE.read_text()))  # the CI file's keys are all declared
+
+
+# ------------------------------------------------------- the strict cluster
+def _strict(slurm) -> None:
+    partitions = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=30).stdout
+    if "*" in partitions:
+        pytest.skip("this cluster has a default partition: the strict emulated cluster is not running "
+                    "(TUTORIAL_SLURM_STRICT=1 cluster_scripts/start_local_slurm.sh)")
+
+
+def test_on_the_strict_cluster_a_job_without_the_site_fails_in_one_line(tmp_path, slurm, digits_dir):
+    _strict(slurm)
+    cfg = make_config("smoke", name="nosite", output_root=str(tmp_path), dataset="imagefolder",
+                      data_dir=str(digits_dir), epochs=1, max_steps_per_epoch=1, progress=False)
+    with pytest.raises(jobs.JobError, match="no default partition: set the site block's partition"):
+        jobs.submit(cfg, backend="slurm", site=Site(), verbose=False)
+    assert not (tmp_path / "nosite" / "job.sbatch").exists()  # a refused job leaves its run directory as it was
+    site = dataclasses.replace(load_site(CI_SITE), python=None, setup=())
+    job = jobs.submit(cfg, backend="slurm", site=site, verbose=False)
+    assert job.wait(timeout=300, check=False) == "FAILED"
+    explanation = job.explain()
+    assert "\n" not in explanation and f"The compute nodes have no {sys.executable}" in explanation
+    assert "Fix: give the site block a python" in explanation
+
+
+# ------------------------------------------------------------ the pre-flight
+def test_preflight_reports_each_check_in_one_line(tmp_path, backend, digits_dir):
+    from tutorial_lib.jobs import preflight
+
+    cfg = make_config("smoke", name="pf", output_root=str(tmp_path), dataset="imagefolder", data_dir=str(digits_dir))
+    report = preflight.run(cfg, nodes=2, ranks_per_node=1, backend=backend, timeout=240)
+    lines = str(report).splitlines()
+    assert report.ok, str(report)
+    assert [line.split(":")[0] for line in lines] == [
+        "ok    scheduler accepts the job", "ok    python on every node imports torch and tutorial_lib",
+        "ok    CPUs per rank", "ok    all-reduce across 2 ranks"]
+    assert "2 of 2 ranks on 2 node(s)" in lines[1] and "sum 2 on every rank" in lines[3]
+    report.raise_if_failed()
+
+
+def test_on_the_strict_cluster_the_preflight_says_what_is_wrong(tmp_path, slurm, digits_dir):
+    from tutorial_lib.jobs import preflight
+
+    _strict(slurm)
+    cfg = make_config("smoke", name="pf", output_root=str(tmp_path), dataset="imagefolder", data_dir=str(digits_dir))
+    report = preflight.run(cfg, nodes=2, backend="slurm", site=Site(), timeout=240)
+    assert str(report).startswith("FAIL  scheduler accepts the job: sbatch refused") and len(report.checks) == 1
+    with pytest.raises(jobs.JobError, match="pre-flight check failed:\nFAIL  scheduler"):
+        report.raise_if_failed()
+    report = preflight.run(cfg, nodes=2, backend="slurm", site=Site(partition="compute"), timeout=240)
+    assert [check.ok for check in report.checks] == [True, False], str(report)
+    assert "The compute nodes have no" in str(report.checks[1]) and len(str(report).splitlines()) == 2
+
+
+def test_a_notebook_refuses_a_parameter_it_does_not_declare(tmp_path):
+    """papermill -p with a misspelt name: the notebook's setup call stops, naming it (papermill only warns)."""
+    import nbformat
+    import papermill
+
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("epochs = 2\nnodes = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("from tutorial_lib.lessons import course\ncourse.setup_notebook(quiet=True)")])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    source = tmp_path / "nb.ipynb"
+    nbformat.write(notebook, source)
+    papermill.execute_notebook(str(source), str(tmp_path / "ok.ipynb"), parameters={"epochs": 3}, progress_bar=False)
+    with pytest.raises(papermill.PapermillExecutionError, match="this notebook has no parameter 'nodez'"):
+        papermill.execute_notebook(str(source), str(tmp_path / "bad.ipynb"), parameters={"nodez": 2},
+                                   progress_bar=False)
+
+
+def test_on_the_strict_cluster_the_training_step_gets_the_cpus_the_job_asked_for(tmp_path, slurm, digits_dir):
+    """--cpus-per-task reaches srun's step (SRUN_CPUS_PER_TASK): without it the step, and so every rank, is
+    pinned to one CPU whatever the job asked for."""
+    from tutorial_lib.jobs import preflight
+
+    _strict(slurm)
+    cfg = make_config("smoke", name="cpus", output_root=str(tmp_path), dataset="imagefolder", data_dir=str(digits_dir))
+    report = preflight.run(cfg, nodes=1, ranks_per_node=2, backend="slurm", site=load_site(CI_SITE), timeout=240)
+    assert report.ok, str(report)
+    assert "each rank may use 2 CPU(s)" in str(report.checks[2])  # cpus_per_rank 1 x 2 ranks, shared by both
