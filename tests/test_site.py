@@ -28,7 +28,7 @@ GPU_SITE = {"partition": "gpu", "account": "proj1", "qos": "high", "time": "02:0
             "python": "python3", "env": {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5_0"},
             "sbatch_options": ["--constraint=a100"]}
 HOSTILE = ["x; touch {canary}", "$(touch {canary})", "`touch {canary}`", "a\ntouch {canary}",
-           "'; touch {canary}; '", "\" && touch {canary}", "a b"]
+           "'; touch {canary}; '", "\" && touch {canary}", "a b", "16\n"]  # the last: a value that ends in a newline
 
 
 def spec_for(site, tmp_path, ranks=4, profile="gpu", **kwargs):
