@@ -67,10 +67,13 @@ def record(executed_dir: Path) -> dict:
 
 
 def _redirect_output_root(notebook: dict) -> None:
-    """Point the parameters cell's ``output_root`` at :data:`TEST_OUTPUT_ROOT`."""
+    """Point the parameters cell's ``output_root`` at :data:`TEST_OUTPUT_ROOT` (a notebook that starts no
+    job declares none, and writes no run directory)."""
     cell = next(c for c in notebook["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
     lines = _source(cell).split("\n")
     found = [i for i, line in enumerate(lines) if line.startswith("output_root = ")]
+    if not any(line.startswith("output_root") for line in lines):
+        return
     if len(found) != 1:
         raise SystemExit("error: a notebook's parameters cell has no single `output_root = ...` line to redirect. "
                          "Fix: declare output_root there, on one line.")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tutorial_lib.bench.timing import Spread, compare, distinguishable, interleave, interleave_records, store
-from tutorial_lib.lessons import claims, course
+from tutorial_lib.lessons import claims, course, verdicts
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -174,10 +174,10 @@ def test_02_model_alone_slower_than_trainer_on_files_is_flagged():
 # --------------------------------------------------------------------------- notebook 07
 def test_07_recorded_fit_does_not_reproduce():
     """Issue 14's run: median fit error 31%, largest 38%, text "reproduces the measured times"."""
-    claim = claims.fit_quality(0.31, 0.38)
+    claim = verdicts.fit_quality(0.31, 0.38)
     assert claim.verdict == "rough" and "reproduces" not in claim.sentence
-    assert claims.fit_quality(0.05, 0.12).verdict == "reproduces"
-    assert claims.fit_quality(0.6, 0.9).verdict == "does not fit"
+    assert verdicts.fit_quality(0.05, 0.12).verdict == "reproduces"
+    assert verdicts.fit_quality(0.6, 0.9).verdict == "does not fit"
 
 
 def test_input_pipelines_are_ranked_only_when_their_ranges_part():
@@ -236,14 +236,14 @@ def issue_23_claims() -> list:
         claims.matmul_yardstick(0.070, 0.04),
         claims.benchmark_vs_jobs({"fp32": Spread(131.0, 125.0, 136.0), "bf16": Spread(166.0, 160.0, 170.0)},
                                  {"fp32": Spread(199.0, 190.0, 205.0), "bf16": Spread(242.0, 236.0, 250.0)}),
-        claims.runs_learn([claims.training_outcome("06-scale-ranks_per_node1", 20.6, 10, [2.4, 2.2, 2.1]),
-                           claims.training_outcome("06-scale-ranks_per_node2", 15.9, 10, [2.4, 2.3, 2.2])]),
-        claims.training_outcome("multi-node job", 17.5, 10, [2.42, 2.55, 2.70]),
-        claims.training_outcome("04-warmup0-batch_size256", 10.3, 10, [2.35, 2.30, 2.31]),
-        claims.staleness_effect({0: {"loss": 0.162, "accuracy": 0.953, "wall_s": 3.1},
+        verdicts.runs_learn([verdicts.training_outcome("06-scale-ranks_per_node1", 20.6, 10, [2.4, 2.2, 2.1]),
+                           verdicts.training_outcome("06-scale-ranks_per_node2", 15.9, 10, [2.4, 2.3, 2.2])]),
+        verdicts.training_outcome("multi-node job", 17.5, 10, [2.42, 2.55, 2.70]),
+        verdicts.training_outcome("04-warmup0-batch_size256", 10.3, 10, [2.35, 2.30, 2.31]),
+        verdicts.staleness_effect({0: {"loss": 0.162, "accuracy": 0.953, "wall_s": 3.1},
                                  1: {"loss": 0.160, "accuracy": 0.955, "wall_s": 2.9},
                                  4: {"loss": 0.158, "accuracy": 0.960, "wall_s": 2.6}}),
-        claims.projection_flat([100.0] * 7, 64, 70.2, 51.9, 2, "CPU ranks"),
+        verdicts.projection_flat([100.0] * 7, 64, 70.2, 51.9, 2, "CPU ranks"),
     ]
 
 
@@ -264,24 +264,24 @@ def test_issue_23_verdicts_follow_the_numbers():
     assert learn.verdict == "not every run learns" and "2 of 2 runs did not learn" in learn.sentence
     assert multi.verdict == "diverged" and "2.42 -> 2.70" in multi.sentence
     assert big_batch.verdict == "near chance"
-    assert claims.training_outcome("b64", 96.4, 10, [2.3, 0.6]).verdict == "learns"
-    assert claims.training_outcome("b16", 40.0, 10, [2.3, 1.9]).verdict == "above chance"
-    assert claims.training_outcome("nan", 9.0, 10, [2.3, float("nan")]).verdict == "diverged"
+    assert verdicts.training_outcome("b64", 96.4, 10, [2.3, 0.6]).verdict == "learns"
+    assert verdicts.training_outcome("b16", 40.0, 10, [2.3, 1.9]).verdict == "above chance"
+    assert verdicts.training_outcome("nan", 9.0, 10, [2.3, float("nan")]).verdict == "diverged"
     assert stale.verdict == "matters little" and "cost" not in stale.sentence
-    helps = claims.staleness_effect({0: {"loss": 0.30, "accuracy": 0.9, "wall_s": 3.0},
+    helps = verdicts.staleness_effect({0: {"loss": 0.30, "accuracy": 0.9, "wall_s": 3.0},
                                      4: {"loss": 0.20, "accuracy": 0.95, "wall_s": 2.0}})
     assert helps.verdict == "helps" and "costs" not in helps.sentence
-    costs = claims.staleness_effect({0: {"loss": 0.20, "accuracy": 0.95, "wall_s": 3.0},
+    costs = verdicts.staleness_effect({0: {"loss": 0.20, "accuracy": 0.95, "wall_s": 3.0},
                                      4: {"loss": 0.30, "accuracy": 0.90, "wall_s": 2.0}})
     assert costs.verdict == "costs"
     # a short 07 run: both stale runs ended higher, one within 10% (8%) and one beyond (18%): that is a cost
-    both_higher = claims.staleness_effect({0: {"loss": 0.945, "accuracy": 0.758, "wall_s": 0.6},
+    both_higher = verdicts.staleness_effect({0: {"loss": 0.945, "accuracy": 0.758, "wall_s": 0.6},
                                            1: {"loss": 1.021, "accuracy": 0.677, "wall_s": 0.4},
                                            4: {"loss": 1.119, "accuracy": 0.660, "wall_s": 0.4}})
     assert both_higher.verdict == "costs" and "some with a lower one" not in both_higher.sentence
     assert projection.verdict == "flat" and "70.2 img/s per rank" in projection.sentence
     assert "measured 51.9% at 2 CPU ranks" in projection.sentence and "share its CPU cores" in projection.sentence
-    assert claims.projection_flat([100.0, 90.0, 60.0], 64, 900.0, None, None).verdict == "falls"
+    assert verdicts.projection_flat([100.0, 90.0, 60.0], 64, 900.0, None, None).verdict == "falls"
 
 
 def test_issue_23_summary_md_has_no_contradicted_sentence(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tutorial_lib.bench.timing import Spread
-from tutorial_lib.lessons import claims, twolevel
+from tutorial_lib.lessons import claims, twolevel, verdicts
 from tutorial_lib.scaling import Cluster, Link, fit_point_to_point, flat_allreduce_s, hierarchical_allreduce_s
 
 INTRA, INTER = Link(5.0, 20.0), Link(0.2, 100.0)
@@ -76,7 +76,7 @@ def _rows(pairs, width=0.05):
     ([(1 << 16, 1.0, 1.12)], claims.NOT_DISTINGUISHABLE, "not distinguishable here at 64 KiB"),  # ranges overlap
 ])
 def test_hierarchical_claim_follows_the_bus_bandwidths(pairs, verdict, words):
-    claim = claims.hierarchical_vs_flat(_rows(pairs, 0.1 if verdict == claims.NOT_DISTINGUISHABLE else 0.05))
+    claim = verdicts.hierarchical_vs_flat(_rows(pairs, 0.1 if verdict == claims.NOT_DISTINGUISHABLE else 0.05))
     if verdict == "matters little":
         assert claim.verdict == claims.NOT_DISTINGUISHABLE  # neither wins: said as such
     else:

@@ -275,26 +275,6 @@ def measure_e2e(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, arch: str | None
     return record
 
 
-def plot_loader_vs_model(loader_records: list[dict], model_record: dict, ax=None):
-    """Bars: images/s each input pipeline delivers; a line: images/s the model trains at.
-
-    Bars below the line mean the accelerator waits for data with that pipeline.
-    """
-    from tutorial_lib.lessons.plots import plot_bars
-
-    ok = [r for r in loader_records if r.get("status") == "ok"]
-    labels = [f"{r['workers']} worker{'s' * (r['workers'] != 1)}" if r["pipeline"] == "cpu-dataloader"
-              else r["pipeline"] for r in ok]
-    ax = plot_bars(labels, [r["images_per_sec"] for r in ok], "images/s", ax=ax,
-                   title="Is the model waiting for data?")
-    if model_record.get("status") == "ok":
-        rate = model_record["images_per_sec"]
-        ax.axhline(rate, color="black", linestyle="--", label=f"model trains at {rate:,.0f} img/s")
-        ax.set_ylim(top=max(ax.get_ylim()[1], rate * 1.15))
-        ax.legend(fontsize="small")
-    return ax
-
-
 def worker_counts(cores: int | None = None) -> list[int]:
     """DataLoader worker counts worth trying: 0, 1, 2, 4, ... up to ``cores`` (default: the CPUs
     this process may use), with ``cores`` itself last."""

@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tutorial_lib.lessons import claims
+from tutorial_lib.lessons import claims, verdicts
 from tutorial_lib.rundir.checkpoint import load_checkpoint
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE
 from tutorial_lib.rundir.metrics import read_metrics
@@ -146,11 +146,11 @@ def num_classes(config: Mapping) -> int:
 def _outcome(label: str, config: Mapping, events: list) -> claims.Claim:
     epochs = [e for e in events if e["event"] == "epoch"]
     losses = [e.get("loss") for e in events if e["event"] == "step"] + [e.get("train_loss") for e in epochs]
-    return claims.training_outcome(label, epochs[-1].get("top1") if epochs else None, num_classes(config), losses)
+    return verdicts.training_outcome(label, epochs[-1].get("top1") if epochs else None, num_classes(config), losses)
 
 
 def outcome(run, label: str | None = None) -> claims.Claim:
-    """Whether a finished run learned (:func:`tutorial_lib.lessons.claims.training_outcome`): its last
+    """Whether a finished run learned (:func:`tutorial_lib.lessons.verdicts.training_outcome`): its last
     top-1 against chance and its loss trend, read from its run directory (a Job or a path)."""
     run_dir = run_dir_of(run)
     return _outcome(label or run_label(run), _config(run_dir), read_metrics(run_dir))
@@ -162,7 +162,7 @@ def final_accuracy(runs: Sequence):
     Columns: ``run``, ``world_size``, ``batch_size`` (per worker), ``global_batch``, ``peak_lr`` (the
     linearly scaled LR), ``warmup_epochs``, ``optimizer``, ``recipe`` (:func:`recipe_label`), ``epochs``
     (finished), ``top1`` / ``top5`` (%, last epoch), ``best_top1``, ``train_loss`` (last epoch),
-    ``outcome`` (:func:`tutorial_lib.lessons.claims.training_outcome`: learns, above chance, near chance
+    ``outcome`` (:func:`tutorial_lib.lessons.verdicts.training_outcome`: learns, above chance, near chance
     or diverged, against chance and the loss trend), ``diverged`` (outcome is diverged), ``train_time_s``
     (sum of epoch times) and ``state`` (a Job's state when a Job was given, else COMPLETED/INCOMPLETE
     from the run directory's DONE file).

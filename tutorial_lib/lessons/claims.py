@@ -12,7 +12,6 @@ same; ``tests/test_claims.py`` feeds them recorded and contradicting numbers.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from tutorial_lib.bench.records import share_of_matmul
@@ -59,7 +58,9 @@ def top_group(spreads: dict) -> list:
                      if k != best and not distinguishable(spreads[k], spreads[best])]
 
 
-def _ratio_verdict(new: Spread, old: Spread, better: str, worse: str) -> str:
+def ratio_verdict(new: Spread, old: Spread, better: str, worse: str) -> str:
+    """``better`` or ``worse`` for ``new`` against ``old``, "matters little" within :data:`LITTLE`, or
+    not distinguishable here where their ranges overlap."""
     ratio = new.median / old.median if old.median else float("inf")
     if abs(ratio - 1) <= LITTLE:
         return "matters little"
@@ -120,7 +121,7 @@ def channels_last_effect(records: list[dict]) -> Claim:
         if not cl or (precision, False, mode) not in spreads:
             continue
         without = spreads[(precision, False, mode)][0]
-        verdict = _ratio_verdict(with_cl, without, "helps", "hurts")
+        verdict = ratio_verdict(with_cl, without, "helps", "hurts")
         verdicts.append(verdict)
         parts.append(f"{precision}: {with_cl.median / without.median:.2f}x ({verdict}; "
                      f"{with_cl.text()} vs {without.text()} img/s)")
@@ -216,9 +217,9 @@ def workers_scaling(loader_records: list[dict], cores: int | None = None) -> Cla
 
     cores_text = f" on {cores} CPU cores" if cores else ""
     listed = ", ".join(f"{name(w)} {s.text()}" for w, s in rows)
-    steps = [_ratio_verdict(b, a, "grows", "falls") for (_, a), (_, b) in zip(rows, rows[1:], strict=False)]
+    steps = [ratio_verdict(b, a, "grows", "falls") for (_, a), (_, b) in zip(rows, rows[1:], strict=False)]
     (_, base), best = rows[0], max(range(len(rows)), key=lambda i: rows[i][1].median)
-    against_base = [_ratio_verdict(s, base, "above", "below") for _, s in rows[1:]]
+    against_base = [ratio_verdict(s, base, "above", "below") for _, s in rows[1:]]
     tied = [name(rows[i][0]) for i in top_group({i: s for i, (_, s) in enumerate(rows)})[1:]]
     tie = f", not distinguishable from {' and '.join(tied)}" if tied else ""
     if all(step == "grows" for step in steps):
@@ -300,7 +301,7 @@ def input_pipelines(cpu: Spread | None, gpu: Spread | None, cpu_wait: float | No
         "GPU pipeline")
     who = f"{workers} CPU worker{'s' * (workers != 1)}" if workers is not None else "CPU workers"
     numbers = f"fed by {who} the trainer runs at {cpu.text()} img/s, fed by the GPU pipeline at {gpu.text()}{waits}"
-    verdict = _ratio_verdict(gpu, cpu, "gpu pipeline faster", "cpu workers faster")
+    verdict = ratio_verdict(gpu, cpu, "gpu pipeline faster", "cpu workers faster")
     if verdict == "gpu pipeline faster":
         sentence = f"decoding on the GPU speeds the trainer up {_ratio_text(gpu, cpu)}: {numbers}"
     elif verdict == "cpu workers faster":
@@ -309,170 +310,3 @@ def input_pipelines(cpu: Spread | None, gpu: Spread | None, cpu_wait: float | No
     else:
         sentence = f"the two input pipelines {verdict}: {numbers}"
     return Claim("input pipelines", verdict, sentence)
-
-
-# --------------------------------------------------------------------------- training runs (01, 03-06)
-LEARNED_SHARE = 0.5  # "learns": top-1 covers at least half the way from chance to 100%
-
-
-def training_outcome(name: str, top1: float | None, num_classes: int, losses: list) -> Claim:
-    """Whether one training run learned, against chance (100 / ``num_classes`` %) and its loss trend
-    (``losses``: its train losses in order, e.g. per epoch):
-
-    * ``diverged``: a non-finite loss, or the last loss above the first (training made it worse);
-    * ``near chance``: top-1 below twice chance;
-    * ``learns``: top-1 at least ``LEARNED_SHARE`` of the way from chance to 100%;
-    * ``above chance``: in between (learned something, not much).
-    """
-    chance = 100.0 / max(1, int(num_classes or 1))
-    finite = [float(v) for v in losses if v is not None and math.isfinite(float(v))]
-    if top1 is None or (isinstance(top1, float) and math.isnan(top1)):
-        return Claim(name, "not measured", "no validation accuracy was recorded")
-    trend = f"train loss {finite[0]:.2f} -> {finite[-1]:.2f}" if finite else "no finite train loss"
-    numbers = f"top-1 {top1:.1f}% against {chance:.1f}% for guessing; {trend}"
-    if len(finite) < len([v for v in losses if v is not None]) or not finite or finite[-1] > finite[0]:
-        verdict = "diverged"
-    elif top1 < 2 * chance:
-        verdict = "near chance"
-    elif top1 >= chance + LEARNED_SHARE * (100 - chance):
-        verdict = "learns"
-    else:
-        verdict = "above chance"
-    return Claim(name, verdict, f"{verdict} ({numbers})")
-
-
-def runs_learn(outcomes: list) -> Claim:
-    """One sentence over several :func:`training_outcome` claims: ``every run learns`` or which did not."""
-    if not outcomes:
-        return Claim("learning", "not measured", "no run finished")
-    failed = [o for o in outcomes if o.verdict != "learns"]
-    listed = "; ".join(f"{o.topic}: {o.sentence}" for o in outcomes)
-    if not failed:
-        return Claim("learning", "every run learns", f"every run learns: {listed}")
-    return Claim("learning", "not every run learns", f"{len(failed)} of {len(outcomes)} runs did not learn: {listed}")
-
-
-def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, measured: float | None,
-                    measured_units: int | None, unit: str = "GPUs") -> Claim:
-    """Why a scaling projection sits at (nearly) 100%, and what the measured efficiency beside it means.
-
-    ``efficiencies``: the projected efficiencies (%); ``per_unit_rate``: the measured img/s per rank
-    the projection starts from; ``measured``: the measured efficiency (%) at ``measured_units``."""
-    lowest = min(efficiencies) if efficiencies else float("nan")
-    why = ("on this machine the ranks share its CPU cores with each other and with the all-reduce, which the "
-           "model's cluster (one GPU per rank, a real network) does not have" if unit != "GPUs" else
-           "it comes from this machine's GPUs and links, the projection from the reference cluster's")
-    beside = "" if measured is None else f" The measured {measured:.1f}% at {measured_units} {unit} is another " \
-                                         f"thing: {why}."
-    if lowest >= 99.5:
-        return Claim("projection", "flat", f"the model projects {lowest:.1f}% or more at every count up to {top_units} "
-                     f"GPUs (flat) because it starts from this run's {per_unit_rate:.1f} img/s per rank: a step that "
-                     f"slow hides the whole all-reduce behind backward, and no file-system limit is modelled.{beside}")
-    return Claim("projection", "falls", f"the model projects {lowest:.1f}% at {top_units} GPUs from this run's "
-                 f"{per_unit_rate:.1f} img/s per rank.{beside}")
-
-
-# --------------------------------------------------------------------------- notebook 07
-def staleness_effect(final: dict, little: float = LITTLE) -> Claim:
-    """What bounded staleness did per step, from each run's last record (``{bound: {"loss", "accuracy",
-    "wall_s"}}``, bound 0 = synchronous): ``costs`` (every stale run ended with a higher loss, one more
-    than ``little`` above synchronous), ``helps`` (every one lower, one by more), ``matters little``
-    (every one within), or ``mixed`` (some above, some below). One run per bound: the ``little`` band is a
-    threshold, not a measured noise."""
-    if 0 not in final or len(final) < 2:
-        return Claim("staleness", "not measured", "staleness was not run against the synchronous bound 0")
-    sync = final[0]
-    ratios, parts = [], []
-    for bound, last in sorted(final.items()):
-        if bound == 0:
-            continue
-        ratios.append(last["loss"] / sync["loss"] if sync["loss"] else float("inf"))
-        parts.append(f"staleness {bound}: loss {last['loss']:.3f}, accuracy {last['accuracy']:.3f}, "
-                     f"{last['wall_s']:.1f} s")
-    listed = f"{'; '.join(parts)}; staleness 0: loss {sync['loss']:.3f}, accuracy {sync['accuracy']:.3f}, " \
-             f"{sync['wall_s']:.1f} s"
-    if all(abs(r - 1) <= little for r in ratios):
-        verdict = "matters little"
-    elif all(r > 1 for r in ratios):
-        verdict = "costs"
-    elif all(r < 1 for r in ratios):
-        verdict = "helps"
-    else:
-        verdict = "mixed"
-    head = {"costs": "per step, staleness cost progress here: every stale run ended with a higher loss",
-            "helps": "per step, the stale runs ended with a lower loss than synchronous SGD here (one run each: "
-                     "staleness is no better in general, this run's noise is not measured)",
-            "matters little": f"per step, staleness changed the final loss by less than {100 * little:.0f}% here "
-                              "(one run each; a threshold, not a measured noise)",
-            "mixed": "per step, some stale runs ended with a higher loss and some with a lower one"}[verdict]
-    return Claim("staleness", verdict, f"{head} ({listed})")
-
-
-def fit_quality(median_error: float, max_error: float) -> Claim:
-    """Whether a fitted alpha-beta model reproduces the measured all-reduce times."""
-    numbers = f"median error {100 * median_error:.0f}%, largest {100 * max_error:.0f}%"
-    if median_error <= 0.10 and max_error <= 0.25:
-        return Claim("all-reduce fit", "reproduces", f"the latency/bandwidth fit reproduces the measured times "
-                     f"({numbers})")
-    if median_error <= 0.35:
-        return Claim("all-reduce fit", "rough", f"the fit follows the measured times only roughly ({numbers}); "
-                     "on a busy machine the small messages scatter most")
-    return Claim("all-reduce fit", "does not fit", f"the fit does not reproduce the measured times ({numbers}); "
-                 "treat alpha and beta as rough guesses")
-
-
-# --------------------------------------------------------------------------- notebook 07: two-level network
-def hierarchical_vs_flat(rows: list[dict]) -> Claim:
-    """Where hierarchical all-reduce beats flat on the emulated two-level network, where it does not.
-
-    ``rows``: ``{"rate_mbit", "bytes", "flat", "hierarchical"}`` with bus bandwidths as Spreads (higher is
-    better). Verdict: ``wins``, ``wins at large messages``, ``loses``, ``mixed`` or not distinguishable here.
-    """
-    from tutorial_lib.bench.records import human_bytes
-
-    if not rows:
-        return Claim("hierarchical all-reduce", "not measured", "no two-level measurement was made here")
-    verdicts, largest, parts = [], [], []
-    for rate in sorted({r["rate_mbit"] for r in rows}):
-        here = sorted((r for r in rows if r["rate_mbit"] == rate), key=lambda r: r["bytes"])
-        kinds = [_ratio_verdict(r["hierarchical"], r["flat"], "wins", "loses") for r in here]
-        verdicts += kinds
-        largest.append(kinds[-1])
-        said = []
-        for kind, word in (("wins", "faster"), ("loses", "slower"), ("matters little", "within 10%"),
-                           (NOT_DISTINGUISHABLE, NOT_DISTINGUISHABLE)):
-            sizes = [r for r, k in zip(here, kinds, strict=True) if k == kind]
-            if sizes:
-                ratios = ", ".join(f"{human_bytes(r['bytes'])} {r['hierarchical'].median / r['flat'].median:.2f}x"
-                                   for r in sizes)
-                said.append(f"{word} at {ratios}")
-        parts.append(f"at {rate:g} Mbit/s hierarchical is " + "; ".join(said))
-    found = set(verdicts)
-    if found == {"wins"}:
-        verdict = "wins"
-    elif set(largest) == {"wins"}:
-        verdict = "wins at large messages"
-    elif "wins" in found:
-        verdict = "mixed"
-    elif "loses" in found:
-        verdict = "loses"
-    else:
-        verdict = NOT_DISTINGUISHABLE
-    return Claim("hierarchical all-reduce", verdict, "; ".join(parts) + " (bus bandwidth against flat; "
-                 "median and range over interleaved rounds)")
-
-
-def model_error(errors: dict[str, float], limit: float = 0.25) -> Claim:
-    """How far the scaling model's predictions are from what was measured: ``errors`` maps a label to the
-    relative error (model / measured - 1)."""
-    if not errors:
-        return Claim("model vs measured", "not measured", "no prediction could be compared here")
-    worst = max(errors, key=lambda k: abs(errors[k]))
-    within = [k for k, e in errors.items() if abs(e) <= limit]
-    numbers = (f"median {100 * sorted(abs(e) for e in errors.values())[len(errors) // 2]:.0f}%, largest "
-               f"{100 * errors[worst]:+.0f}% ({worst})")
-    if len(within) == len(errors):
-        return Claim("model vs measured", "within", f"the model, its links fitted to point-to-point times on the "
-                     f"same namespaces, predicts all {len(errors)} measurements within {100 * limit:.0f}% ({numbers})")
-    return Claim("model vs measured", "off", f"the model is within {100 * limit:.0f}% for {len(within)} of "
-                 f"{len(errors)} measurements ({numbers})")

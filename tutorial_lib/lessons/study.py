@@ -258,11 +258,11 @@ def projection_from_run(run, gpus: Sequence[int], preset: str = "hal", epochs: f
 
 def projection_claim(projection: pd.DataFrame, results: pd.DataFrame):
     """Why :func:`projection_from_run`'s efficiencies look as they do, beside the measured efficiency
-    of ``results`` (:func:`collect`'s frame): :func:`tutorial_lib.lessons.claims.projection_flat`."""
-    from tutorial_lib.lessons import claims
+    of ``results`` (:func:`collect`'s frame): :func:`tutorial_lib.lessons.verdicts.projection_flat`."""
+    from tutorial_lib.lessons import verdicts
 
     first, last = results.iloc[0], results.iloc[-1]
-    return claims.projection_flat(list(projection["projected efficiency (%)"]), int(projection.index[-1]),
+    return verdicts.projection_flat(list(projection["projected efficiency (%)"]), int(projection.index[-1]),
                                   first["images_per_sec"] / first["gpus"],
                                   100 * last["efficiency"] if len(results) > 1 else None, int(last["gpus"]),
                                   rank_unit(results))

@@ -17,7 +17,7 @@ from pathlib import Path
 from tutorial_lib.bench.records import append_records, human_bytes, read_records
 from tutorial_lib.bench.timing import Spread
 from tutorial_lib.jobs import netlab
-from tutorial_lib.lessons import claims
+from tutorial_lib.lessons import claims, verdicts
 from tutorial_lib.scaling import (
     Cluster,
     bus_bandwidth_bytes_s,
@@ -148,7 +148,7 @@ def closing_claims(records: list[dict]) -> list[claims.Claim]:
               for r in rows}
     errors.update({f"training {r['algorithm']} at {r['rate_mbit']:g} Mbit/s": r["model_error"]
                    for r in training_rows(records)})
-    return [claims.hierarchical_vs_flat(compared), claims.model_error(errors)]
+    return [verdicts.hierarchical_vs_flat(compared), verdicts.model_error(errors)]
 
 
 def plot(records: list[dict]):
