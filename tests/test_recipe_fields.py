@@ -151,7 +151,7 @@ def test_augmentation_fields_reach_the_training_transform(build, jpeg_tree, pipe
         trainer = build(dataset="imagefolder", data_dir=str(jpeg_tree), input_pipeline=pipeline, **fields)
         assert _first_batch(trainer).images.shape[1:] == (3, fields["image_size"], fields["image_size"])
         if pipeline == "gpu":  # the batched device transform
-            t = trainer.loaders.train_transform
+            t = trainer.loaders.train_epoch(0).transform
             return {"crop": t.train, "size": t.image_size, "scale": t.min_crop_scale if t.train else None,
                     "flip": t.train and t.hflip}
         steps = {type(s).__name__: s for s in trainer.loaders.train.dataset.transform.transforms}
@@ -169,12 +169,12 @@ def test_augmentation_fields_reach_the_training_transform(build, jpeg_tree, pipe
 
 def test_workers_and_input_pipeline_reach_the_loaders(build, jpeg_tree):
     cpu = build(dataset="imagefolder", data_dir=str(jpeg_tree), image_size=12, workers=2)
-    assert cpu.loaders.train.num_workers == 2 and cpu.loaders.val.num_workers == 2
-    image, _ = cpu.loaders.train.dataset[0]  # the CPU pipeline: workers decode and crop
-    assert image.shape == (3, 12, 12)
+    assert cpu.loaders.train.num_workers == 2 and cpu.loaders.val.loader.num_workers == 2
+    image, _ = cpu.loaders.train.dataset[0]  # the CPU pipeline: workers decode and crop (uint8, normalised later)
+    assert image.shape == (3, 12, 12) and image.dtype == torch.uint8
     gpu = build(dataset="imagefolder", data_dir=str(jpeg_tree), image_size=12, input_pipeline="gpu")
     assert gpu.loaders.train.num_workers == 0
-    index, payload, _ = gpu.loaders.train.dataset[0]  # the GPU pipeline: workers only read file bytes
+    index, payload, _, _ = gpu.loaders.train.dataset[0]  # the GPU pipeline: workers only read file bytes
     assert index == 0 and isinstance(payload, bytes) and payload[:3] == b"\xff\xd8\xff"
 
 
