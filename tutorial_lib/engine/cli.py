@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import typing
 
+from tutorial_lib.engine import config as _config
 from tutorial_lib.engine.config import RENAMED_KEYS, ConfigError, TrainConfig, field_choices, make_config
 
 
@@ -43,9 +44,13 @@ def build_arg_parser(profile: str | None = None, yaml_path: str | None = None) -
         if f.name in choices:
             text += f" {{{', '.join(choices[f.name])}}}"
         text += f" (with {source}: {_shown(getattr(resolved, f.name))})".replace("%", "%%")
-        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None,
-                            metavar=typing.get_type_hints(TrainConfig)[f.name].__name__.upper()
-                            if f.name not in choices else "|".join(choices[f.name]), help=text)
+        if f.name in choices:
+            metavar = "|".join(choices[f.name])
+        elif f.name in _config.AUTO_INT_FIELDS:
+            metavar = f"INT|{_config.AUTO}"
+        else:
+            metavar = typing.get_type_hints(TrainConfig)[f.name].__name__.upper()
+        parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, metavar=metavar, help=text)
     for old in RENAMED_KEYS:  # accepted by the parser so that make_config can name the new key
         parser.add_argument("--" + old.replace("_", "-"), dest=old, default=None, help=argparse.SUPPRESS)
     return parser

@@ -33,6 +33,8 @@ COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-auto
 PROFILE_NAMES = ("smoke", "gpu", "hal")  # the keys of PROFILES
 # Config keys that were renamed: loading the old name is refused with a message naming the new one.
 RENAMED_KEYS = {"no_bn_weight_decay": "no_weight_decay_1d"}
+AUTO = "auto"
+AUTO_INT_FIELDS = ("workers",)  # an int, or "auto": each rank resolves it at start (engine.device.loader_workers)
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # matched whole (re.fullmatch)
 
 
@@ -60,7 +62,8 @@ class TrainConfig:
     train_augment: bool = _field("random resized crop (+ flip) on training images; false: resize only", default=True)
     min_crop_scale: float = _field("smallest crop area fraction of RandomResizedCrop (ImageNet: 0.08)", default=0.08)
     hflip: bool = _field("random horizontal flips (off for digits: a mirrored 3 is not a 3)", default=True)
-    workers: int = _field("DataLoader worker processes per rank", default=0)
+    workers: int | str = _field("DataLoader worker processes per rank; auto: min(8, the CPUs this rank may use - 1), "
+                                "resolved in each rank at start and recorded in config.json", default=0)
     input_pipeline: str = _field("cpu: workers decode and augment; gpu: workers read file bytes, the device decodes "
                                  "(nvJPEG on CUDA) and crops in batches", INPUT_PIPELINES, default="cpu")
     bad_data: str = _field("an unreadable image: skip it (named in the log, counted) or stop with an error naming it",
@@ -130,13 +133,13 @@ PROFILES: dict[str, dict] = {
     "gpu": dict(
         dataset="imagefolder", arch="resnet50", image_size=224, epochs=90, batch_size=256,
         base_lr=0.1, warmup_epochs=5.0, lr_schedule="cosine", precision="bf16", device="cuda",
-        channels_last=True, compile="default", workers=8, input_pipeline="gpu", label_smoothing=0.1,
+        channels_last=True, compile="default", workers=AUTO, input_pipeline="gpu", label_smoothing=0.1,
         log_every=50,
     ),
     "hal": dict(
         dataset="imagefolder", arch="resnet50", image_size=224, epochs=90, batch_size=208,
         base_lr=0.1, warmup_epochs=5.0, lr_schedule="step", lr_milestones=[30, 60, 80],
-        precision="fp16", device="cuda", channels_last=True, workers=8, input_pipeline="gpu", log_every=50,
+        precision="fp16", device="cuda", channels_last=True, workers=AUTO, input_pipeline="gpu", log_every=50,
     ),
 }
 
@@ -145,8 +148,13 @@ assert tuple(PROFILES) == PROFILE_NAMES, "PROFILE_NAMES must list the PROFILES"
 
 
 def _field_type(name: str):
-    hints = typing.get_type_hints(TrainConfig)
-    return hints[name]
+    """The field's type; ``int`` for the fields that also take ``"auto"`` (:data:`AUTO_INT_FIELDS`)."""
+    return int if name in AUTO_INT_FIELDS else typing.get_type_hints(TrainConfig)[name]
+
+
+def _type_name(name: str) -> str:
+    kind = _field_type(name)
+    return getattr(kind, "__name__", str(kind)) + (f" or {AUTO}" if name in AUTO_INT_FIELDS else "")
 
 
 def parse_bool(value) -> bool:
@@ -165,6 +173,8 @@ def _coerce(name: str, value):
     """Convert ``value`` (from YAML or a command line) to the field's type, or raise ConfigError."""
     kind = _field_type(name)
     flag = "--" + name.replace("_", "-")
+    if name in AUTO_INT_FIELDS and isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
     try:
         if kind is bool:
             return parse_bool(value)
@@ -187,7 +197,7 @@ def _coerce(name: str, value):
                 raise ValueError
             return str(value)
     except (TypeError, ValueError):
-        pretty = getattr(kind, "__name__", str(kind))
+        pretty = _type_name(name)
         raise ConfigError(
             f"{name}: expected {pretty}, got {shorten(value)}. Fix: pass a {pretty}, e.g. {flag} "
             f"{_example(name)}"
@@ -264,6 +274,8 @@ def validate_name(value: str, what: str = "name") -> str:
 def _check_type(name: str, value) -> None:
     """Refuse a value of the wrong type (a TrainConfig built directly or with dataclasses.replace)."""
     kind = _field_type(name)
+    if name in AUTO_INT_FIELDS and value == AUTO:
+        return
     if kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     elif kind == list[int]:
@@ -271,7 +283,7 @@ def _check_type(name: str, value) -> None:
     else:
         ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
     if not ok:
-        pretty = getattr(kind, "__name__", str(kind))
+        pretty = _type_name(name)
         _fail(name, f"expected {pretty}, got {shorten(value)} ({type(value).__name__})",
               f"pass a {pretty}, e.g. {name}={getattr(TrainConfig(), name)!r} (make_config() and the command "
               "line convert text for you)")

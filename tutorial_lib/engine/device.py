@@ -1,6 +1,6 @@
 """The device a run uses and the facts recorded about it (one place for both the trainer and the benchmarks).
 
-* :func:`resolve_device`, :func:`synchronize`;
+* :func:`resolve_device`, :func:`synchronize`; :func:`usable_cpus` and :func:`loader_workers` (``workers: auto``);
 * :func:`precision_support` / :func:`compile_support`: whether a setting can run here, and why not;
 * :func:`environment_facts`: device and CPU names, driver, CUDA and library versions, host; written into
   ``config.json`` by the trainer and into every benchmark record.
@@ -17,7 +17,9 @@ from pathlib import Path
 
 import torch
 
-from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS
+from tutorial_lib.engine.config import AUTO, COMPILE_MODES, PRECISIONS
+
+MAX_AUTO_WORKERS = 8  # past about 8 loader workers per rank the GPU input pipeline gains little
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
@@ -41,6 +43,13 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def loader_workers(setting: int | str) -> int:
+    """DataLoader workers for this rank: ``setting`` itself, or for ``"auto"`` min(8, usable CPUs - 1), at
+    least 0: one CPU stays with the training process. From the rank's affinity, not the node's CPU count, so
+    a Slurm task pinned to 2 CPUs starts 1 worker, not one per core of the node."""
+    return max(0, min(MAX_AUTO_WORKERS, usable_cpus() - 1)) if setting == AUTO else setting
 
 
 def precision_support(precision: str, device: str | torch.device | None = "auto") -> str | None:

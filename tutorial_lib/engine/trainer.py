@@ -22,7 +22,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ from tutorial_lib.data import file_index
 from tutorial_lib.engine import distributed as dist_utils
 from tutorial_lib.engine.cli import config_from_args
 from tutorial_lib.engine.config import ConfigError, TrainConfig, scaled_batch_and_lr, validate
-from tutorial_lib.engine.device import environment_facts
+from tutorial_lib.engine.device import environment_facts, loader_workers, usable_cpus
 from tutorial_lib.engine.evaluate import evaluate
 from tutorial_lib.engine.input.files import Batch
 from tutorial_lib.engine.input.folders import DataError, prepare_dataset
@@ -108,7 +108,8 @@ class Trainer:
     """One rank's share of a training run. Build it, then call :meth:`fit`."""
 
     def __init__(self, cfg: TrainConfig):
-        self.cfg = cfg
+        self.workers_setting = cfg.workers  # "auto" stays visible in config.json beside the number it became
+        self.cfg = cfg = replace(cfg, workers=loader_workers(cfg.workers))
         rank, _, local_rank, _ = dist_utils.env_rank_info()
         self.device = dist_utils.pick_device(cfg.device, local_rank)
         self.info = dist_utils.init_distributed(self.device)
@@ -156,8 +157,11 @@ class Trainer:
 
     def _resume(self) -> None:
         state = load_checkpoint(self.run_dir / CHECKPOINT_FILE, map_location=self.device)
-        hosts = dist_utils.all_gather_objects(dist_utils.node_name(), self.info)
-        facts = {**environment_facts(self.device), "hosts": hosts, "parameters": count_parameters(self.model),
+        per_rank = dist_utils.all_gather_objects((dist_utils.node_name(), usable_cpus(), self.cfg.workers), self.info)
+        hosts, cpus, counts = (list(column) for column in zip(*per_rank, strict=True))
+        workers = {"workers_setting": self.workers_setting, "rank_cpus": cpus, "rank_workers": counts}
+        facts = {**environment_facts(self.device), **workers, "hosts": hosts,
+                 "parameters": count_parameters(self.model),
                  "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "steps_per_epoch": self.steps_per_epoch,
                  "train_images": self.loaders.train_images, "val_images": self.loaders.val_images,
                  "num_classes": self.loaders.num_classes}
@@ -177,7 +181,7 @@ class Trainer:
             write_text_atomic(json.dumps(resolved, indent=2, default=str), self.run_dir / CONFIG_FILE)
         if state is None:
             self.metrics.write("start", **self.scaled, hosts=hosts, steps_per_epoch=self.steps_per_epoch,
-                               epochs=self.cfg.epochs, arch=self.cfg.arch, precision=self.cfg.precision)
+                               epochs=self.cfg.epochs, arch=self.cfg.arch, precision=self.cfg.precision, **workers)
             return
         self.progress = Progress(**state["progress"])
         if self.is_main and self.progress.epoch < self.cfg.epochs:  # trains on (more epochs): not finished now

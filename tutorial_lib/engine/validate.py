@@ -54,8 +54,10 @@ def check_numbers(cfg) -> None:
             fail(name, f"must be a positive integer, got {getattr(cfg, name)}",
                  f"pass --{name.replace('_', '-')} with a value > 0")
     for name in NON_NEGATIVE_INTS:
-        if getattr(cfg, name) < 0:
-            fail(name, f"must be >= 0, got {getattr(cfg, name)}", "pass 0 or a positive integer")
+        value = getattr(cfg, name)
+        if not isinstance(value, str) and value < 0:  # the one str a checked int field holds is "auto"
+            fail(name, f"must be >= 0, got {value}",
+                 "pass 0, a positive integer or auto" if name == "workers" else "pass 0 or a positive integer")
     if cfg.warmup_epochs > cfg.epochs:
         fail("warmup_epochs", f"must be between 0 and epochs ({cfg.epochs}), got {cfg.warmup_epochs:g}",
              "pass e.g. --warmup-epochs 5 (Goyal et al.) or 0 to turn warmup off")
