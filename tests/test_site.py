@@ -265,3 +265,39 @@ def test_on_the_strict_cluster_the_training_step_gets_the_cpus_the_job_asked_for
     report = preflight.run(cfg, nodes=1, ranks_per_node=2, backend="slurm", site=load_site(CI_SITE), timeout=240)
     assert report.ok, str(report)
     assert "each rank may use 2 CPU(s)" in str(report.checks[2])  # cpus_per_rank 1 x 2 ranks, shared by both
+
+
+FAKE_SRUN = """#!/bin/bash
+# srun as Slurm 22.05-23.02 treat a step: it inherits neither the job's --cpus-per-task nor SLURM_CPUS_PER_TASK
+cpus=1
+if [[ -n ${SRUN_CPUS_PER_TASK:-} ]]; then cpus=$SRUN_CPUS_PER_TASK; fi
+for arg in "$@"; do case $arg in --cpus-per-task=*) cpus=${arg#*=} ;; esac; done
+echo "step cpus: $cpus"
+"""
+
+
+@pytest.mark.parametrize("removed", ["nothing", "export", "flag", "both"])
+def test_the_batch_script_passes_the_cpus_per_task_to_the_step_on_every_slurm(tmp_path, removed):
+    """train.sbatch both exports SRUN_CPUS_PER_TASK and passes srun --cpus-per-task, so the training step gets
+    the job's CPUs on a Slurm whose srun inherits neither (the fake srun here); either alone suffices, and
+    the check sees it when both are gone (Debian's 22.05 inherits them itself, so a real job cannot show it)."""
+    script = (REPO_ROOT / "cluster_scripts" / "train.sbatch").read_text()
+    export = "    export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK\n"
+    flag = '"${STEP_CPUS[@]}" '
+    assert export in script and flag in script
+    if removed in ("export", "both"):
+        script = script.replace(export, "")
+    if removed in ("flag", "both"):
+        script = script.replace(flag, "")
+    (tmp_path / "train.sbatch").write_text(script)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", FAKE_SRUN), ("scontrol", "#!/bin/bash\necho node1\n")):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_NNODES": "1", "SLURM_CPUS_PER_TASK": "4",
+           "SLURM_JOB_NODELIST": "node1", "TUTORIAL_WORKDIR": str(tmp_path), "HOME": str(tmp_path)}
+    result = subprocess.run(["bash", str(tmp_path / "train.sbatch")], capture_output=True, text=True, env=env,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert ("step cpus: 4" in result.stdout) == (removed != "both"), result.stdout
