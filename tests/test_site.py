@@ -209,6 +209,30 @@ def test_on_the_strict_cluster_a_job_without_the_site_fails_in_one_line(tmp_path
     assert "Fix: give the site block a python" in explanation
 
 
+def test_on_the_strict_cluster_a_refused_partition_says_in_one_line_where_the_site_goes(tmp_path, slurm, digits_dir,
+                                                                                         monkeypatch):
+    """make tutorial on the strict cluster without a site: notebook 05's pre-flight (the first job it submits)
+    is refused by sbatch, and the one line the user sees names the ways to fix it."""
+    from tutorial_lib.jobs import preflight
+
+    _strict(slurm)
+    monkeypatch.delenv("TUTORIAL_SITE", raising=False)
+    cfg = make_config("smoke", name="nopart", output_root=str(tmp_path), dataset="imagefolder",
+                      data_dir=str(digits_dir), epochs=1, max_steps_per_epoch=1, progress=False)
+    with pytest.raises(jobs.JobError) as refused:
+        jobs.submit(cfg, backend="slurm", verbose=False)
+    message = str(refused.value)
+    assert "\n" not in message and "No partition specified" in message
+    for fix in ("PARAMS=notebooks/params/<site>.yaml", "TUTORIAL_SITE=", "backend: local"):
+        assert fix in message
+    report = preflight.run(cfg, nodes=1, backend="slurm", timeout=60)
+    assert not report.ok and "TUTORIAL_SITE=" in str(report) and len(str(report).splitlines()) == 1
+    with pytest.raises(jobs.JobError) as refused:
+        jobs.submit(cfg, backend="slurm", partition="nosuch", verbose=False)
+    message = str(refused.value)  # sbatch answers this one in two lines
+    assert "\n" not in message and "Invalid partition name" in message and "TUTORIAL_SITE=" in message
+
+
 # ------------------------------------------------------------ the pre-flight
 def test_preflight_reports_each_check_in_one_line(tmp_path, backend, digits_dir):
     from tutorial_lib.jobs import preflight

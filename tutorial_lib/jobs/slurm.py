@@ -14,10 +14,14 @@ from tutorial_lib.jobs.states import FINAL_STATES, from_slurm
 from tutorial_lib.rundir.layout import DONE_FILE
 
 # What to do about sbatch's most common refusals at a new site (its message, then the fix).
+_WHERE_THE_SITE_GOES = ("a `site:` block in the course's parameter file (make course PARAMS=notebooks/params/"
+                        "<site>.yaml; ci-site.yaml is the emulated cluster's), or TUTORIAL_SITE=<that file> for "
+                        "every job (make tutorial, make test, JupyterLab), or jobs.submit(..., site=...)")
 SBATCH_FIXES = (
     ("No partition specified", "this cluster has no default partition: set the site block's partition "
-                               "(`sinfo` lists them)."),
-    ("Invalid partition name", "set the site block's partition to one that `sinfo` lists."),
+                               f"(`sinfo` lists them) in {_WHERE_THE_SITE_GOES}; or run the jobs on this machine "
+                               "instead (backend: local)."),
+    ("Invalid partition name", f"set the site block's partition to one that `sinfo` lists, in {_WHERE_THE_SITE_GOES}."),
     ("Invalid account", "set the site block's account to one `sacctmgr show assoc user=$USER` lists."),
     ("Requested node configuration is not available", "ask for no more CPUs, memory or GPUs per node than "
                                                        "the partition's nodes have (`sinfo -N -l`)."),
@@ -45,8 +49,8 @@ def run_command(command: list[str], what: str, env: dict | None = None) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise JobError(f"{what} could not run: {exc}") from None
     if result.returncode != 0:
-        raise JobError(f"{what} refused the request (exit {result.returncode}): "
-                       f"{(result.stderr or result.stdout).strip()}")
+        answer = " ".join(line.strip() for line in (result.stderr or result.stdout).splitlines() if line.strip())
+        raise JobError(f"{what} refused the request (exit {result.returncode}): {answer}")  # one line
     return result.stdout
 
 
