@@ -46,24 +46,3 @@ def test_finished_course_runs_lose_only_their_checkpoints(tmp_path):
     assert (finished / "metrics.jsonl").exists() and (finished / "notes.pt").exists()
     assert (running / "checkpoint.pt").exists() and (older / "checkpoint.pt").exists()
     assert course.drop_finished_checkpoints(tmp_path / "missing", since) == 0
-
-
-def test_the_course_kernel_runs_encrypted_without_the_plain_tcp_warning(tmp_path, capfd):
-    """ipykernel warns "running over TCP without encryption" once per notebook unless its manager
-    provisions CurveZMQ keys; the course's manager does, and the notebook still runs."""
-    import nbformat
-    import papermill
-    from jupyter_client import AsyncKernelManager
-
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(notebook, tmp_path / "tiny.ipynb")
-    warnings = {}
-    for name, manager in (("plain", AsyncKernelManager), ("course", course.kernel_manager_class())):
-        out = tmp_path / f"{name}.ipynb"
-        papermill.execute_notebook(str(tmp_path / "tiny.ipynb"), str(out), progress_bar=False,
-                                   kernel_manager_class=manager)
-        assert nbformat.read(out, as_version=4).cells[0].outputs[0]["text"] == "42\n"
-        captured = capfd.readouterr()
-        warnings[name] = "without encryption" in captured.out + captured.err
-    assert warnings == {"plain": True, "course": False}

@@ -145,25 +145,6 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
     return found
 
 
-def kernel_manager_class():
-    """The kernel manager for headless runs: it provisions CurveZMQ keys for the kernel (ipykernel's
-    kernelspec declares ``supported_encryption: curve``), so the kernel's TCP sockets are encrypted and
-    ipykernel has no cause for its "running over TCP without encryption" warning, once per notebook.
-    Where libzmq has no CurveZMQ, the plain manager (and its warning) stays."""
-    import zmq
-    from jupyter_client import AsyncKernelManager
-
-    if not zmq.has("curve"):
-        return AsyncKernelManager
-
-    class CurveKernelManager(AsyncKernelManager):
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            self.transport_encryption = "auto"  # keys only where the kernelspec says it supports them
-
-    return CurveKernelManager
-
-
 def declared_parameters(notebook: Path) -> list[str]:
     """The names a notebook's ``parameters`` cell assigns, in order (what papermill may set)."""
     cells = json.loads(Path(notebook).read_text())["cells"]
@@ -211,7 +192,7 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
             given = {name: value for name, value in (params or {}).items() if name in declared}
             papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=given,
                                        cwd=str(REPO_ROOT), kernel_name=kernel, progress_bar=progress,
-                                       log_output=False, kernel_manager_class=kernel_manager_class())
+                                       log_output=False)
             timings[notebook.stem] = time.perf_counter() - started
             freed = drop_finished_checkpoints((params or {}).get("output_root", "runs/course"), started_at)
             if freed:
