@@ -198,7 +198,7 @@ def test_on_the_strict_cluster_a_job_without_the_site_fails_in_one_line(tmp_path
     _strict(slurm)
     cfg = make_config("smoke", name="nosite", output_root=str(tmp_path), dataset="imagefolder",
                       data_dir=str(digits_dir), epochs=1, max_steps_per_epoch=1, progress=False)
-    with pytest.raises(jobs.JobError, match="no default partition: set the site block's partition"):
+    with pytest.raises(jobs.JobError, match="no default partition: give the jobs a site block with a partition"):
         jobs.submit(cfg, backend="slurm", site=Site(), verbose=False)
     assert not (tmp_path / "nosite" / "job.sbatch").exists()  # a refused job leaves its run directory as it was
     site = dataclasses.replace(load_site(CI_SITE), python=None, setup=())

@@ -14,14 +14,14 @@ from tutorial_lib.jobs.states import FINAL_STATES, from_slurm
 from tutorial_lib.rundir.layout import DONE_FILE
 
 # What to do about sbatch's most common refusals at a new site (its message, then the fix).
-_WHERE_THE_SITE_GOES = ("a `site:` block in the course's parameter file (make course PARAMS=notebooks/params/"
-                        "<site>.yaml; ci-site.yaml is the emulated cluster's), or TUTORIAL_SITE=<that file> for "
-                        "every job (make tutorial, make test, JupyterLab), or jobs.submit(..., site=...)")
+_WHERE_THE_SITE_GOES = ("`site:` in the course's parameter file (make course PARAMS=notebooks/params/<site>.yaml; "
+                        "ci-site.yaml is the emulated cluster's), TUTORIAL_SITE=<that file> for every job (make "
+                        "tutorial, make test, JupyterLab) or jobs.submit(..., site=...)")
 SBATCH_FIXES = (
-    ("No partition specified", "this cluster has no default partition: set the site block's partition "
-                               f"(`sinfo` lists them) in {_WHERE_THE_SITE_GOES}; or run the jobs on this machine "
-                               "instead (backend: local)."),
-    ("Invalid partition name", f"set the site block's partition to one that `sinfo` lists, in {_WHERE_THE_SITE_GOES}."),
+    ("No partition specified", "this cluster has no default partition: give the jobs a site block with a partition "
+                               f"(`sinfo` lists them): {_WHERE_THE_SITE_GOES}; or run the jobs on this machine "
+                               "(backend: local)."),
+    ("Invalid partition name", f"set the site block's partition to one that `sinfo` lists ({_WHERE_THE_SITE_GOES})."),
     ("Invalid account", "set the site block's account to one `sacctmgr show assoc user=$USER` lists."),
     ("Requested node configuration is not available", "ask for no more CPUs, memory or GPUs per node than "
                                                        "the partition's nodes have (`sinfo -N -l`)."),
