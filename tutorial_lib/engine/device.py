@@ -19,7 +19,7 @@ import torch
 
 from tutorial_lib.engine.config import AUTO, COMPILE_MODES, PRECISIONS
 
-MAX_AUTO_WORKERS = 8  # past about 8 loader workers per rank the GPU input pipeline gains little
+MAX_AUTO_WORKERS = 8  # the gpu and hal profiles' fixed count before "auto"; more is a choice (workers: 16)
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
