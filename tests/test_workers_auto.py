@@ -1,5 +1,6 @@
 """``workers: auto``: each rank starts as many loader workers as the CPUs it is given allow (its affinity, not
-the node's count), records the number, and a bad value is refused in one line naming the field.
+the node's count, shared by the ranks of its node), records the number, and a bad value is refused in one
+line naming the field.
 
 The strict emulated Slurm cluster (``TUTORIAL_SLURM_STRICT=1``) pins every task to the CPUs it asked for, so
 there a rank given 1 CPU must start 0 workers and a rank given 2 CPUs 1 worker.
@@ -20,11 +21,13 @@ from tutorial_lib.engine.trainer import Trainer
 from tutorial_lib.jobs.spec import load_site
 
 
-@pytest.mark.parametrize(("cpus", "workers"), [(1, 0), (2, 1), (5, 4), (64, 8)])
-def test_auto_follows_the_cpus_this_process_may_use(monkeypatch, cpus, workers):
+@pytest.mark.parametrize(("cpus", "ranks", "workers"), [(1, 1, 0), (2, 1, 1), (5, 1, 4), (64, 1, 8), (8, 4, 1),
+                                                       (32, 4, 7), (2, 4, 0)])
+def test_auto_follows_the_cpus_this_process_may_use(monkeypatch, cpus, ranks, workers):
+    """The affinity, shared by the node's ranks (one torchrun per node starts them in one task)."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
-    assert device.loader_workers("auto") == workers
-    assert device.loader_workers(3) == 3  # a number is taken as given
+    assert device.loader_workers("auto", ranks_sharing=ranks) == workers
+    assert device.loader_workers(3, ranks_sharing=ranks) == 3  # a number is taken as given
 
 
 def test_auto_is_accepted_everywhere_a_number_is_and_the_gpu_profiles_use_it():
@@ -75,17 +78,19 @@ def _strict(slurm) -> None:
 
 
 def test_on_the_strict_cluster_auto_follows_the_cpus_each_rank_is_given(tmp_path, slurm, digits_dir):
-    """1 CPU per task: 0 workers; 2 CPUs per task: 1 worker, read back from each run's config.json."""
+    """A task of 2 CPUs: its one rank starts 1 worker; shared by 2 ranks (1 CPU each), they start 0. Read back
+    from each run's config.json: every rank's affinity and the workers it started."""
     _strict(slurm)
     site = load_site(REPO_ROOT / "notebooks" / "params" / "ci-site.yaml")
+    expected = {(1, 2): ([2], [1]), (2, 1): ([2, 2], [0, 0])}  # (ranks, cpus per rank): (rank_cpus, rank_workers)
     submitted = {}
-    for cpus in (1, 2):
-        cfg = make_config("smoke", name=f"auto{cpus}", output_root=str(tmp_path), dataset="imagefolder",
+    for ranks, cpus in expected:
+        cfg = make_config("smoke", name=f"auto{ranks}x{cpus}", output_root=str(tmp_path), dataset="imagefolder",
                           data_dir=str(digits_dir), epochs=1, max_steps_per_epoch=1, workers="auto", progress=False)
-        submitted[cpus] = jobs.submit(cfg, backend="slurm", site=dataclasses.replace(site, cpus_per_rank=cpus),
-                                      verbose=False)
-    for cpus, job in submitted.items():
+        submitted[ranks, cpus] = jobs.submit(cfg, ranks_per_node=ranks, backend="slurm", verbose=False,
+                                             site=dataclasses.replace(site, cpus_per_rank=cpus))
+    for (ranks, cpus), job in submitted.items():
         assert job.wait(timeout=300, check=False) == "COMPLETED", job.explain()
-        recorded = json.loads((tmp_path / f"auto{cpus}" / "config.json").read_text())
-        assert (recorded["rank_cpus"], recorded["rank_workers"]) == ([cpus], [cpus - 1])
-        assert recorded["workers"] == cpus - 1 and recorded["workers_setting"] == "auto"
+        recorded = json.loads((tmp_path / f"auto{ranks}x{cpus}" / "config.json").read_text())
+        assert (recorded["rank_cpus"], recorded["rank_workers"]) == expected[ranks, cpus]
+        assert recorded["workers"] == expected[ranks, cpus][1][0] and recorded["workers_setting"] == "auto"

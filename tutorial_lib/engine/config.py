@@ -62,8 +62,9 @@ class TrainConfig:
     train_augment: bool = _field("random resized crop (+ flip) on training images; false: resize only", default=True)
     min_crop_scale: float = _field("smallest crop area fraction of RandomResizedCrop (ImageNet: 0.08)", default=0.08)
     hflip: bool = _field("random horizontal flips (off for digits: a mirrored 3 is not a 3)", default=True)
-    workers: int | str = _field("DataLoader worker processes per rank; auto: min(8, the CPUs this rank may use - 1), "
-                                "resolved in each rank at start and recorded in config.json", default=0)
+    workers: int | str = _field("DataLoader worker processes per rank; auto: min(8, this rank's share of the CPUs "
+                                "its node's ranks may use - 1), resolved in each rank at start and recorded in "
+                                "config.json", default=0)
     input_pipeline: str = _field("cpu: workers decode and augment; gpu: workers read file bytes, the device decodes "
                                  "(nvJPEG on CUDA) and crops in batches", INPUT_PIPELINES, default="cpu")
     bad_data: str = _field("an unreadable image: skip it (named in the log, counted) or stop with an error naming it",

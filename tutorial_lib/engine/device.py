@@ -45,11 +45,14 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def loader_workers(setting: int | str) -> int:
-    """DataLoader workers for this rank: ``setting`` itself, or for ``"auto"`` min(8, usable CPUs - 1), at
-    least 0: one CPU stays with the training process. From the rank's affinity, not the node's CPU count, so
-    a Slurm task pinned to 2 CPUs starts 1 worker, not one per core of the node."""
-    return max(0, min(MAX_AUTO_WORKERS, usable_cpus() - 1)) if setting == AUTO else setting
+def loader_workers(setting: int | str, ranks_sharing: int = 1) -> int:
+    """DataLoader workers for this rank: ``setting`` itself, or for ``"auto"`` min(8, its share of the CPUs - 1),
+    at least 0 (one CPU stays with the training process). The share is the CPUs this process may use (its
+    affinity: on Slurm, the CPUs its task was given, not the node's count) divided among the ``ranks_sharing``
+    ranks of its node, which one torchrun starts inside one task, so they share that task's CPUs."""
+    if setting != AUTO:
+        return setting
+    return max(0, min(MAX_AUTO_WORKERS, usable_cpus() // max(1, ranks_sharing) - 1))
 
 
 def precision_support(precision: str, device: str | torch.device | None = "auto") -> str | None:

@@ -108,9 +108,9 @@ class Trainer:
     """One rank's share of a training run. Build it, then call :meth:`fit`."""
 
     def __init__(self, cfg: TrainConfig):
+        rank, _, local_rank, local_world = dist_utils.env_rank_info()
         self.workers_setting = cfg.workers  # "auto" stays visible in config.json beside the number it became
-        self.cfg = cfg = replace(cfg, workers=loader_workers(cfg.workers))
-        rank, _, local_rank, _ = dist_utils.env_rank_info()
+        self.cfg = cfg = replace(cfg, workers=loader_workers(cfg.workers, local_world))
         self.device = dist_utils.pick_device(cfg.device, local_rank)
         self.info = dist_utils.init_distributed(self.device)
         self.run_dir = cfg.run_dir
