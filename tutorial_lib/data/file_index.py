@@ -48,11 +48,17 @@ def build(data_dir: str | os.PathLike, run_dir: str | os.PathLike, splits=("trai
     return path
 
 
-def use(run_dir: str | os.PathLike | None) -> None:
-    """Make this process's ImageFolder datasets read their file lists from ``run_dir``'s index (None: walk)."""
+def use(run_dir: str | os.PathLike | None, copy_root: str | os.PathLike | None = None) -> None:
+    """Make this process's ImageFolder datasets read their file lists from ``run_dir``'s index (None: walk).
+
+    ``copy_root``: this rank reads a node-local copy of the data (:mod:`tutorial_lib.data.staging`) that rank 0
+    indexed on its own node; each split's list is used for the same split of the copy."""
     _active.clear()
     if run_dir is not None and (Path(run_dir) / INDEX_FILE).is_file():
-        _active.update(json.loads((Path(run_dir) / INDEX_FILE).read_text()))
+        index = json.loads((Path(run_dir) / INDEX_FILE).read_text())
+        if copy_root is not None:
+            index = {str(Path(copy_root).absolute() / Path(root).name): lists for root, lists in index.items()}
+        _active.update(index)
 
 
 def samples(root: str | os.PathLike, class_to_idx: dict[str, int]) -> list[tuple[str, int]] | None:

@@ -3,7 +3,8 @@
 Builds this node's torchrun command with :func:`tutorial_lib.jobs.commands.torchrun_command` (the one the
 local backend uses too) from Slurm's variables (``SLURM_NNODES``, ``SLURM_NODEID``, ``SLURM_JOB_ID``), the
 rendezvous that train.sbatch chose (``HEAD``, ``PORT``) and the job's environment (``RANKS_PER_NODE``,
-``TUTORIAL_MAX_RESTARTS``, ``TUTORIAL_MODULE``, ``TUTORIAL_PYTHON``), prints it, and replaces itself with it.
+``TUTORIAL_MAX_RESTARTS``, ``TUTORIAL_MODULE``, ``TUTORIAL_PYTHON``), prints it, and replaces itself with it;
+a job that stages its data (``TUTORIAL_STAGE_TO``) runs it under :func:`tutorial_lib.jobs.staged.run` instead.
 Kept out of ``tutorial_lib.jobs.__init__`` so that running it with ``-m`` imports it only once.
 """
 
@@ -13,6 +14,8 @@ import os
 import shlex
 import sys
 
+from tutorial_lib.data.staging import STAGE_TO_ENV
+from tutorial_lib.jobs import staged
 from tutorial_lib.jobs.commands import DEFAULT_MODULE, Rendezvous, torchrun_command, torchrun_env
 
 
@@ -33,6 +36,8 @@ def main(argv: list[str] | None = None) -> None:
     if os.environ.get("SLURM_NODEID", "0") == "0":
         print("node 0 runs:", shlex.join(command), flush=True)
     os.environ.update(torchrun_env(int(os.environ.get("TUTORIAL_MAX_RESTARTS") or 0)))
+    if os.environ.get(STAGE_TO_ENV):
+        sys.exit(staged.run(command))
     os.execvp(command[0], command)
 
 
