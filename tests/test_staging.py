@@ -133,3 +133,31 @@ def test_launcher_removes_the_copy_when_cancelled(source, tmp_path, child_env):
     assert launcher.returncode != 0 and not copy.exists(), out
     assert "staged 3 files" in out and "removed the staged copy" in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "linked", "seen.txt"]
+
+
+def test_a_node_reads_rank0s_index_for_its_own_copy(source, tmp_path):
+    """Rank 0 indexes its node's copy; a rank on another node gets the same lists under its own copy."""
+    from tutorial_lib.data import file_index
+
+    node1 = staging.stage(source, str(tmp_path), "r", "node1").path
+    node2 = staging.stage(source, str(tmp_path), "r", "node2").path
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    file_index.build(node1, run_dir)
+    try:
+        file_index.use(run_dir, copy_root=node2)
+        listed = file_index.samples(node2 / "train", {"a": 0, "b": 1})
+        assert listed == [(str(node2 / "train" / "a" / "1.JPEG"), 0), (str(node2 / "train" / "b" / "2.JPEG"), 1)]
+        file_index.use(run_dir)  # without copy_root an index serves only the root it was made for
+        assert file_index.samples(node2 / "train", {"a": 0, "b": 1}) is None
+    finally:
+        file_index.use(None)
+
+
+def test_benchmark_times_the_copy_and_both_reads(jpeg_tree, tmp_path):
+    from tutorial_lib.bench.staging import measure_staging, spreads
+
+    records = measure_staging(jpeg_tree, tmp_path, repeats=2)
+    assert [r["mode"] for r in records] == ["copy", "shared", "staged", "copy", "staged", "shared"]
+    assert {r["images"] for r in records if r["mode"] != "copy"} == {38} and records[0]["same_file_system"]
+    assert set(spreads(records)) == {"copy", "shared", "staged"} and list(tmp_path.iterdir()) == []

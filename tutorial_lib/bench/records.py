@@ -61,7 +61,8 @@ def describe(record: dict) -> str:
             "peer": "{peer} {arch} {precision} cl={channels_last} compile={compile} b={batch}",
             "allreduce": "{backend} x{world_size}", "matmul": "{device}",
             "loader": "{recipe} workers={workers} b={batch_size} {image_size}px",
-            "loader_ratio": "workers={workers} b={batch_size} {image_size}px"}.get(kind, "{kind}")
+            "loader_ratio": "workers={workers} b={batch_size} {image_size}px",
+            "staging": "{mode} round {round}: {images} files"}.get(kind, "{kind}")
     text = f"{kind}: " + head.format_map({k: _fmt(v) for k, v in record.items()})
     if status != "ok":
         return f"{text}: {status} ({record.get('reason', '')})"
@@ -74,6 +75,9 @@ def describe(record: dict) -> str:
     if kind == "data":
         read = f", {record['mb_per_sec']:.1f} MB/s" if record.get("mb_per_sec") is not None else ""
         return f"{text}: {record['images_per_sec']:.1f} img/s{read}"
+    if kind == "staging":
+        return (f"{text}: {record['seconds']:.3f} s, {record['images_per_sec']:,.0f} files/s, "
+                f"{record['mb_per_sec']:.1f} MB/s")
     if kind == "e2e":
         wait = 100 * record["data_wait_fraction"]
         return f"{text}: {record['images_per_sec']:.1f} img/s, waiting for data {wait:.0f}% of the time"
