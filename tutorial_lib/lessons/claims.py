@@ -312,18 +312,19 @@ def input_pipelines(cpu: Spread | None, gpu: Spread | None, cpu_wait: float | No
     return Claim("input pipelines", verdict, sentence)
 
 
-# Reference 000's shared file system during its 64-GPU run (epochs 10-60; scaling.presets, "hal")
+# The HAL benchmark's (reference 000) shared file system in its 64-GPU run (epochs 10-60; scaling.presets "hal")
 REFERENCE_FS = {"gb_per_sec": 3.3, "kiops": 36.5, "gpus": 64}
 
 
 def staging_effect(copy_s: Spread | None, shared_s: Spread | None, staged_s: Spread | None, images: int,
                    same_file_system: bool = True) -> Claim:
     """What staging costs (the copy, seconds) and saves (seconds to read every image once from where the data
-    is vs from the node-local copy), beside reference 000's file-system load; honest about one local disk."""
+    is vs from the node-local copy), beside the HAL benchmark's (reference 000) file-system load; honest about
+    what one local disk cannot show."""
     if copy_s is None or shared_s is None or staged_s is None:
         return Claim("staging", "not measured", "staging was not measured here")
     ref = REFERENCE_FS
-    per_gpu = (f"reference 000's 64 GPUs drew {ref['gb_per_sec']} GB/s and {ref['kiops']} k IOPS from the shared "
+    per_gpu = (f"the HAL benchmark's 64 GPUs drew {ref['gb_per_sec']} GB/s and {ref['kiops']} k IOPS from the shared "
                f"file system, {ref['gb_per_sec'] * 1e3 / ref['gpus']:.0f} MB/s and "
                f"{ref['kiops'] * 1e3 / ref['gpus']:.0f} reads/s per GPU, every epoch; a staged copy takes that load "
                "off it after one copy per node")
