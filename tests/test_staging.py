@@ -161,3 +161,12 @@ def test_benchmark_times_the_copy_and_both_reads(jpeg_tree, tmp_path):
     assert [r["mode"] for r in records] == ["copy", "shared", "staged", "copy", "staged", "shared"]
     assert {r["images"] for r in records if r["mode"] != "copy"} == {38} and records[0]["same_file_system"]
     assert set(spreads(records)) == {"copy", "shared", "staged"} and list(tmp_path.iterdir()) == []
+
+
+def test_a_job_started_by_sbatch_directly_stages_from_its_flags(tmp_path):
+    from tutorial_lib.jobs.launch import stage_env
+
+    flags = ["--profile", "smoke", "--data-dir", str(tmp_path), "--name", "x"]
+    assert stage_env(flags) == {}
+    assert stage_env(flags + ["--stage-to", "$TMPDIR"]) == {"TUTORIAL_STAGE_TO": "$TMPDIR",
+                                                            "TUTORIAL_STAGE_FROM": str(tmp_path)}

@@ -135,6 +135,8 @@ class Trainer:
                 print("removed the temporary file of a checkpoint save that was interrupted", flush=True)
             for name in (CONFIG_FILE, DONE_FILE):  # written atomically too
                 remove_stale_temp_files(self.run_dir / name)
+        if cfg.stage_to and self.read_from == cfg.data_dir:
+            self._say(f"stage_to is done by a job's node launchers (jobs.submit, train.sbatch): reading {cfg.data_dir}")
         if info.local_rank == 0:
             prepare_dataset(self.data_cfg)
         dist_utils.barrier(info)

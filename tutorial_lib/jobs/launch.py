@@ -14,7 +14,9 @@ import os
 import shlex
 import sys
 
-from tutorial_lib.data.staging import STAGE_TO_ENV
+from tutorial_lib.data.staging import STAGE_FROM_ENV, STAGE_TO_ENV
+from tutorial_lib.engine.cli import config_from_args
+from tutorial_lib.engine.errors import ConfigError
 from tutorial_lib.jobs import staged
 from tutorial_lib.jobs.commands import DEFAULT_MODULE, Rendezvous, torchrun_command, torchrun_env
 
@@ -30,9 +32,24 @@ def node_command(program_args: list[str], environ=os.environ) -> list[str]:
                             environ.get("TUTORIAL_MODULE") or DEFAULT_MODULE, program_args, rendezvous)
 
 
+def stage_env(program_args: list[str]) -> dict:
+    """The staging variables of a job that sbatch started directly with ``--stage-to`` among the trainer's
+    flags (or in its ``--config`` file); ``jobs.submit`` sets them itself. Empty when the job stages nothing."""
+    if not any(arg.startswith(("--stage-to", "--stage_to", "--config")) for arg in program_args):
+        return {}
+    try:
+        cfg = config_from_args(program_args)
+    except (ConfigError, SystemExit):  # the trainer reports the bad flag itself
+        return {}
+    return {STAGE_TO_ENV: cfg.stage_to, STAGE_FROM_ENV: os.path.abspath(cfg.data_dir)} if cfg.stage_to else {}
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Print this node's torchrun command and exec it."""
-    command = node_command(sys.argv[1:] if argv is None else argv)
+    """Print this node's torchrun command and exec it (under :func:`tutorial_lib.jobs.staged.run` with stage_to)."""
+    argv = sys.argv[1:] if argv is None else argv
+    command = node_command(argv)
+    if not os.environ.get(STAGE_TO_ENV):
+        os.environ.update(stage_env(argv))
     if os.environ.get("SLURM_NODEID", "0") == "0":
         print("node 0 runs:", shlex.join(command), flush=True)
     os.environ.update(torchrun_env(int(os.environ.get("TUTORIAL_MAX_RESTARTS") or 0)))
