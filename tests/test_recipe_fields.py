@@ -77,6 +77,7 @@ FIELD_TESTS: dict[str, tuple[str, ...]] = {
     "allreduce": ("test_comm_hooks.py::test_two_nodes_of_two_ranks_train_like_flat",),
     "stage_to": ("test_jobs.py::test_two_node_job_runs_on_two_nodes",
                  "test_staging.py::test_launcher_removes_the_copy_when_cancelled"),
+    "index_dir": ("test_file_index.py::test_the_index_goes_where_the_user_placed_it",),
 }
 
 # Fields that change nothing trained: where the outputs go, what is shown, when the run pauses.

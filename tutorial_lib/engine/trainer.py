@@ -118,9 +118,8 @@ class Trainer:
         self.lock = RunLock(self.run_dir)
         self.stop = StopRequest(self.run_dir, on_give_up=self.lock.release if self.is_main else None)
         self.scaled = scaled_batch_and_lr(cfg, self.info.world_size)
-        # data_dir may be read from this node's staged copy (a job's stage_to)
-        self.read_from = staging.read_location(cfg.data_dir)
-        self.data_cfg = dataclasses.replace(cfg, data_dir=self.read_from)
+        self.data_cfg = dataclasses.replace(cfg, data_dir=staging.read_location(cfg.data_dir))  # a staged copy?
+        self.read_from = self.data_cfg.data_dir
 
     # ----------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -141,10 +140,11 @@ class Trainer:
             prepare_dataset(self.data_cfg)
         dist_utils.barrier(info)
         if cfg.dataset != "synthetic":  # one scan per job: rank 0 lists the files, every rank reads the list
+            index = file_index.location(self.run_dir, cfg.index_dir, cfg.name)
             if self.is_main:
-                file_index.build(self.read_from, self.run_dir)
+                file_index.build(self.read_from, self.run_dir, path=index)
             dist_utils.barrier(info)
-            file_index.use(self.run_dir, copy_root=self.read_from if self.read_from != cfg.data_dir else None)
+            file_index.use(None, self.read_from if self.read_from != cfg.data_dir else None, index)
         self.stop.install()
         self.metrics = MetricsWriter(self.run_dir, enabled=self.is_main)
         self.loaders = loaders_for(self.data_cfg, info.rank, info.world_size, self.device)  # cfg.input_pipeline
@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config_from_args(argv)
         summary = train(cfg)
-    except (ConfigError, DataError, RunLockedError, RunDirError) as exc:
+    except (ConfigError, DataError, RunLockedError, RunDirError, file_index.IndexPlaceError) as exc:
         message = str(exc)
         if "Original Traceback" in message:  # re-raised by a DataLoader worker: keep the worker's own message
             message = message.rstrip().splitlines()[-1].split(": ", 1)[-1]
