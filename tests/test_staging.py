@@ -161,6 +161,9 @@ def test_benchmark_times_the_copy_and_both_reads(jpeg_tree, tmp_path):
     assert [r["mode"] for r in records] == ["copy", "shared", "staged", "copy", "staged", "shared"]
     assert {r["images"] for r in records if r["mode"] != "copy"} == {38} and records[0]["same_file_system"]
     assert set(spreads(records)) == {"copy", "shared", "staged"} and list(tmp_path.iterdir()) == []
+    from tutorial_lib.bench.records import describe, markdown_tables
+
+    assert "| 1 | staged | 38 |" in markdown_tables(records) and "files/s" in describe(records[-1])
 
 
 def test_a_job_started_by_sbatch_directly_stages_from_its_flags(tmp_path):

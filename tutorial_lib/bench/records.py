@@ -143,6 +143,9 @@ TABLE_COLUMNS = {
     "allreduce": [("backend", "backend", 0), ("world_size", "ranks", 0), ("nodes", "nodes", 0),
                   ("size", "size", 0), ("time_ms", "time ms", 3), ("algbw_GBps", "algbw GB/s", 2),
                   ("busbw_GBps", "busbw GB/s", 2)],
+    "staging": [("round", "round", 0), ("mode", "what", 0), ("images", "files", 0), ("seconds", "s", 3),
+                ("images_per_sec", "files/s", 0), ("mb_per_sec", "MB/s", 1), ("same_file_system", "same disk", 0),
+                ("load_average_1m", "load", 1)],
 }
 
 
