@@ -53,11 +53,7 @@ def run(command: list[str], environ=os.environ) -> int:
         signal.signal(sig, forward)
     try:
         child = subprocess.Popen(command, env=env)
-        while True:
-            try:
-                return child.wait()
-            except InterruptedError:
-                continue
+        return child.wait()  # a forwarded signal does not interrupt the wait (PEP 475)
     finally:
         if child is not None and child.poll() is None:
             child.kill()
