@@ -317,3 +317,19 @@ def test_scaling_labels_say_what_ran():
 
     cpu = pd.DataFrame({"gpus": [1, 2], "on_gpu": [False, False]})
     assert study.rank_unit(cpu) == "CPU ranks" and study.rank_unit(cpu.assign(on_gpu=True)) == "GPUs"
+
+
+@pytest.mark.parametrize("shared, staged, verdict, words", [
+    ((0.50, 0.45, 0.55), (0.10, 0.09, 0.12), "staged faster", "pays for itself after 5.0 epochs"),
+    ((0.10, 0.09, 0.12), (0.50, 0.45, 0.55), "staged slower", "only cost time"),
+    ((0.10, 0.08, 0.12), (0.11, 0.09, 0.13), claims.NOT_DISTINGUISHABLE, "the copy is pure cost"),
+])
+def test_staging_verdict_follows_the_reads(shared, staged, verdict, words):
+    claim = claims.staging_effect(Spread(2.0, 1.9, 2.1), Spread(*shared), Spread(*staged), 1000)
+    assert claim.verdict == verdict and words in claim.sentence
+    assert "HAL benchmark's 64 GPUs drew 3.3 GB/s and 36.5 k IOPS" in claim.sentence
+    assert "52 MB/s and 570 reads/s per GPU" in claim.sentence
+    assert "same disk of this machine" in claim.sentence
+    other_disk = claims.staging_effect(Spread(2.0, 1.9, 2.1), Spread(*shared), Spread(*staged), 1000, False)
+    assert "same disk" not in other_disk.sentence and other_disk.sentence.endswith(".")
+    assert claims.staging_effect(None, Spread(*shared), Spread(*staged), 1000).verdict == "not measured"

@@ -86,3 +86,23 @@ def test_reading_an_image_opens_it_once_and_never_stats_the_path(tmp_path, monke
     os.mkfifo(fifo)
     with pytest.raises(OSError, match="not a regular file"):
         open_regular_file(fifo)  # still refused, without waiting for a writer
+
+
+def test_the_index_goes_where_the_user_placed_it(runs, jpeg_tree, tmp_path, capsys, single_thread):
+    """index_dir: the job's index is written there (not in the run directory) and read from there; a foreign
+    file of that name is refused, not overwritten; a folder inside the data is refused before anything runs."""
+    from tutorial_lib.engine.config import ConfigError, validate
+    from tutorial_lib.engine.trainer import main
+
+    cache = tmp_path / "cache"
+    settings = dict(data_dir=str(jpeg_tree), image_size=16, epochs=1, batch_size=8, max_steps_per_epoch=2,
+                    index_dir=str(cache))
+    runs.in_process(runs.config("placed", **settings))
+    index = cache / "placed.file_index.json"
+    assert json.loads(index.read_text())[str(jpeg_tree / "train")]["classes"] == ["a", "b", "c"]
+    assert not (runs.run_dir("placed") / "file_index.json").exists()
+    (cache / "other.file_index.json").write_text("my notes")
+    assert main(runs.flags("other", **settings)) == 2
+    assert "index_dir: " in capsys.readouterr().err and (cache / "other.file_index.json").read_text() == "my notes"
+    with pytest.raises(ConfigError, match="^index_dir: .* inside data_dir"):
+        validate(runs.config("inside", **{**settings, "index_dir": str(jpeg_tree / "cache")}), check_paths=False)

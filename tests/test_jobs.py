@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -66,12 +67,30 @@ def test_one_node_two_ranks_completes(tmp_path, shared_data, backend):
 
 
 def test_two_node_job_runs_on_two_nodes(tmp_path, shared_data, backend):
-    job = jobs.submit(small_config(tmp_path, shared_data, f"two-{backend}"), nodes=2, ranks_per_node=1,
-                      backend=backend, verbose=False)
+    """Each node stages the data to its local disk (stage_to), trains from that copy and removes it."""
+    local = tmp_path / "node-local"
+    local.mkdir()
+    (local / "foreign.txt").write_text("not the project's")
+    cfg = small_config(tmp_path, shared_data, f"two-{backend}", dataset="imagefolder", stage_to=str(local))
+    job = jobs.submit(cfg, nodes=2, ranks_per_node=1, backend=backend, verbose=False)
     assert job.wait(timeout=300) == "COMPLETED", job.explain()
     assert job.metrics("start").iloc[0]["world_size"] == 2
-    hosts = json.loads((job.run_dir / CONFIG_FILE).read_text())["hosts"]
+    config = json.loads((job.run_dir / CONFIG_FILE).read_text())
+    hosts = config["hosts"]
     assert len(hosts) == 2 and len(set(hosts)) == 2, hosts  # each rank ran on its own (Slurm or emulated) node
+    read_from = config["data_read_from"]
+    assert sorted(read_from) == sorted(hosts) and config["data_dir"] == shared_data
+    assert {Path(p).parent for p in read_from.values()} == {local} and len(set(read_from.values())) == 2, read_from
+    assert sorted(p.name for p in local.iterdir()) == ["foreign.txt"]  # the copies are gone, the rest stays
+    assert "staged" in job.logs() and "removed the staged copy" in job.logs()
+
+
+def test_unusable_stage_to_fails_the_job_in_one_line_before_training(tmp_path, shared_data):
+    cfg = small_config(tmp_path, shared_data, "stage-absent", dataset="imagefolder", stage_to=str(tmp_path / "no"))
+    job = jobs.submit(cfg, nodes=1, ranks_per_node=1, backend="local", verbose=False)
+    assert job.wait(timeout=120, check=False) == "FAILED"
+    assert f"stage_to: {tmp_path / 'no'} is not a folder on node" in job.explain()
+    assert not (job.run_dir / CONFIG_FILE).exists() and not (tmp_path / "no").exists()
 
 
 def test_cancel_running_job(tmp_path, shared_data, backend):

@@ -75,6 +75,9 @@ FIELD_TESTS: dict[str, tuple[str, ...]] = {
     "seed": ("test_recipe_fields.py::test_seed_sets_the_initial_weights",
              "test_sampler_order.py::test_the_order_depends_on_the_epoch_and_the_seed_only"),
     "allreduce": ("test_comm_hooks.py::test_two_nodes_of_two_ranks_train_like_flat",),
+    "stage_to": ("test_jobs.py::test_two_node_job_runs_on_two_nodes",
+                 "test_staging.py::test_launcher_removes_the_copy_when_cancelled"),
+    "index_dir": ("test_file_index.py::test_the_index_goes_where_the_user_placed_it",),
 }
 
 # Fields that change nothing trained: where the outputs go, what is shown, when the run pauses.

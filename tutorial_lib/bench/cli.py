@@ -38,6 +38,7 @@ USAGE = """examples:
         --master-addr 10.77.0.1 -m tutorial_lib.bench allreduce --algorithm flat,hierarchical --links
     python -m tutorial_lib.bench prepare --out results/prepare.jsonl   # the data-prepare command on each form
     python -m tutorial_lib.bench scan --ranks 4 --out results/scan.jsonl   # one file list per job vs per rank
+    python -m tutorial_lib.bench staging --out results/staging.jsonl   # copy to node-local disk, read from each
     python -m tutorial_lib.bench matmul                      # dense matrix-product rate of this device
     python -m tutorial_lib.bench table results/train.jsonl   # markdown tables of result files
 
@@ -94,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--classes", type=int, default=20)
     prep.add_argument("--per-class", type=int, default=100)
     prep.add_argument("--val-per-class", type=int, default=10)
+    stage = sub.add_parser("staging", parents=[common], help="copy the fake ImageNet to a node-local folder "
+                           "(stage_to), then read every image from where it is and from the copy, in rounds")
+    stage.add_argument("--data-dir", default="data/fake_imagenet", help="generated here unless it is a real set")
+    stage.add_argument("--stage-to", help="the node-local folder (default: the system's temporary folder)")
+    stage.add_argument("--classes", type=int, default=10)
+    stage.add_argument("--per-class", type=int, default=100)
+    stage.add_argument("--repeats", type=int, default=3)
     scan = sub.add_parser("scan", parents=[common], help="start-up time and directory reads of N ranks listing "
                           "an ImageFolder tree: every rank walking it (before) or one file index per job (after)")
     scan.add_argument("--tree", default="data/scan_tree", help="where the tree of empty files is made (or reused)")
@@ -264,6 +272,12 @@ def main(argv: list[str] | None = None) -> int:
         from tutorial_lib.bench.prepare import measure_prepare
 
         _emit(measure_prepare(classes=args.classes, per_class=args.per_class, val_per_class=args.val_per_class), args)
+        return 0
+    if args.command == "staging":
+        from tutorial_lib.bench.staging import measure_staging
+
+        data = prepare_fake_imagenet(args.data_dir, args.classes, args.per_class, device="cpu")
+        _emit(measure_staging(data, args.stage_to, args.repeats), args)
         return 0
     if args.command == "scan":
         from tutorial_lib.bench.scan import make_tree, measure_scan

@@ -61,7 +61,8 @@ def describe(record: dict) -> str:
             "peer": "{peer} {arch} {precision} cl={channels_last} compile={compile} b={batch}",
             "allreduce": "{backend} x{world_size}", "matmul": "{device}",
             "loader": "{recipe} workers={workers} b={batch_size} {image_size}px",
-            "loader_ratio": "workers={workers} b={batch_size} {image_size}px"}.get(kind, "{kind}")
+            "loader_ratio": "workers={workers} b={batch_size} {image_size}px",
+            "staging": "{mode} round {round}: {images} files"}.get(kind, "{kind}")
     text = f"{kind}: " + head.format_map({k: _fmt(v) for k, v in record.items()})
     if status != "ok":
         return f"{text}: {status} ({record.get('reason', '')})"
@@ -74,6 +75,9 @@ def describe(record: dict) -> str:
     if kind == "data":
         read = f", {record['mb_per_sec']:.1f} MB/s" if record.get("mb_per_sec") is not None else ""
         return f"{text}: {record['images_per_sec']:.1f} img/s{read}"
+    if kind == "staging":
+        return (f"{text}: {record['seconds']:.3f} s, {record['images_per_sec']:,.0f} files/s, "
+                f"{record['mb_per_sec']:.1f} MB/s")
     if kind == "e2e":
         wait = 100 * record["data_wait_fraction"]
         return f"{text}: {record['images_per_sec']:.1f} img/s, waiting for data {wait:.0f}% of the time"
@@ -139,6 +143,9 @@ TABLE_COLUMNS = {
     "allreduce": [("backend", "backend", 0), ("world_size", "ranks", 0), ("nodes", "nodes", 0),
                   ("size", "size", 0), ("time_ms", "time ms", 3), ("algbw_GBps", "algbw GB/s", 2),
                   ("busbw_GBps", "busbw GB/s", 2)],
+    "staging": [("round", "round", 0), ("mode", "what", 0), ("images", "files", 0), ("seconds", "s", 3),
+                ("images_per_sec", "files/s", 0), ("mb_per_sec", "MB/s", 1), ("same_file_system", "same disk", 0),
+                ("load_average_1m", "load", 1)],
 }
 
 

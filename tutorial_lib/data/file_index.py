@@ -18,6 +18,7 @@ from pathlib import Path
 from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
 from tutorial_lib.rundir.layout import INDEX_FILE
+from tutorial_lib.rundir.owned import is_index_file
 
 _active: dict[str, dict] = {}  # this process's index, by split root
 
@@ -37,22 +38,48 @@ def scan(root: str | os.PathLike) -> dict:
     return {"classes": classes, "files": files}
 
 
-def build(data_dir: str | os.PathLike, run_dir: str | os.PathLike, splits=("train", "val")) -> Path:
-    """Walk each split of ``data_dir`` once and write the index to ``run_dir`` (atomically); return its path."""
+class IndexPlaceError(ValueError):
+    """The index cannot be written there (a file of that name that is not an index)."""
+
+
+def location(run_dir: str | os.PathLike, index_dir: str = "", run_name: str = "") -> Path:
+    """Where a job's index goes: ``run_dir/file_index.json``, or ``index_dir/<run name>.file_index.json`` where
+    the user placed a cache folder (TrainConfig ``index_dir``)."""
+    return Path(index_dir) / f"{run_name}.{INDEX_FILE}" if index_dir else Path(run_dir) / INDEX_FILE
+
+
+def build(data_dir: str | os.PathLike, run_dir: str | os.PathLike, splits=("train", "val"),
+          path: str | os.PathLike | None = None) -> Path:
+    """Walk each split of ``data_dir`` once and write the index to ``path`` (default: in ``run_dir``),
+    atomically; return its path. A file there that is not an index is refused, never overwritten."""
     data_dir = Path(data_dir).absolute()
+    path = Path(path) if path is not None else Path(run_dir) / INDEX_FILE
+    if path.exists() and not is_index_file(path):
+        raise IndexPlaceError(f"index_dir: {path} exists and is not a file index of this project; nothing was "
+                              "written. Fix: move it away, or choose another index_dir")
+    path.parent.mkdir(parents=True, exist_ok=True)
     index = {str(data_dir / split): scan(data_dir / split) for split in splits if (data_dir / split).is_dir()}
-    path = Path(run_dir) / INDEX_FILE
-    tmp = path.with_name(f".{INDEX_FILE}.tmp")
+    tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(index, separators=(",", ":")))
     os.replace(tmp, path)
     return path
 
 
-def use(run_dir: str | os.PathLike | None) -> None:
-    """Make this process's ImageFolder datasets read their file lists from ``run_dir``'s index (None: walk)."""
+def use(run_dir: str | os.PathLike | None, copy_root: str | os.PathLike | None = None,
+        path: str | os.PathLike | None = None) -> None:
+    """Make this process's ImageFolder datasets read their file lists from the index at ``path`` (default: in
+    ``run_dir``; both None: walk the folders).
+
+    ``copy_root``: this rank reads a node-local copy of the data (:mod:`tutorial_lib.data.staging`) that rank 0
+    indexed on its own node; each split's list is used for the same split of the copy."""
     _active.clear()
-    if run_dir is not None and (Path(run_dir) / INDEX_FILE).is_file():
-        _active.update(json.loads((Path(run_dir) / INDEX_FILE).read_text()))
+    if path is None and run_dir is not None:
+        path = Path(run_dir) / INDEX_FILE
+    if path is not None and Path(path).is_file():
+        index = json.loads(Path(path).read_text())
+        if copy_root is not None:
+            index = {str(Path(copy_root).absolute() / Path(root).name): lists for root, lists in index.items()}
+        _active.update(index)
 
 
 def samples(root: str | os.PathLike, class_to_idx: dict[str, int]) -> list[tuple[str, int]] | None:

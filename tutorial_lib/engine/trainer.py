@@ -16,6 +16,7 @@ file in the run directory, or SIGUSR1/SIGTERM, makes it finish the current step,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from tutorial_lib.data import file_index
+from tutorial_lib.data import file_index, staging
 from tutorial_lib.engine import distributed as dist_utils
 from tutorial_lib.engine.cli import config_from_args
 from tutorial_lib.engine.config import ConfigError, TrainConfig, scaled_batch_and_lr, validate
@@ -118,6 +119,8 @@ class Trainer:
         self.lock = RunLock(self.run_dir)
         self.stop = StopRequest(self.run_dir, on_give_up=self.lock.release if self.is_main else None)
         self.scaled = scaled_batch_and_lr(cfg, self.info.world_size)
+        self.data_cfg = dataclasses.replace(cfg, data_dir=staging.read_location(cfg.data_dir))  # a staged copy?
+        self.read_from = self.data_cfg.data_dir
 
     # ----------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -132,17 +135,20 @@ class Trainer:
                 print("removed the temporary file of a checkpoint save that was interrupted", flush=True)
             for name in (CONFIG_FILE, DONE_FILE):  # written atomically too
                 remove_stale_temp_files(self.run_dir / name)
+        if cfg.stage_to and self.read_from == cfg.data_dir:
+            self._say(f"stage_to is done by a job's node launchers (jobs.submit, train.sbatch): reading {cfg.data_dir}")
         if info.local_rank == 0:
-            prepare_dataset(cfg)
+            prepare_dataset(self.data_cfg)
         dist_utils.barrier(info)
         if cfg.dataset != "synthetic":  # one scan per job: rank 0 lists the files, every rank reads the list
+            index = file_index.location(self.run_dir, cfg.index_dir, cfg.name)
             if self.is_main:
-                file_index.build(cfg.data_dir, self.run_dir)
+                file_index.build(self.read_from, self.run_dir, path=index)
             dist_utils.barrier(info)
-            file_index.use(self.run_dir)
+            file_index.use(None, self.read_from if self.read_from != cfg.data_dir else None, index)
         self.stop.install()
         self.metrics = MetricsWriter(self.run_dir, enabled=self.is_main)
-        self.loaders = loaders_for(cfg, info.rank, info.world_size, self.device)  # cfg.input_pipeline
+        self.loaders = loaders_for(self.data_cfg, info.rank, info.world_size, self.device)  # cfg.input_pipeline
         self.steps_per_epoch = len(self.loaders.train)
         if cfg.max_steps_per_epoch:
             self.steps_per_epoch = min(self.steps_per_epoch, cfg.max_steps_per_epoch)
@@ -157,11 +163,12 @@ class Trainer:
 
     def _resume(self) -> None:
         state = load_checkpoint(self.run_dir / CHECKPOINT_FILE, map_location=self.device)
-        per_rank = dist_utils.all_gather_objects((dist_utils.node_name(), usable_cpus(), self.cfg.workers), self.info)
-        hosts, cpus, counts = (list(column) for column in zip(*per_rank, strict=True))
+        per_rank = dist_utils.all_gather_objects(
+            (dist_utils.node_name(), usable_cpus(), self.cfg.workers, os.path.abspath(self.read_from)), self.info)
+        hosts, cpus, counts, read_from = (list(column) for column in zip(*per_rank, strict=True))
         workers = {"workers_setting": self.workers_setting, "rank_cpus": cpus, "rank_workers": counts}
         facts = {**environment_facts(self.device), **workers, "hosts": hosts,
-                 "parameters": count_parameters(self.model),
+                 "parameters": count_parameters(self.model), "data_read_from": dict(zip(hosts, read_from, strict=True)),
                  "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "steps_per_epoch": self.steps_per_epoch,
                  "train_images": self.loaders.train_images, "val_images": self.loaders.val_images,
                  "num_classes": self.loaders.num_classes}
@@ -381,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config_from_args(argv)
         summary = train(cfg)
-    except (ConfigError, DataError, RunLockedError, RunDirError) as exc:
+    except (ConfigError, DataError, RunLockedError, RunDirError, file_index.IndexPlaceError) as exc:
         message = str(exc)
         if "Original Traceback" in message:  # re-raised by a DataLoader worker: keep the worker's own message
             message = message.rstrip().splitlines()[-1].split(": ", 1)[-1]

@@ -14,6 +14,7 @@ import shlex
 from dataclasses import dataclass
 
 from tutorial_lib import REPO_ROOT
+from tutorial_lib.data.staging import STAGE_FROM_ENV, STAGE_TO_ENV
 from tutorial_lib.jobs.spec import JobSpec
 from tutorial_lib.rundir.layout import SLURM_LOG_PATTERN, STOP_FILE
 
@@ -72,6 +73,8 @@ def job_env(spec: JobSpec) -> dict:
            "RANKS_PER_NODE": str(spec.ranks_per_node), "TUTORIAL_MAX_RESTARTS": str(spec.max_restarts),
            "PYTHONPATH": str(REPO_ROOT), "TUTORIAL_MODULE": spec.module,
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1" if spec.config.device == "cpu" else "4")}
+    if spec.config.stage_to:  # each node's launcher copies data_dir there first (tutorial_lib.jobs.staged)
+        env.update({STAGE_TO_ENV: spec.config.stage_to, STAGE_FROM_ENV: spec.config.data_dir})
     return {**env, **torchrun_env(spec.max_restarts)}
 
 

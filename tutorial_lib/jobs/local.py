@@ -22,11 +22,13 @@ from tutorial_lib.rundir.lock import process_start, same_process
 
 def submit_local(spec: JobSpec, after_run_dir: Path | None = None) -> str:
     """Start ``spec`` under a detached supervisor (after the job of ``after_run_dir`` ends); return the job id."""
+    # with stage_to, one launcher per emulated node copies the data, then starts that node's torchrun
+    staged = [spec.python, "-m", "tutorial_lib.jobs.staged"] if spec.config.stage_to else []
     if spec.nodes == 1:
-        commands = [spec_torchrun_command(spec)]
+        commands = [staged + spec_torchrun_command(spec)]
     else:
         endpoint = f"127.0.0.1:{free_port()}"
-        commands = [["env", f"TUTORIAL_NODE_NAME=local-node{n + 1}"]
+        commands = [["env", f"TUTORIAL_NODE_NAME=local-node{n + 1}"] + staged
                     + spec_torchrun_command(spec, Rendezvous(endpoint, spec.config.name, is_host=n == 0))
                     for n in range(spec.nodes)]
     record = {"backend": "local", "name": spec.config.name, "spec": spec.to_dict(), "commands": commands,

@@ -59,6 +59,14 @@ def _is_checkpoint(path: Path) -> bool:
         return False
 
 
+def is_index_file(path: Path) -> bool:
+    """Whether ``path`` holds a file index (:mod:`tutorial_lib.data.file_index`): split roots to class and file
+    lists."""
+    index = _json(path)
+    return isinstance(index, dict) and all(isinstance(v, dict) and {"classes", "files"} <= set(v)
+                                           for v in index.values())
+
+
 # The files whose content proves that this project wrote the folder, and how.
 _MARKS = {
     CONFIG_FILE: lambda p: _has(p, {"name", "output_root", "arch", "global_batch", "scaled_lr", "world_size"}),
@@ -71,8 +79,7 @@ _CONTENT = {
     **_MARKS,
     CHECKPOINT_FILE: _is_checkpoint,
     MODEL_FILE: _is_checkpoint,
-    INDEX_FILE: lambda p: isinstance(_json(p), dict) and all(isinstance(v, dict) and {"classes", "files"} <= set(v)
-                                                             for v in _json(p).values()),
+    INDEX_FILE: lambda p: is_index_file(p),
     DONE_FILE: lambda p: _has(p, {"best_top1"}),
     STATE_FILE: lambda p: _has(p, {"state", "time"}),
     LAUNCH_FILE: lambda p: isinstance(_json(p), dict),
