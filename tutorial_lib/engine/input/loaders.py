@@ -108,11 +108,11 @@ def build_cpu_loaders(cfg, rank: int, world_size: int, device: torch.device) -> 
     """The CPU pipeline's loaders for ``cfg.data_dir`` (ImageFolder layout), sharded for this rank."""
     root = Path(cfg.data_dir)
     train_set = cpu.CountingImageFolder(root / "train", cpu.train_transform(
-        cfg.image_size, cfg.train_augment, cfg.min_crop_scale, cfg.hflip), cfg.bad_data)
+        cfg.image_size, cfg.train_augment, cfg.min_crop_scale, cfg.hflip, cfg.seed), cfg.bad_data)
     val_set = cpu.CountingImageFolder(root / "val", cpu.val_transform(cfg.image_size), cfg.bad_data)
     normalize = Normalizer(device, cfg.channels_last)
     return _loaders(cfg, train_set, val_set, cpu.collate_skipping, rank, world_size, device,
-                    lambda loader, epoch: cpu.NormalizedBatches(loader, normalize))
+                    lambda loader, epoch: cpu.NormalizedBatches(loader, normalize, epoch))
 
 
 def build_gpu_loaders(cfg, rank: int, world_size: int, device: torch.device, prefetch: int | None = None) -> Loaders:
