@@ -20,7 +20,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from tutorial_lib.engine.config import TrainConfig, make_config
+from tutorial_lib.engine.config import TrainConfig, make_config, validate
+from tutorial_lib.engine.errors import ConfigError
 from tutorial_lib.engine.step import TrainStep
 from tutorial_lib.engine.trainer import Trainer
 
@@ -36,6 +37,7 @@ FIELD_TESTS: dict[str, tuple[str, ...]] = {
     "hflip": ("test_recipe_fields.py::test_augmentation_fields_reach_the_training_transform",),
     "workers": ("test_recipe_fields.py::test_workers_and_input_pipeline_reach_the_loaders",),
     "input_pipeline": ("test_recipe_fields.py::test_workers_and_input_pipeline_reach_the_loaders",),
+    "prefetch": ("test_recipe_fields.py::test_prefetch_reaches_both_pipelines",),
     "bad_data": ("test_bad_data.py::test_bad_images_are_skipped_counted_and_named",
                  "test_bad_data.py::test_bad_data_error_stops_naming_the_file"),
     "synthetic_images": ("test_recipe_fields.py::test_dataset_synthetic_images_and_data_dir_reach_the_loaders",),
@@ -176,6 +178,18 @@ def test_workers_and_input_pipeline_reach_the_loaders(build, jpeg_tree):
     assert gpu.loaders.train.num_workers == 0
     index, payload, _, _ = gpu.loaders.train.dataset[0]  # the GPU pipeline: workers only read file bytes
     assert index == 0 and isinstance(payload, bytes) and payload[:3] == b"\xff\xd8\xff"
+
+
+def test_prefetch_reaches_both_pipelines(build, jpeg_tree):
+    """Depth was a constant (4 per CPU worker) and the GPU pipeline's an argument the trainer never passed."""
+    for pipeline in ("cpu", "gpu"):
+        trainer = build(dataset="imagefolder", data_dir=str(jpeg_tree), input_pipeline=pipeline, workers=1, prefetch=3)
+        loaders = trainer.loaders
+        assert loaders.train.prefetch_factor == 3 and loaders.val.loader.prefetch_factor == 3, pipeline
+        if pipeline == "gpu":  # batches decoded ahead on the device's side stream
+            assert loaders.train_epoch(0).prefetch == 3 and loaders.val.prefetch == 3
+    with pytest.raises(ConfigError, match="^prefetch: must be a positive integer, got 0"):
+        validate(make_config("smoke", dataset="synthetic", prefetch=0))
 
 
 # ------------------------------------------------------------------------------------------ model

@@ -61,6 +61,8 @@ class TrainConfig:
     min_crop_scale: float = _field("smallest crop area fraction of RandomResizedCrop (ImageNet: 0.08)", default=0.08)
     hflip: bool = _field("random horizontal flips (off for digits: a mirrored 3 is not a 3)", default=True)
     workers: int = _field("DataLoader worker processes per rank", default=0)
+    prefetch: int = _field("batches made ahead: by each DataLoader worker (workers > 0), and decoded ahead on the "
+                           "device by the GPU pipeline (CUDA)", default=2)
     input_pipeline: str = _field("cpu: workers decode and augment; gpu: workers read file bytes, the device decodes "
                                  "(nvJPEG on CUDA) and crops in batches", INPUT_PIPELINES, default="cpu")
     bad_data: str = _field("an unreadable image: skip it (named in the log, counted) or stop with an error naming it",

@@ -40,7 +40,6 @@ from tutorial_lib.engine.input.files import (
 from tutorial_lib.engine.input.jpeg import is_complete_jpeg, read_header
 
 DECODE_BUDGET = 2**29  # bytes of decoded images per device decode call (>= any image under PIL's pixel limit)
-PREFETCH = 2  # batches decoded ahead on a side stream (CUDA)
 _COLUMNS = R.PLAN_COLUMNS + 2  # plan, then the target and the position of the image after sorting
 
 
@@ -209,7 +208,7 @@ class DeviceBatches:
     runs in line.
     """
 
-    def __init__(self, loader, transform: DeviceTransform, epoch: int = 0, prefetch: int = PREFETCH):
+    def __init__(self, loader, transform: DeviceTransform, epoch: int = 0, prefetch: int = 2):
         self.loader, self.transform, self.epoch, self.prefetch = loader, transform, epoch, max(1, prefetch)
         self.batch_size = loader.batch_size
 
