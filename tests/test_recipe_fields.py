@@ -22,6 +22,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from tutorial_lib.engine.config import TrainConfig, make_config, validate
 from tutorial_lib.engine.errors import ConfigError
+from tutorial_lib.engine.input.cpu import RandomCropFlip
+from tutorial_lib.engine.recipe import recipe_changes
 from tutorial_lib.engine.step import TrainStep
 from tutorial_lib.engine.trainer import Trainer
 
@@ -75,6 +77,7 @@ FIELD_TESTS: dict[str, tuple[str, ...]] = {
     "bucket_cap_mb": ("test_recipe_fields.py::test_bucket_cap_mb_reaches_the_ddp_wrapper",
                       "test_sampler_order.py::test_two_rank_trainer_wraps_ddp_with_the_bucket_cap"),
     "seed": ("test_recipe_fields.py::test_seed_sets_the_initial_weights",
+             "test_augment_draws.py::test_an_images_crop_is_the_box_drawn_for_its_seed_epoch_and_index",
              "test_sampler_order.py::test_the_order_depends_on_the_epoch_and_the_seed_only"),
     "allreduce": ("test_comm_hooks.py::test_two_nodes_of_two_ranks_train_like_flat",),
 }
@@ -156,10 +159,11 @@ def test_augmentation_fields_reach_the_training_transform(build, jpeg_tree, pipe
             t = trainer.loaders.train_epoch(0).transform
             return {"crop": t.train, "size": t.image_size, "scale": t.min_crop_scale if t.train else None,
                     "flip": t.train and t.hflip}
-        steps = {type(s).__name__: s for s in trainer.loaders.train.dataset.transform.transforms}
-        crop = steps.get("RandomResizedCrop")
-        return {"crop": crop is not None, "size": crop.size[0] if crop else steps["CenterCrop"].size[0],
-                "scale": crop.scale[0] if crop else None, "flip": "RandomHorizontalFlip" in steps}
+        t = trainer.loaders.train.dataset.transform
+        if isinstance(t, RandomCropFlip):  # crops and flips drawn from (seed, epoch, index)
+            return {"crop": True, "size": t.size[0], "scale": t.min_scale, "flip": t.hflip}
+        steps = {type(s).__name__: s for s in t.steps.transforms}
+        return {"crop": False, "size": steps["CenterCrop"].size[0], "scale": None, "flip": False}
 
     assert training_transform(image_size=12, min_crop_scale=0.3, hflip=True) == dict(
         crop=True, size=12, scale=0.3, flip=True)
@@ -190,6 +194,7 @@ def test_prefetch_reaches_both_pipelines(build, jpeg_tree):
             assert loaders.train_epoch(0).prefetch == 3 and loaders.val.prefetch == 3
     with pytest.raises(ConfigError, match="^prefetch: must be a positive integer, got 0"):
         validate(make_config("smoke", dataset="synthetic", prefetch=0))
+    assert recipe_changes({"prefetch": 2}, {"prefetch": 4}, {}) == ({"prefetch": [2, 4]}, {})  # resumable: same math
 
 
 # ------------------------------------------------------------------------------------------ model
