@@ -9,6 +9,7 @@ pipeline in the training process; for the same (seed, epoch, index) both draw th
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -26,11 +27,21 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+@functools.lru_cache(maxsize=64)
+def _epoch_key(seed: int, epoch: int) -> np.ndarray:
+    return _mix(_mix(np.array([seed], dtype=np.uint64)) ^ np.uint64(epoch))
+
+
+@functools.lru_cache(maxsize=8)
+def _counters(count: int) -> np.ndarray:
+    return _mix(np.arange(1, count + 1, dtype=np.uint64))[None, :]
+
+
 def uniforms(seed: int, epoch: int, indices, count: int) -> np.ndarray:
     """``count`` uniform [0, 1) numbers per dataset index, a pure function of (seed, epoch, index)."""
-    key = _mix(_mix(np.array([seed], dtype=np.uint64)) ^ np.uint64(epoch))
-    per_image = _mix(key ^ np.asarray(indices, dtype=np.uint64))
-    draws = _mix(per_image[:, None] ^ _mix(np.arange(1, count + 1, dtype=np.uint64))[None, :])
+    # the per-(seed, epoch) and per-draw parts are cached: the CPU pipeline asks for one image at a time
+    per_image = _mix(_epoch_key(seed, epoch) ^ np.asarray(indices, dtype=np.uint64))
+    draws = _mix(per_image[:, None] ^ _counters(count))
     return (draws >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
