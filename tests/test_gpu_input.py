@@ -22,6 +22,7 @@ from torchvision.transforms import functional as F
 
 from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
 from tutorial_lib.engine.config import make_config
+from tutorial_lib.engine.input import draws as D
 from tutorial_lib.engine.input import gpu as G
 from tutorial_lib.engine.input import resample as R
 from tutorial_lib.engine.input.cpu import train_transform, val_transform
@@ -106,11 +107,11 @@ def test_train_batches_have_the_cpu_paths_shape_dtype_and_range(tree, channels_l
 @pytest.mark.parametrize("min_scale", [0.08, 0.5])
 def test_crop_scale_and_ratio_follow_random_resized_crops_distribution(min_scale):
     height, width, draws = 375, 500, 4000
-    u = R.uniforms(seed=3, epoch=1, indices=np.arange(draws), count=2 * R.ATTEMPTS + 3)
-    ours = R.crop_boxes(np.full(draws, height), np.full(draws, width), u, min_scale).astype(float)
+    u = D.uniforms(seed=3, epoch=1, indices=np.arange(draws), count=D.DRAWS)
+    ours = D.crop_boxes(np.full(draws, height), np.full(draws, width), u, min_scale).astype(float)
     torch.manual_seed(0)
     image = torch.empty(3, height, width)
-    theirs = np.array([RandomResizedCrop.get_params(image, (min_scale, 1.0), R.RATIO) for _ in range(draws)], float)
+    theirs = np.array([RandomResizedCrop.get_params(image, (min_scale, 1.0), D.RATIO) for _ in range(draws)], float)
     for boxes in (ours, theirs):
         top, left, h, w = boxes.T
         assert (top >= 0).all() and (left >= 0).all() and (top + h <= height).all() and (left + w <= width).all()
@@ -126,7 +127,7 @@ def test_crop_scale_and_ratio_follow_random_resized_crops_distribution(min_scale
 
 
 def test_flip_rate_is_one_half_and_hflip_false_never_flips(tree):
-    u = R.uniforms(seed=0, epoch=0, indices=np.arange(20_000), count=2 * R.ATTEMPTS + 3)
+    u = D.uniforms(seed=0, epoch=0, indices=np.arange(20_000), count=D.DRAWS)
     assert abs((u[:, -1] < 0.5).mean() - 0.5) < 0.015
     assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.01
     flipping, plain = _transform(tree / "train"), _transform(tree / "train", hflip=False)
@@ -134,7 +135,7 @@ def test_flip_rate_is_one_half_and_hflip_false_never_flips(tree):
     a, b = _batch(flipping, indices).images, _batch(plain, indices).images
     flipped = [bool(torch.allclose(x, y.flip(-1), atol=1e-4)) for x, y in zip(a, b, strict=True)]
     same = [bool(torch.allclose(x, y, atol=1e-4)) for x, y in zip(a, b, strict=True)]
-    expected = R.uniforms(0, 0, indices, 2 * R.ATTEMPTS + 3)[:, -1] < 0.5
+    expected = D.uniforms(0, 0, indices, D.DRAWS)[:, -1] < 0.5
     assert flipped == expected.tolist() and same == (~expected).tolist() and 0 < expected.sum() < len(indices)
 
 
@@ -144,8 +145,8 @@ def test_crops_equal_pils_resized_crop_for_the_same_boxes(tree):
     images, _ = transform.decode(G.collate_encoded([dataset[i] for i in range(len(dataset))]))
     heights = np.array([im.shape[1] for im in images], float)
     widths = np.array([im.shape[2] for im in images], float)
-    u = R.uniforms(5, 0, range(len(images)), 2 * R.ATTEMPTS + 3)
-    boxes = R.crop_boxes(heights, widths, u, 0.08)
+    u = D.uniforms(5, 0, range(len(images)), D.DRAWS)
+    boxes = D.crop_boxes(heights, widths, u, 0.08)
     flips = u[:, -1] < 0.5
     plans = np.zeros((len(images), R.PLAN_COLUMNS), np.float32)
     plans[:, 0:6] = R._crop_plan(boxes[:, 0] * 1.0, boxes[:, 2] * 1.0, 32)

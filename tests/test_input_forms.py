@@ -26,8 +26,9 @@ from PIL import Image
 from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
 from tutorial_lib.engine.config import make_config
 from tutorial_lib.engine.input import gpu as G
+from tutorial_lib.engine.input.cpu import CountingImageFolder
 from tutorial_lib.engine.input.files import IMAGENET_STD
-from tutorial_lib.engine.input.jpeg import read_header
+from tutorial_lib.engine.input.jpeg import marker_problem, read_header
 from tutorial_lib.engine.input.loaders import build_cpu_loaders, build_gpu_loaders
 
 CPU = torch.device("cpu")
@@ -191,3 +192,32 @@ def test_a_file_the_device_refuses_is_decoded_again_alone(forms_tree, monkeypatc
     monkeypatch.undo()
     plain = transform(G.collate_encoded([dataset[i] for i in jpegs]), 0)
     assert (plain.images - batch.images).abs().max() <= 1.5 * LEVEL
+
+
+def test_a_damaged_jpeg_is_caught_in_the_worker_and_never_fails_a_device_call(forms_tree, tmp_path, monkeypatch):
+    """A stray marker inside the compressed data (intact start and end markers) reached the device, failed the
+    whole batched call, and the chunk was halved: 7 calls and 11 extra decodes of good files for one bad file.
+    The worker's marker check sends it to the CPU decoder: one device call, each good file decoded once."""
+    folder = tmp_path / "train" / "n00000000"
+    folder.mkdir(parents=True)
+    plain = sorted((forms_tree / "train" / "n00000000").glob("n0*.JPEG"))
+    for k in range(7):
+        shutil.copy(plain[k % len(plain)], folder / f"good_{k}.JPEG")
+    data = bytearray(plain[0].read_bytes())
+    middle = (data.index(b"\xff\xda") + len(data)) // 2
+    data[middle:middle + 2] = b"\xff\x02"  # a reserved marker code where compressed data belongs
+    damaged = bytes(data)
+    (folder / "stray_marker.JPEG").write_bytes(damaged)
+    restarts = io.BytesIO()
+    Image.open(plain[0]).save(restarts, "JPEG", quality=90, restart_marker_blocks=2)
+    assert marker_problem(restarts.getvalue()) is None  # restart markers inside the compressed data are fine
+    assert marker_problem(damaged) == "unexpected marker 0x02 inside the compressed data"
+
+    calls = _recording_decoder(monkeypatch, refuse=damaged)
+    dataset = G.EncodedImageFolder(tmp_path / "train")
+    transform = G.DeviceTransform(dataset, CPU, 32, train=False, resize_to=37)
+    batch = transform(G.collate_encoded([dataset[i] for i in range(len(dataset))]), 0)
+    assert [len(blobs) for _, blobs in calls] == [7] and damaged not in calls[0][1]
+    cpu_set = CountingImageFolder(tmp_path / "train")  # the CPU pipeline's verdict on the damaged file
+    damaged_read = cpu_set[[p for p, _ in cpu_set.samples].index(str(folder / "stray_marker.JPEG"))] is not None
+    assert len(batch.targets) == 7 + damaged_read and batch.skipped == 1 - damaged_read

@@ -20,7 +20,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from tutorial_lib.engine.config import TrainConfig, make_config
+from tutorial_lib.engine.config import TrainConfig, make_config, validate
+from tutorial_lib.engine.errors import ConfigError
+from tutorial_lib.engine.input.cpu import RandomCropFlip
+from tutorial_lib.engine.recipe import recipe_changes
 from tutorial_lib.engine.step import TrainStep
 from tutorial_lib.engine.trainer import Trainer
 
@@ -36,6 +39,7 @@ FIELD_TESTS: dict[str, tuple[str, ...]] = {
     "hflip": ("test_recipe_fields.py::test_augmentation_fields_reach_the_training_transform",),
     "workers": ("test_recipe_fields.py::test_workers_and_input_pipeline_reach_the_loaders",),
     "input_pipeline": ("test_recipe_fields.py::test_workers_and_input_pipeline_reach_the_loaders",),
+    "prefetch": ("test_recipe_fields.py::test_prefetch_reaches_both_pipelines",),
     "bad_data": ("test_bad_data.py::test_bad_images_are_skipped_counted_and_named",
                  "test_bad_data.py::test_bad_data_error_stops_naming_the_file"),
     "synthetic_images": ("test_recipe_fields.py::test_dataset_synthetic_images_and_data_dir_reach_the_loaders",),
@@ -73,6 +77,7 @@ FIELD_TESTS: dict[str, tuple[str, ...]] = {
     "bucket_cap_mb": ("test_recipe_fields.py::test_bucket_cap_mb_reaches_the_ddp_wrapper",
                       "test_sampler_order.py::test_two_rank_trainer_wraps_ddp_with_the_bucket_cap"),
     "seed": ("test_recipe_fields.py::test_seed_sets_the_initial_weights",
+             "test_augment_draws.py::test_an_images_crop_is_the_box_drawn_for_its_seed_epoch_and_index",
              "test_sampler_order.py::test_the_order_depends_on_the_epoch_and_the_seed_only"),
     "allreduce": ("test_comm_hooks.py::test_two_nodes_of_two_ranks_train_like_flat",),
     "stage_to": ("test_jobs.py::test_two_node_job_runs_on_two_nodes",
@@ -157,10 +162,11 @@ def test_augmentation_fields_reach_the_training_transform(build, jpeg_tree, pipe
             t = trainer.loaders.train_epoch(0).transform
             return {"crop": t.train, "size": t.image_size, "scale": t.min_crop_scale if t.train else None,
                     "flip": t.train and t.hflip}
-        steps = {type(s).__name__: s for s in trainer.loaders.train.dataset.transform.transforms}
-        crop = steps.get("RandomResizedCrop")
-        return {"crop": crop is not None, "size": crop.size[0] if crop else steps["CenterCrop"].size[0],
-                "scale": crop.scale[0] if crop else None, "flip": "RandomHorizontalFlip" in steps}
+        t = trainer.loaders.train.dataset.transform
+        if isinstance(t, RandomCropFlip):  # crops and flips drawn from (seed, epoch, index)
+            return {"crop": True, "size": t.size[0], "scale": t.min_scale, "flip": t.hflip}
+        steps = {type(s).__name__: s for s in t.steps.transforms}
+        return {"crop": False, "size": steps["CenterCrop"].size[0], "scale": None, "flip": False}
 
     assert training_transform(image_size=12, min_crop_scale=0.3, hflip=True) == dict(
         crop=True, size=12, scale=0.3, flip=True)
@@ -179,6 +185,19 @@ def test_workers_and_input_pipeline_reach_the_loaders(build, jpeg_tree):
     assert gpu.loaders.train.num_workers == 0
     index, payload, _, _ = gpu.loaders.train.dataset[0]  # the GPU pipeline: workers only read file bytes
     assert index == 0 and isinstance(payload, bytes) and payload[:3] == b"\xff\xd8\xff"
+
+
+def test_prefetch_reaches_both_pipelines(build, jpeg_tree):
+    """Depth was a constant (4 per CPU worker) and the GPU pipeline's an argument the trainer never passed."""
+    for pipeline in ("cpu", "gpu"):
+        trainer = build(dataset="imagefolder", data_dir=str(jpeg_tree), input_pipeline=pipeline, workers=1, prefetch=3)
+        loaders = trainer.loaders
+        assert loaders.train.prefetch_factor == 3 and loaders.val.loader.prefetch_factor == 3, pipeline
+        if pipeline == "gpu":  # batches decoded ahead on the device's side stream
+            assert loaders.train_epoch(0).prefetch == 3 and loaders.val.prefetch == 3
+    with pytest.raises(ConfigError, match="^prefetch: must be a positive integer, got 0"):
+        validate(make_config("smoke", dataset="synthetic", prefetch=0))
+    assert recipe_changes({"prefetch": 2}, {"prefetch": 4}, {}) == ({"prefetch": [2, 4]}, {})  # resumable: same math
 
 
 # ------------------------------------------------------------------------------------------ model

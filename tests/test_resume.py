@@ -7,7 +7,7 @@ import pytest
 from tutorial_lib.engine.trainer import Trainer
 from tutorial_lib.rundir.layout import DONE_FILE, STOP_FILE
 
-# Augmentation stays on (random crops draw from the RNG), so the RNG state must be resumed too.
+# Augmentation stays on: random crops and flips, drawn from (seed, epoch, image index) in both pipelines.
 SMALL = dict(image_size=16, batch_size=16, epochs=2, max_steps_per_epoch=6, log_every=2)
 ATOL = 1e-6  # measured: identical (0.0) on CPU; without the RNG or momentum state the difference is > 1
 
@@ -89,3 +89,19 @@ def test_resume_in_the_middle_of_an_epoch_is_exact(runs, straight, monkeypatch):
     difference = runs.max_difference(straight_weights, runs.weights(run_dir))
     print(f"mid-epoch resume: max |w_straight - w_resumed| = {difference:.3e}")
     runs.assert_same_weights(straight_weights, runs.weights(run_dir), atol=ATOL)
+
+
+def test_resume_at_epoch_boundary_is_exact_with_worker_processes(runs, jpeg_tree, single_thread):
+    """Persistent workers once drew the crops from their own RNG, carried from epoch to epoch: the resumed run's
+    fresh workers cropped epoch 2 otherwise (weights differed by 0.17). The crops are drawn from
+    (seed, epoch, index) now, whichever worker reads an image."""
+    fields = dict(SMALL, data_dir=str(jpeg_tree), batch_size=8, max_steps_per_epoch=3, workers=2, hflip=True)
+    assert runs.in_process(runs.config("straight-workers", **fields))["status"] == "completed"
+    assert runs.in_process(runs.config("resumed-workers", stop_after_epochs=1, **fields))["status"] == "stopped"
+    assert runs.in_process(runs.config("resumed-workers", **fields))["status"] == "completed"
+    straight, resumed = runs.run_dir("straight-workers"), runs.run_dir("resumed-workers")
+    difference = runs.max_difference(runs.weights(straight), runs.weights(resumed))
+    print(f"epoch-boundary resume, 2 workers: max |w_straight - w_resumed| = {difference:.3e}")
+    runs.assert_same_weights(runs.weights(straight), runs.weights(resumed), atol=ATOL)
+    epochs = [{e["epoch"]: (e["top1"], e["train_loss"]) for e in runs.events(d, "epoch")} for d in (straight, resumed)]
+    assert epochs[0] == epochs[1] and set(epochs[0]) == {1, 2}

@@ -70,6 +70,8 @@ class TrainConfig:
     workers: int | str = _field("DataLoader worker processes per rank; auto: min(8, this rank's share of the CPUs "
                                 "its node's ranks may use - 1), resolved in each rank at start and recorded in "
                                 "config.json", default=0)
+    prefetch: int = _field("batches made ahead: by each DataLoader worker (workers > 0), and decoded ahead on the "
+                           "device by the GPU pipeline (CUDA)", default=2)
     input_pipeline: str = _field("cpu: workers decode and augment; gpu: workers read file bytes, the device decodes "
                                  "(nvJPEG on CUDA) and crops in batches", INPUT_PIPELINES, default="cpu")
     bad_data: str = _field("an unreadable image: skip it (named in the log, counted) or stop with an error naming it",

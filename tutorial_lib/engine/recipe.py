@@ -16,8 +16,9 @@ from tutorial_lib.engine.errors import ConfigError, shorten
 
 # Fields a resume may change: they say how long, where, how fast or how verbosely to run, not what is trained.
 SAFE_TO_CHANGE = frozenset({
-    "name", "output_root", "profile", "data_dir", "epochs", "stop_after_epochs", "workers", "input_pipeline",
-    "bad_data", "stage_to", "index_dir", "device", "compile", "bucket_cap_mb", "allreduce", "log_every", "checkpoint",
+    "name", "output_root", "profile", "data_dir", "epochs", "stop_after_epochs", "workers", "prefetch",
+    "input_pipeline", "bad_data", "stage_to", "index_dir", "device", "compile", "bucket_cap_mb", "allreduce",
+    "log_every", "checkpoint",
     "progress",
 })
 

@@ -24,7 +24,7 @@ FLOAT_RANGES = {
     "label_smoothing": (0.0, True, 1.0, False, "--label-smoothing 0.1"),
 }
 POSITIVE_INTS = ("epochs", "batch_size", "image_size", "lr_reference_batch", "log_every", "bucket_cap_mb",
-                 "synthetic_images")
+                 "synthetic_images", "prefetch")
 NON_NEGATIVE_INTS = ("workers", "max_steps_per_epoch", "stop_after_epochs", "num_classes", "seed")
 
 

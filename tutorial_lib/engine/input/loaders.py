@@ -21,8 +21,6 @@ from tutorial_lib.engine.input.files import Batch, Normalizer, resize_size
 from tutorial_lib.engine.input.folders import DataError
 from tutorial_lib.engine.input.samplers import ShardSampler, SkipFirst
 
-PREFETCH_FACTOR = 4  # batches each worker prepares ahead
-
 
 class SyntheticLoader:
     """Random batches made once on the device: measures the model, not the input pipeline."""
@@ -91,7 +89,7 @@ def folder_loaders(cfg, train_set, val_set, collate_fn, rank: int, world_size: i
                                  seed=cfg.seed, drop_last=True)
     common = dict(num_workers=cfg.workers, collate_fn=collate_fn, pin_memory=device.type == "cuda")
     if cfg.workers > 0:
-        common.update(prefetch_factor=PREFETCH_FACTOR, persistent_workers=True)
+        common.update(prefetch_factor=cfg.prefetch, persistent_workers=True)
     train = DataLoader(train_set, batch_size=cfg.batch_size, sampler=sampler, drop_last=True, **common)
     val = DataLoader(val_set, batch_size=cfg.batch_size, sampler=ShardSampler(len(val_set), rank, world_size),
                      **common)
@@ -108,16 +106,16 @@ def build_cpu_loaders(cfg, rank: int, world_size: int, device: torch.device) -> 
     """The CPU pipeline's loaders for ``cfg.data_dir`` (ImageFolder layout), sharded for this rank."""
     root = Path(cfg.data_dir)
     train_set = cpu.CountingImageFolder(root / "train", cpu.train_transform(
-        cfg.image_size, cfg.train_augment, cfg.min_crop_scale, cfg.hflip), cfg.bad_data)
+        cfg.image_size, cfg.train_augment, cfg.min_crop_scale, cfg.hflip, cfg.seed), cfg.bad_data)
     val_set = cpu.CountingImageFolder(root / "val", cpu.val_transform(cfg.image_size), cfg.bad_data)
     normalize = Normalizer(device, cfg.channels_last)
     return _loaders(cfg, train_set, val_set, cpu.collate_skipping, rank, world_size, device,
-                    lambda loader, epoch: cpu.NormalizedBatches(loader, normalize))
+                    lambda loader, epoch: cpu.NormalizedBatches(loader, normalize, epoch))
 
 
-def build_gpu_loaders(cfg, rank: int, world_size: int, device: torch.device, prefetch: int | None = None) -> Loaders:
-    """The GPU pipeline's loaders for ``cfg.data_dir``, sharded for this rank; ``prefetch`` batches
-    are decoded ahead on CUDA (default :data:`tutorial_lib.engine.input.gpu.PREFETCH`)."""
+def build_gpu_loaders(cfg, rank: int, world_size: int, device: torch.device) -> Loaders:
+    """The GPU pipeline's loaders for ``cfg.data_dir``, sharded for this rank; ``cfg.prefetch`` batches
+    are decoded ahead on CUDA."""
     from tutorial_lib.engine.input import gpu
 
     root = Path(cfg.data_dir)
@@ -127,10 +125,9 @@ def build_gpu_loaders(cfg, rank: int, world_size: int, device: torch.device, pre
     train = gpu.DeviceTransform(train_set, train=cfg.train_augment, resize_to=cfg.image_size,
                                 min_crop_scale=cfg.min_crop_scale, hflip=cfg.hflip, seed=cfg.seed, **common)
     val = gpu.DeviceTransform(val_set, train=False, resize_to=resize_size(cfg.image_size), **common)
-    depth = gpu.PREFETCH if prefetch is None else prefetch
     return _loaders(cfg, train_set, val_set, gpu.collate_encoded, rank, world_size, device,
                     lambda loader, epoch: gpu.DeviceBatches(loader, val if loader.dataset is val_set else train,
-                                                            epoch, depth))
+                                                            epoch, cfg.prefetch))
 
 
 def loaders_for(cfg, rank: int, world_size: int, device: torch.device) -> Loaders:

@@ -7,68 +7,18 @@ batch, so one batched matmul per axis resizes them all, to a different box each;
 with its rows reversed. Why not ``roi_align`` or ``grid_sample``: both sample bilinearly without
 PIL's antialias filter, so downscaled crops would alias and differ from the CPU pipeline's pixels.
 
-Crop and flip draws come from a counter-based hash of (seed, epoch, dataset index): no RNG state to
-save, and a run resumed in the middle of an epoch gets exactly the crops it would have had.
+Crop and flip draws: :mod:`.draws`, the same as the CPU pipeline's for the same (seed, epoch, index).
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
-RATIO = (3 / 4, 4 / 3)  # RandomResizedCrop's default aspect-ratio range
-ATTEMPTS = 10  # RandomResizedCrop's tries before it falls back to a center crop
-DRAWS = 2 * ATTEMPTS + 3  # uniforms per image: areas, ratios, the position (2) and the flip
+from tutorial_lib.engine.input.draws import crops_and_flips
+
 PAD_BUDGET = 2**29  # most elements of one padded crop batch (>= any image under PIL's pixel limit)
 PLAN_COLUMNS = 13  # per image: the y plan (6), the x plan (6), the flip
-
-
-# --------------------------------------------------------------------------- random draws
-def _mix(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser on uint64 arrays (wrapping arithmetic): a strong integer hash."""
-    x = x + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-def uniforms(seed: int, epoch: int, indices, count: int) -> np.ndarray:
-    """``count`` uniform [0, 1) numbers per dataset index, a pure function of (seed, epoch, index)."""
-    key = _mix(_mix(np.array([seed], dtype=np.uint64)) ^ np.uint64(epoch))
-    per_image = _mix(key ^ np.asarray(indices, dtype=np.uint64))
-    draws = _mix(per_image[:, None] ^ _mix(np.arange(1, count + 1, dtype=np.uint64))[None, :])
-    return (draws >> np.uint64(11)).astype(np.float64) * 2.0**-53
-
-
-def crop_boxes(heights, widths, u: np.ndarray, min_scale: float) -> np.ndarray:
-    """RandomResizedCrop.get_params for many images at once: rows of (top, left, height, width).
-
-    Same algorithm and distribution as torchvision's: up to 10 draws of an area fraction uniform in
-    [min_scale, 1] and a log-uniform aspect ratio in [3/4, 4/3]; the first that fits wins and its
-    position is uniform; if none fits, a center crop clamped to the ratio range. ``u``: (N, 23).
-    """
-    height, width = np.asarray(heights, dtype=np.float64), np.asarray(widths, dtype=np.float64)
-    area = (height * width)[:, None]
-    target = area * (min_scale + (1 - min_scale) * u[:, :ATTEMPTS])
-    log_lo, log_hi = math.log(RATIO[0]), math.log(RATIO[1])
-    ratio = np.exp(log_lo + (log_hi - log_lo) * u[:, ATTEMPTS:2 * ATTEMPTS])
-    w, h = np.round(np.sqrt(target * ratio)), np.round(np.sqrt(target / ratio))
-    fits = (w > 0) & (w <= width[:, None]) & (h > 0) & (h <= height[:, None])
-    first = fits.argmax(axis=1)
-    rows = np.arange(len(height))
-    h, w, found = h[rows, first], w[rows, first], fits.any(axis=1)
-    top = np.floor(u[:, 2 * ATTEMPTS] * (height - h + 1))
-    left = np.floor(u[:, 2 * ATTEMPTS + 1] * (width - w + 1))
-    # the fallback of get_params: the whole image, cut to the nearest allowed ratio
-    in_ratio = width / height
-    fw = np.where(in_ratio > RATIO[1], np.round(height * RATIO[1]), width)
-    fh = np.where(in_ratio < RATIO[0], np.round(width / RATIO[0]), height)
-    h, w = np.where(found, h, fh), np.where(found, w, fw)
-    top = np.where(found, top, (height - h) // 2)
-    left = np.where(found, left, (width - w) // 2)
-    return np.stack([top, left, h, w], axis=1).astype(np.int64)
 
 
 # --------------------------------------------------------------------------- batched resampling
@@ -116,11 +66,12 @@ def batch_plans(heights: np.ndarray, widths: np.ndarray, out: int, *, train: boo
     ``int(resize_to * long / short)``) and the center crop ``out``."""
     plans = np.zeros((len(heights), PLAN_COLUMNS), dtype=np.float32)
     if train:
-        u = uniforms(seed, epoch, indices, DRAWS)
-        boxes = crop_boxes(heights, widths, u, min_scale).astype(np.float64)
+        boxes, flips = crops_and_flips(heights, widths, seed=seed, epoch=epoch, indices=indices,
+                                       min_scale=min_scale, hflip=hflip)
+        boxes = boxes.astype(np.float64)
         plans[:, 0:6] = _crop_plan(boxes[:, 0], boxes[:, 2], out)
         plans[:, 6:12] = _crop_plan(boxes[:, 1], boxes[:, 3], out)
-        plans[:, 12] = (u[:, -1] < 0.5) & hflip
+        plans[:, 12] = flips
     else:
         short = np.minimum(heights, widths)
         new_h = np.where(heights <= widths, resize_to, np.floor(resize_to * heights / short))
