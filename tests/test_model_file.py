@@ -84,7 +84,7 @@ def test_the_course_keeps_model_pt_when_it_drops_checkpoints(finished, tmp_path)
 
 
 def test_rng_states_survive_a_weights_only_checkpoint(tmp_path):
-    from tutorial_lib.engine.trainer import rng_state, set_rng_state
+    from tutorial_lib.engine.rng import rng_state, set_rng_state
 
     random.seed(1), np.random.seed(2), torch.manual_seed(3)
     np.random.standard_normal()  # a cached Gaussian in numpy's state
