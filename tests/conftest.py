@@ -251,10 +251,11 @@ def jpeg_tree(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def single_thread():
-    """torch on one thread during the test: tiny in-process runs on a busy machine are several times faster
-    without OpenMP threads waiting for each other (child processes get OMP_NUM_THREADS=1 already)."""
+    """torch on one thread during every test: tiny in-process runs on a busy machine are several times faster
+    without OpenMP threads waiting for each other (child processes get OMP_NUM_THREADS=1 already, and so do
+    the CPU jobs that :mod:`tutorial_lib.jobs` starts)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

@@ -19,7 +19,6 @@ from tutorial_lib.engine.input.files import Batch
 from tutorial_lib.engine.step import TrainStep
 
 CPU = torch.device("cpu")
-pytestmark = pytest.mark.usefixtures("single_thread")
 FP16 = dict(precision="fp16", device="cpu", num_classes=10, image_size=8, batch_size=4, epochs=2, warmup_epochs=0,
             dataset="synthetic")
 

@@ -102,7 +102,6 @@ NOT_TRAINED: dict[str, str] = {
 TINY = dict(dataset="synthetic", image_size=8, batch_size=4, synthetic_images=32, num_classes=10, epochs=4,
             arch="resnet18", device="cpu", precision="fp32", workers=0, progress=False)
 CPU = torch.device("cpu")
-pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def test_every_field_is_covered_or_exempt():

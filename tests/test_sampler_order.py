@@ -23,7 +23,6 @@ from tutorial_lib.engine.input.loaders import loaders_for
 from tutorial_lib.engine.trainer import Trainer
 
 CPU = torch.device("cpu")
-pytestmark = pytest.mark.usefixtures("single_thread")
 TRAIN_IMAGES, BATCH = 32, 4  # the jpeg_tree fixture: 32 training images; 2 ranks x 4 batches of 4
 
 
