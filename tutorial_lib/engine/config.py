@@ -18,7 +18,7 @@ import yaml
 
 from tutorial_lib.engine.errors import ConfigError, shorten
 from tutorial_lib.engine.errors import fail as _fail
-from tutorial_lib.engine.validate import check_numbers
+from tutorial_lib.engine.validate import check_index_dir, check_numbers, check_stage_to
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DATASETS = ("digits", "imagefolder", "synthetic")
@@ -335,9 +335,9 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     if cfg.compile != "none" and cfg.compile == "reduce-overhead" and not on_gpu:
         _fail("compile", "reduce-overhead uses CUDA graphs and needs a GPU", "use --compile default or none")
     if cfg.stage_to:
-        _check_stage_to(cfg)
+        check_stage_to(cfg)
     if cfg.index_dir:
-        _check_index_dir(cfg)
+        check_index_dir(cfg)
     if check_paths and cfg.dataset == "imagefolder":
         from tutorial_lib.engine.input.folders import DataError, check_imagefolder
 
@@ -353,35 +353,6 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
         except DataError as exc:
             raise ConfigError(str(exc)) from None
     return cfg
-
-
-_STAGE_VARIABLE = re.compile(r"\$(\w+|\{\w+\})(/.*)?")
-
-
-def _check_stage_to(cfg: TrainConfig) -> None:
-    """stage_to: an absolute path or ``$VARIABLE[/more]``, outside data_dir, for a dataset read from files."""
-    if cfg.dataset == "synthetic":
-        _fail("stage_to", "the synthetic dataset reads no files, so there is nothing to stage",
-              "leave stage_to empty, or use --dataset imagefolder")
-    if "\n" in cfg.stage_to or not (os.path.isabs(cfg.stage_to) or _STAGE_VARIABLE.fullmatch(cfg.stage_to)):
-        _fail("stage_to", f"{shorten(cfg.stage_to)} is neither an absolute path nor a variable such as $TMPDIR",
-              "give the node-local folder as an absolute path (/local/scratch) or as $TMPDIR")
-    if os.path.isabs(cfg.stage_to):
-        target, data = Path(cfg.stage_to).resolve(), Path(cfg.data_dir).resolve()
-        if target == data or data in target.parents:
-            _fail("stage_to", f"{cfg.stage_to} is inside data_dir {cfg.data_dir}",
-                  "stage to a folder outside the data, on the node's local disk ($TMPDIR)")
-
-
-def _check_index_dir(cfg: TrainConfig) -> None:
-    """index_dir: an absolute folder outside data_dir (nothing is ever written into the data folders)."""
-    if "\n" in cfg.index_dir or not os.path.isabs(cfg.index_dir):
-        _fail("index_dir", f"{shorten(cfg.index_dir)} is not an absolute path",
-              "give a cache folder that every node of the job sees as an absolute path, or leave it empty")
-    target, data = Path(cfg.index_dir).resolve(), Path(cfg.data_dir).resolve()
-    if target == data or data in target.parents:
-        _fail("index_dir", f"{cfg.index_dir} is inside data_dir {cfg.data_dir}",
-              "choose a folder outside the data (the index never goes into the data folders)")
 
 
 def field_choices() -> dict[str, tuple]:

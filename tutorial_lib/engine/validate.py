@@ -1,4 +1,5 @@
-"""The numeric settings' ranges: every float checked for finiteness and its range, every count for its sign.
+"""The settings' ranges: every float checked for finiteness and its range, every count for its sign, the
+node-local and index folders checked for form and place.
 
 Called by :func:`tutorial_lib.engine.config.validate`. ``nan`` passes every ``<``/``>`` comparison as False,
 so each float is first checked with :func:`math.isfinite`: ``--base-lr nan``, ``inf`` and ``--momentum nan``
@@ -8,8 +9,11 @@ are refused here instead of reaching the optimiser.
 from __future__ import annotations
 
 import math
+import os
+import re
+from pathlib import Path
 
-from tutorial_lib.engine.errors import fail
+from tutorial_lib.engine.errors import fail, shorten
 
 # float fields: (low, low included, high, high included, an example for the fix). None: no bound.
 FLOAT_RANGES = {
@@ -64,3 +68,32 @@ def check_numbers(cfg) -> None:
     if sorted(cfg.lr_milestones) != cfg.lr_milestones or any(m <= 0 for m in cfg.lr_milestones):
         fail("lr_milestones", f"must be increasing positive epochs, got {cfg.lr_milestones}",
              "pass e.g. --lr-milestones 30,60,80")
+
+
+_STAGE_VARIABLE = re.compile(r"\$(\w+|\{\w+\})(/.*)?")
+
+
+def check_stage_to(cfg) -> None:
+    """stage_to: an absolute path or ``$VARIABLE[/more]``, outside data_dir, for a dataset read from files."""
+    if cfg.dataset == "synthetic":
+        fail("stage_to", "the synthetic dataset reads no files, so there is nothing to stage",
+              "leave stage_to empty, or use --dataset imagefolder")
+    if "\n" in cfg.stage_to or not (os.path.isabs(cfg.stage_to) or _STAGE_VARIABLE.fullmatch(cfg.stage_to)):
+        fail("stage_to", f"{shorten(cfg.stage_to)} is neither an absolute path nor a variable such as $TMPDIR",
+              "give the node-local folder as an absolute path (/local/scratch) or as $TMPDIR")
+    if os.path.isabs(cfg.stage_to):
+        target, data = Path(cfg.stage_to).resolve(), Path(cfg.data_dir).resolve()
+        if target == data or data in target.parents:
+            fail("stage_to", f"{cfg.stage_to} is inside data_dir {cfg.data_dir}",
+                  "stage to a folder outside the data, on the node's local disk ($TMPDIR)")
+
+
+def check_index_dir(cfg) -> None:
+    """index_dir: an absolute folder outside data_dir (nothing is ever written into the data folders)."""
+    if "\n" in cfg.index_dir or not os.path.isabs(cfg.index_dir):
+        fail("index_dir", f"{shorten(cfg.index_dir)} is not an absolute path",
+              "give a cache folder that every node of the job sees as an absolute path, or leave it empty")
+    target, data = Path(cfg.index_dir).resolve(), Path(cfg.data_dir).resolve()
+    if target == data or data in target.parents:
+        fail("index_dir", f"{cfg.index_dir} is inside data_dir {cfg.data_dir}",
+              "choose a folder outside the data (the index never goes into the data folders)")
