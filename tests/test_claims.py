@@ -333,3 +333,22 @@ def test_staging_verdict_follows_the_reads(shared, staged, verdict, words):
     other_disk = claims.staging_effect(Spread(2.0, 1.9, 2.1), Spread(*shared), Spread(*staged), 1000, False)
     assert "same disk" not in other_disk.sentence and other_disk.sentence.endswith(".")
     assert claims.staging_effect(None, Spread(*shared), Spread(*staged), 1000).verdict == "not measured"
+
+
+def test_a_precision_too_slow_for_the_budget_is_skipped_with_its_measured_speed():
+    from tutorial_lib.lessons.precision import affordable
+
+    def plain(precision, speed, **extra):
+        return {"status": "ok", "precision": precision, "channels_last": False, "compile": "none",
+                "images_per_sec": speed, **extra}
+
+    records = [plain("fp32", 100.0), plain("bf16", 2.5), plain("bf16", 500.0, channels_last=True)]
+    kept, skipped = affordable(records, ["fp32", "bf16"], images=1920, budget_s=300)
+    assert kept == ["fp32"] and len(skipped) == 1
+    assert skipped[0].startswith("bf16: skipped") and "2.5 images/s" in skipped[0] and "40x" in skipped[0]
+    assert "13 min" in skipped[0] and "train_budget_s = 300" in skipped[0]
+    assert affordable(records, ["fp32", "bf16"], images=1920, budget_s=None) == (["fp32", "bf16"], [])
+    assert affordable(records, ["fp32", "bf16"], images=0, budget_s=300) == (["fp32", "bf16"], [])  # whole epochs
+    assert affordable(records, ["fp32", "tf32"], images=1920, budget_s=300)[0] == ["fp32", "tf32"]  # not measured
+    kept, skipped = affordable(records, ["fp32", "bf16"], images=1920, budget_s=1)  # both over: the fastest runs
+    assert kept == ["fp32"] and [s.split(":")[0] for s in skipped] == ["bf16"]
