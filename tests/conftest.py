@@ -251,11 +251,13 @@ def jpeg_tree(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def single_thread():
-    """torch on one thread during every test: tiny in-process runs on a busy machine are several times faster
+    """torch on one thread for the whole session: tiny in-process runs on a busy machine are several times faster
     without OpenMP threads waiting for each other (child processes get OMP_NUM_THREADS=1 already, and so do
-    the CPU jobs that :mod:`tutorial_lib.jobs` starts)."""
+    the CPU jobs that :mod:`tutorial_lib.jobs` starts). Session-wide, so that a module's reference run (set up
+    before any function-scoped fixture) and the test's own run sum in the same order: exactness tests compare
+    them to 1e-6."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

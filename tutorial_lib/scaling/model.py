@@ -299,15 +299,20 @@ def fit_link(samples: Iterable[tuple[float, float]], gpus: int, algorithm: str =
 
 
 def fit_point_to_point(samples: Iterable[tuple[float, float]]) -> Link:
-    """Latency and bandwidth of one link from one-way message times: least squares on t = alpha + bytes * beta."""
+    """Latency and bandwidth of one link from one-way message times: least squares on t = alpha + bytes * beta.
+
+    Where noise makes the line fall (a fast link's small message timed slower than its large one, as a loaded
+    machine does) or cross below zero, there is no latency to fit: the bandwidth then comes from the bytes
+    alone (least squares through the origin), which every positive sample gives.
+    """
     pairs = np.asarray(list(samples), dtype=float)
     if pairs.ndim != 2 or len(pairs) < 2:
         raise ValueError("need at least two (bytes, seconds) samples")
+    if (pairs <= 0).any():
+        raise ValueError("message sizes and times must be positive")
     beta, alpha = np.polyfit(pairs[:, 0], pairs[:, 1], 1)
-    if alpha < 0:  # noise on tiny messages: no latency, the bandwidth from the bytes alone
+    if alpha < 0 or beta <= 0:  # noise: no latency, the bandwidth from the bytes alone
         alpha, beta = 0.0, float(pairs[:, 0] @ pairs[:, 1] / (pairs[:, 0] @ pairs[:, 0]))
-    if beta <= 0:
-        raise ValueError("the samples do not grow with message size; cannot fit a bandwidth")
     return Link(bandwidth_gbit_s=float(8 / beta / 1e9), latency_us=float(alpha * 1e6))
 
 
