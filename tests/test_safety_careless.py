@@ -106,6 +106,24 @@ def test_fresh_removes_only_the_projects_files_and_lists_the_others(finished, ru
     assert {CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE, DONE_FILE} <= removed and not run_dir.exists()
 
 
+def test_a_slurm_jobs_batch_script_is_the_projects_and_a_users_job_sbatch_is_not(finished, runs):
+    """A Slurm run directory holds job.sbatch (the job's copy of train.sbatch): rerunning a notebook with fresh=True
+    refused its own run directory ("holds files that this project did not write ('job.sbatch')")."""
+    from tutorial_lib.jobs.commands import batch_script
+    from tutorial_lib.rundir.layout import JOB_SCRIPT
+
+    run_dir = _copy_run(finished, runs, "slurm-rerun")
+    spec = make_spec(runs.config("slurm-rerun", **TINY), nodes=1, ranks_per_node=1, check_data=False)
+    (run_dir / JOB_SCRIPT).write_text(batch_script(spec))
+    assert JOB_SCRIPT in {p.name for p in clear_run_dir(run_dir)} and not run_dir.exists()
+
+    run_dir = _copy_run(finished, runs, "users-script")
+    (run_dir / JOB_SCRIPT).write_text("#!/bin/bash\n#SBATCH --time=01:00:00\npython my_experiment.py\n")
+    with pytest.raises(RunDirError, match="job.sbatch"):
+        clear_run_dir(run_dir)
+    assert (run_dir / JOB_SCRIPT).read_text().endswith("my_experiment.py\n")
+
+
 def test_a_marker_file_without_the_generators_settings_is_not_a_mark(tmp_path):
     """digits_export.json, fake_imagenet.json or .tutorial_course_output alone made a folder replaceable."""
     from tutorial_lib.bench.fake_imagenet import FAKE_MARKER, make_fake_imagenet

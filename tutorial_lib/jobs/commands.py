@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from tutorial_lib import REPO_ROOT
 from tutorial_lib.data.staging import STAGE_FROM_ENV, STAGE_TO_ENV
 from tutorial_lib.jobs.spec import JobSpec
-from tutorial_lib.rundir.layout import SLURM_LOG_PATTERN, STOP_FILE
+from tutorial_lib.rundir.layout import JOB_SCRIPT, SLURM_LOG_PATTERN, STOP_FILE
 
 SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
-JOB_SCRIPT = "job.sbatch"  # the job's own copy of train.sbatch, with the site's section filled in
 SITE_BEGIN, SITE_END = "# >>> site >>>", "# <<< site <<<"
 DEFAULT_MODULE = "tutorial_lib.train"
 

@@ -8,10 +8,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from tutorial_lib.jobs.commands import JOB_SCRIPT, batch_script, job_env, sbatch_command
+from tutorial_lib.jobs.commands import batch_script, job_env, sbatch_command
 from tutorial_lib.jobs.spec import JobError, JobSpec, write_job_file
 from tutorial_lib.jobs.states import FINAL_STATES, from_slurm
-from tutorial_lib.rundir.layout import DONE_FILE
+from tutorial_lib.rundir.layout import DONE_FILE, JOB_SCRIPT
 
 # What to do about sbatch's most common refusals at a new site (its message, then the fix).
 _WHERE_THE_SITE_GOES = ("`site:` in the course's parameter file (make course PARAMS=notebooks/params/<site>.yaml; "

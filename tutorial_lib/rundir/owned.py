@@ -22,6 +22,8 @@ from tutorial_lib.rundir.layout import (
     INDEX_FILE,
     JOB_FILE,
     JOB_LOG,
+    JOB_SCRIPT,
+    JOB_SCRIPT_HEADER,
     LAUNCH_FILE,
     LOCK_FILE,
     METRICS_FILE,
@@ -59,6 +61,16 @@ def _is_checkpoint(path: Path) -> bool:
         return False
 
 
+def _is_job_script(path: Path) -> bool:
+    """A Slurm job's batch script as :mod:`tutorial_lib.jobs` writes it: train.sbatch's own header."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            head = [handle.readline().rstrip("\n") for _ in range(3)]
+    except OSError:
+        return False
+    return head[0] == "#!/bin/bash" and head[2] == JOB_SCRIPT_HEADER
+
+
 def is_index_file(path: Path) -> bool:
     """Whether ``path`` holds a file index (:mod:`tutorial_lib.data.file_index`): split roots to class and file
     lists."""
@@ -83,6 +95,7 @@ _CONTENT = {
     DONE_FILE: lambda p: _has(p, {"best_top1"}),
     STATE_FILE: lambda p: _has(p, {"state", "time"}),
     LAUNCH_FILE: lambda p: isinstance(_json(p), dict),
+    JOB_SCRIPT: _is_job_script,
     STOP_FILE: None, JOB_LOG: None, SUPERVISOR_LOG: None,
 }
 _TEMP_FILES = re.compile(  # left by a save that was killed: checkpoint.pt, config.json, DONE, job_state.json, job.json
