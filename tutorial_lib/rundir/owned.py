@@ -91,7 +91,7 @@ _CONTENT = {
     **_MARKS,
     CHECKPOINT_FILE: _is_checkpoint,
     MODEL_FILE: _is_checkpoint,
-    INDEX_FILE: lambda p: is_index_file(p),
+    INDEX_FILE: is_index_file,
     DONE_FILE: lambda p: _has(p, {"best_top1"}),
     STATE_FILE: lambda p: _has(p, {"state", "time"}),
     LAUNCH_FILE: lambda p: isinstance(_json(p), dict),
