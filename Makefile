@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --progress-bar on --upgrade pip
 	$(PY) -m pip install --progress-bar on -c constraints.txt -e '.[test]'
-	$(PY) -m tutorial_lib.lessons.kernel >/dev/null
+	$(PY) -m tutorial_lib.course.kernel >/dev/null
 	touch $(STAMP)
 
 setup: $(STAMP)  ## create .venv and install the package, test tools and a Jupyter kernel

@@ -32,7 +32,7 @@ def pytest_sessionfinish(session):
     (``tests/notebook_checks.py`` sends them to build/test-runs): 86 MB each, never resumed."""
     from notebook_checks import TEST_OUTPUT_ROOT
 
-    from tutorial_lib.lessons.course import drop_finished_checkpoints
+    from tutorial_lib.course import drop_finished_checkpoints
 
     drop_finished_checkpoints(REPO_ROOT / TEST_OUTPUT_ROOT, getattr(session.config, "started_at", 0.0))
 

@@ -1,4 +1,4 @@
-"""Comparisons of runs (tutorial_lib.lessons.analysis) on run directories written with known contents."""
+"""Comparisons of runs (tutorial_lib.analyses.analysis) on run directories written with known contents."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import matplotlib
 import pytest
 import torch
 
+from tutorial_lib.analyses import analysis
 from tutorial_lib.engine.config import make_config
-from tutorial_lib.lessons import analysis
 from tutorial_lib.rundir.checkpoint import save_atomic
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE
 from tutorial_lib.rundir.metrics import MetricsWriter

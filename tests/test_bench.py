@@ -265,7 +265,7 @@ def test_table_renders_every_kind(tmp_path, capsys):
 
 
 def test_number_formats_and_loss_scaling_demo():
-    from tutorial_lib.lessons import precision
+    from tutorial_lib.analyses import precision
 
     formats = precision.number_formats()
     assert formats.loc["fp16", "largest"] == "6.55e+04" and formats.loc["bf16", "largest"] == "3.39e+38"

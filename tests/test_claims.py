@@ -1,7 +1,7 @@
 """The course's closing claims against recorded numbers: a contradiction between text and numbers fails here.
 
 Each notebook's measured claims (01: fastest setting, channels_last, accuracy; 02: workers, waiting for
-data, model vs files; 07: the all-reduce fit) are chosen by :mod:`tutorial_lib.lessons.claims`. These
+data, model vs files; 07: the all-reduce fit) are chosen by :mod:`tutorial_lib.text.claims`. These
 tests feed those functions the numbers of real runs, including the contradicting ones found in a
 course run on a loaded 2-core machine (issue 14), and check the verdicts; then they check that the
 notebooks and SUMMARY.md take their sentences from the same functions.
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tutorial_lib import course
 from tutorial_lib.bench.timing import Spread, compare, distinguishable, interleave, interleave_records, store
-from tutorial_lib.lessons import claims, course, verdicts
+from tutorial_lib.text import claims, verdicts
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -313,7 +314,7 @@ def test_a_training_step_above_the_matmul_rate_gets_no_share():
 def test_scaling_labels_say_what_ran():
     import pandas as pd
 
-    from tutorial_lib.lessons import study
+    from tutorial_lib.analyses import study
 
     cpu = pd.DataFrame({"gpus": [1, 2], "on_gpu": [False, False]})
     assert study.rank_unit(cpu) == "CPU ranks" and study.rank_unit(cpu.assign(on_gpu=True)) == "GPUs"
@@ -336,7 +337,7 @@ def test_staging_verdict_follows_the_reads(shared, staged, verdict, words):
 
 
 def test_a_precision_too_slow_for_the_budget_is_skipped_with_its_measured_speed():
-    from tutorial_lib.lessons.precision import affordable
+    from tutorial_lib.analyses.precision import affordable
 
     def plain(precision, speed, **extra):
         return {"status": "ok", "precision": precision, "channels_last": False, "compile": "none",

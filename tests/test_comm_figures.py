@@ -6,9 +6,9 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 
-from tutorial_lib.lessons import allreduce
-from tutorial_lib.lessons import comm_figures as cf
-from tutorial_lib.lessons.param_server import RunResult
+from tutorial_lib.analyses import allreduce
+from tutorial_lib.figures import comm_figures as cf
+from tutorial_lib.param_server import RunResult
 from tutorial_lib.scaling import Cluster, Link, fit_link, ring_allreduce_s, ring_traffic_factor
 from tutorial_lib.scaling.presets import PRESETS
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tutorial_lib import REPO_ROOT
-from tutorial_lib.lessons import course
+from tutorial_lib import REPO_ROOT, course
 
 NOTEBOOKS = course.notebooks()
 

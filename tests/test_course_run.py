@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from tutorial_lib.lessons import course
+from tutorial_lib import course
 
 
 def test_setup_notebook_leaves_no_value_to_display(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""The hardware/software report and the first look at a data set (tutorial_lib.lessons.environment)."""
+"""The hardware/software report and the first look at a data set (tutorial_lib.course.environment)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tests.conftest import write_image_tree
+from tutorial_lib.course import environment
 from tutorial_lib.engine.input.folders import DataError
-from tutorial_lib.lessons import environment
 
 X86_CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel

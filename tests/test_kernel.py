@@ -3,7 +3,7 @@ encryption" warning under papermill, nbclient or nbval (JupyterLab starts kernel
 jupyter_client manager and kernelspec).
 
 The kernelspec and the provisioner's entry point are what ``make setup`` installs (``python -m
-tutorial_lib.lessons.kernel``, ``pip install -e .``); here they go into a prefix and a path entry of the
+tutorial_lib.course.kernel``, ``pip install -e .``); here they go into a prefix and a path entry of the
 test's own, so the shared virtualenv is left as it is.
 """
 
@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from tutorial_lib import REPO_ROOT
-from tutorial_lib.lessons import kernel
+from tutorial_lib.course import kernel
 
 WARNING = "without encryption"
 

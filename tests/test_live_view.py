@@ -20,11 +20,12 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 from tests.conftest import FAKE_SUPERVISOR  # noqa: E402
+from tutorial_lib.analyses import analysis  # noqa: E402
 from tutorial_lib.engine.config import make_config  # noqa: E402
+from tutorial_lib.figures import monitor, plots
 from tutorial_lib.jobs import Job  # noqa: E402
 from tutorial_lib.jobs.spec import write_job_file  # noqa: E402
 from tutorial_lib.jobs.supervisor import write_state  # noqa: E402
-from tutorial_lib.lessons import analysis, monitor, plots  # noqa: E402
 from tutorial_lib.rundir.metrics import MetricsWriter  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

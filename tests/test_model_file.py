@@ -74,7 +74,7 @@ def test_evaluate_refuses_a_data_set_with_other_classes(finished, tmp_path):
 def test_the_course_keeps_model_pt_when_it_drops_checkpoints(finished, tmp_path):
     import shutil
 
-    from tutorial_lib.lessons.course import drop_finished_checkpoints
+    from tutorial_lib.course import drop_finished_checkpoints
 
     copy = tmp_path / "course" / "run"
     shutil.copytree(finished[1], copy)

@@ -1,4 +1,4 @@
-"""Tests of tutorial_lib.lessons.monitor and tutorial_lib.lessons.plots on fake run directories (no training).
+"""Tests of tutorial_lib.figures.monitor and tutorial_lib.figures.plots on fake run directories (no training).
 
 A fake ``local`` job is a run directory with job.json, job_state.json and metrics.jsonl; its
 supervisor_pid is this test process, so a RUNNING job counts as alive. The notebook tests start a
@@ -27,10 +27,10 @@ import pytest  # noqa: E402
 
 from tests.conftest import FAKE_SUPERVISOR  # noqa: E402
 from tutorial_lib import REPO_ROOT  # noqa: E402
+from tutorial_lib.figures import monitor, plots  # noqa: E402
 from tutorial_lib.jobs import Job  # noqa: E402
 from tutorial_lib.jobs.spec import write_job_file  # noqa: E402
 from tutorial_lib.jobs.supervisor import write_state  # noqa: E402
-from tutorial_lib.lessons import monitor, plots  # noqa: E402
 from tutorial_lib.rundir.layout import METRICS_FILE, STATE_FILE  # noqa: E402
 from tutorial_lib.rundir.metrics import MetricsWriter  # noqa: E402
 
@@ -260,7 +260,7 @@ def test_live_frontend_detection(monkeypatch, env, launcher, kernel, expected):
 SETUP_CELL = """
 import os, threading, time
 from pathlib import Path
-from tutorial_lib.lessons import monitor
+from tutorial_lib.figures import monitor
 from tutorial_lib.jobs.spec import write_job_file
 from tutorial_lib.jobs import Job
 from tutorial_lib.jobs.supervisor import write_state
@@ -349,7 +349,7 @@ def test_cancel_button_cancels_a_job_while_watch_async_awaits(tmp_path, monkeypa
             time.sleep(0.1)
         msg_id = client.execute(textwrap.dedent(f"""
             from tutorial_lib import jobs
-            from tutorial_lib.lessons import monitor
+            from tutorial_lib.figures import monitor
             table = await monitor.watch_async(jobs.attach({str(run_dir)!r}), timeout=60, refresh=0.2)
             print("final", table.loc[0, "state"])
         """))

@@ -7,7 +7,7 @@ import json
 import papermill
 import pytest
 
-from tutorial_lib.lessons import course
+from tutorial_lib import course
 
 pytestmark = pytest.mark.notebooks
 

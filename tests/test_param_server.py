@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tutorial_lib.lessons.param_server import ExperimentConfig, run_experiment, run_sgd_reference
+from tutorial_lib.param_server import ExperimentConfig, run_experiment, run_sgd_reference
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = ExperimentConfig(workers=2, steps=30, straggler_delay_s=0.005, straggler_prob=0.3)
@@ -50,7 +50,7 @@ def test_records_have_what_a_notebook_plots(runs):
 def test_cli_writes_jsonl(tmp_path):
     out = tmp_path / "ps.jsonl"
     done = subprocess.run(
-        [sys.executable, "-m", "tutorial_lib.lessons.param_server", "--workers", "2", "--staleness", "0",
+        [sys.executable, "-m", "tutorial_lib.param_server", "--workers", "2", "--staleness", "0",
          "1", "--steps", "5", "--json", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
     assert "ps_s1" in done.stdout and "max |weights(ps_s0) - weights(allreduce)|" in done.stdout

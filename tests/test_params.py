@@ -2,7 +2,7 @@
 
 A course run on a GPU machine must not stop half-way on a setting that could have been refused here:
 for each file in notebooks/params/ (and each notebook's own defaults), the notebook's parameters are
-overlaid with the file's, the notebook's plan builds the jobs it will submit (tutorial_lib.lessons.plans,
+overlaid with the file's, the notebook's plan builds the jobs it will submit (tutorial_lib.course.plans,
 the same function the notebook calls), and each is validated as jobs.submit would on a one-GPU machine
 (local backend) or on the cluster (Slurm backend). Nothing is trained.
 """
@@ -19,8 +19,9 @@ import papermill
 import pytest
 import yaml
 
+from tutorial_lib import course
+from tutorial_lib.course import plans
 from tutorial_lib.engine.config import PROFILES, ConfigError
-from tutorial_lib.lessons import course, plans
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PARAM_FILES = sorted((REPO_ROOT / "notebooks" / "params").glob("*.yaml"))

@@ -121,7 +121,7 @@ def test_trainer_never_writes_into_a_folder_that_is_not_a_run_directory(runs):
 def test_course_output_refuses_a_folder_it_did_not_write(tmp_path, monkeypatch):
     import papermill
 
-    from tutorial_lib.lessons import course
+    from tutorial_lib import course
 
     executed = []
     monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: executed.append(a))

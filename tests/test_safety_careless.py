@@ -126,8 +126,8 @@ def test_a_slurm_jobs_batch_script_is_the_projects_and_a_users_job_sbatch_is_not
 
 def test_a_marker_file_without_the_generators_settings_is_not_a_mark(tmp_path):
     """digits_export.json, fake_imagenet.json or .tutorial_course_output alone made a folder replaceable."""
+    from tutorial_lib import course
     from tutorial_lib.bench.fake_imagenet import FAKE_MARKER, make_fake_imagenet
-    from tutorial_lib.lessons import course
 
     for folder, marker in (("digits", "digits_export.json"), ("fake", FAKE_MARKER), ("out", course.OUTPUT_MARKER)):
         _user_folder(tmp_path / folder, **{marker: b""})

@@ -16,11 +16,11 @@ import sys
 import pytest
 import yaml
 
-from tutorial_lib import REPO_ROOT, jobs
+from tutorial_lib import REPO_ROOT, course, jobs
+from tutorial_lib.course import plans
 from tutorial_lib.engine.config import ConfigError, make_config
 from tutorial_lib.jobs.commands import batch_script, sbatch_command, site_section
 from tutorial_lib.jobs.spec import Site, absolute_config, load_site, make_spec
-from tutorial_lib.lessons import course, plans
 
 CI_SITE = REPO_ROOT / "notebooks" / "params" / "ci-site.yaml"
 GPU_SITE = {"partition": "gpu", "account": "proj1", "qos": "high", "time": "02:00:00", "cpus_per_rank": 8,
@@ -269,7 +269,7 @@ def test_a_notebook_refuses_a_parameter_it_does_not_declare(tmp_path):
 
     notebook = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("epochs = 2\nnodes = 1", metadata={"tags": ["parameters"]}),
-        nbformat.v4.new_code_cell("from tutorial_lib.lessons import course\ncourse.setup_notebook(quiet=True)")])
+        nbformat.v4.new_code_cell("from tutorial_lib import course\ncourse.setup_notebook(quiet=True)")])
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     source = tmp_path / "nb.ipynb"
     nbformat.write(notebook, source)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tutorial_lib.lessons import batch_jobs, study
+from tutorial_lib.analyses import batch_jobs, study
 from tutorial_lib.rundir.layout import CONFIG_FILE, JOB_FILE, JOB_LOG, METRICS_FILE
 from tutorial_lib.scaling import IMAGENET_TRAIN_IMAGES
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tutorial_lib.analyses import twolevel
 from tutorial_lib.bench.timing import Spread
-from tutorial_lib.lessons import claims, twolevel, verdicts
 from tutorial_lib.scaling import Cluster, Link, fit_point_to_point, flat_allreduce_s, hierarchical_allreduce_s
+from tutorial_lib.text import claims, verdicts
 
 INTRA, INTER = Link(5.0, 20.0), Link(0.2, 100.0)
 SIZES = [64 << 10, 1 << 20, 4 << 20, 25_000_000]

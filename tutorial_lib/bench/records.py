@@ -208,7 +208,7 @@ def setting_label(record: dict) -> str:
 
 
 def bar_values(records: list[dict], key: str = "images_per_sec", scale: float = 1.0) -> tuple[list, list]:
-    """(labels, values) of the successful train records, for :func:`tutorial_lib.lessons.plots.plot_bars`."""
+    """(labels, values) of the successful train records, for :func:`tutorial_lib.figures.plots.plot_bars`."""
     ok = [r for r in records if r.get("status") == "ok" and r.get("kind") == "train"]
     return [setting_label(r) for r in ok], [r[key] * scale for r in ok]
 

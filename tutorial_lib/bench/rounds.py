@@ -76,7 +76,7 @@ def _warm_step(record: dict, device, warmup: int):
 
 def bars(records: list[dict], key: str = "images_per_sec", label=None) -> tuple[list, list, list]:
     """(labels, medians, (low, high) ranges) of the ``ok`` records, for
-    :func:`tutorial_lib.lessons.plots.plot_bars` with ``ranges``."""
+    :func:`tutorial_lib.figures.plots.plot_bars` with ``ranges``."""
     label = label or setting_label
     ok = [r for r in records if r.get("status") == "ok" and r.get(key) is not None]
     spreads = [Spread.from_record(r, key) for r in ok]

@@ -16,7 +16,7 @@ round). Two settings are told apart only when their spreads do not overlap
 
 Built on these: :mod:`tutorial_lib.bench.rounds` (benchmarks re-timed for the notebooks) and
 :func:`tutorial_lib.bench.comm.allreduce_rounds`. Notebooks word their conclusions from these spreads
-with :mod:`tutorial_lib.lessons.claims`.
+with :mod:`tutorial_lib.text.claims`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Multi-node jobs and scaling studies, read back from their run directories (notebooks 05 and 06).
 
     from tutorial_lib import jobs
-    from tutorial_lib.lessons import study
+    from tutorial_lib.analyses import study
     runs = jobs.sweep(cfg, over="ranks_per_node", values=[1, 2])
     ...                                   # wait / monitor.watch(runs)
     study.scaling_table(runs)             # reference 000's table: GPUs, nodes, batch, img/s, times, top-1/5
@@ -9,7 +9,7 @@
     study.reference_table("hal")          # reference 000's published rows in the same columns
 
 :func:`hosts_table` shows which node each rank ran on (notebook 05); the job as the scheduler sees it
-(its batch script, command, queue state and log) is in :mod:`tutorial_lib.lessons.batch_jobs`.
+(its batch script, command, queue state and log) is in :mod:`tutorial_lib.analyses.batch_jobs`.
 
 Everything here reads the run directory contract only (``config.json``, ``job.json``,
 ``metrics.jsonl``), so it works on jobs from either backend, on attached jobs after a kernel restart,
@@ -258,8 +258,8 @@ def projection_from_run(run, gpus: Sequence[int], preset: str = "hal", epochs: f
 
 def projection_claim(projection: pd.DataFrame, results: pd.DataFrame):
     """Why :func:`projection_from_run`'s efficiencies look as they do, beside the measured efficiency
-    of ``results`` (:func:`collect`'s frame): :func:`tutorial_lib.lessons.verdicts.projection_flat`."""
-    from tutorial_lib.lessons import verdicts
+    of ``results`` (:func:`collect`'s frame): :func:`tutorial_lib.text.verdicts.projection_flat`."""
+    from tutorial_lib.text import verdicts
 
     first, last = results.iloc[0], results.iloc[-1]
     return verdicts.projection_flat(list(projection["projected efficiency (%)"]), int(projection.index[-1]),
@@ -300,7 +300,7 @@ def plot_efficiency_vs_reference(results: pd.DataFrame, reference: pd.DataFrame,
                                  label: str = "this study", reference_label: str = "reference"):
     """Scaling efficiency of two studies (:func:`collect` / :func:`reference_frame` frames) on one axis,
     each against its own smallest run."""
-    from tutorial_lib.lessons import plots
+    from tutorial_lib.figures import plots
 
     ax = plots.plot_efficiency(reference["gpus"], reference["efficiency"], ax=ax, label=reference_label)
     ax.plot(results["gpus"], 100 * results["efficiency"], marker="s", label=label)
@@ -310,7 +310,7 @@ def plot_efficiency_vs_reference(results: pd.DataFrame, reference: pd.DataFrame,
 
 
 def accuracy_runs(runs) -> dict[str, pd.DataFrame]:
-    """``{"<GPUs> GPUs, global batch <B>": epoch events}`` for :func:`tutorial_lib.lessons.plots.plot_accuracy`."""
+    """``{"<GPUs> GPUs, global batch <B>": epoch events}`` for :func:`tutorial_lib.figures.plots.plot_accuracy`."""
     curves = {}
     for run in runs:
         record = run_record(run)

@@ -1,6 +1,6 @@
 """Comparing finished runs: weights, loss curves, final accuracy, and LR schedules side by side.
 
-    from tutorial_lib.lessons import analysis
+    from tutorial_lib.analyses import analysis
     diff = analysis.compare_checkpoints("runs/course/03-one", "runs/course/03-two")
     print(analysis.verdict(diff))                       # computed, never typed in
     analysis.final_accuracy(jobs)                       # one row per run: global batch, LR, top-1...
@@ -18,10 +18,10 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tutorial_lib.lessons import claims, verdicts
 from tutorial_lib.rundir.checkpoint import load_checkpoint
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE
 from tutorial_lib.rundir.metrics import read_metrics
+from tutorial_lib.text import claims, verdicts
 
 # Two float32 runs that add the same numbers in a different order differ by a few float32 ulps
 # (eps = 1.2e-7 relative) per step; over tens of steps that stays below this bound, while a real
@@ -150,7 +150,7 @@ def _outcome(label: str, config: Mapping, events: list) -> claims.Claim:
 
 
 def outcome(run, label: str | None = None) -> claims.Claim:
-    """Whether a finished run learned (:func:`tutorial_lib.lessons.verdicts.training_outcome`): its last
+    """Whether a finished run learned (:func:`tutorial_lib.text.verdicts.training_outcome`): its last
     top-1 against chance and its loss trend, read from its run directory (a Job or a path)."""
     run_dir = run_dir_of(run)
     return _outcome(label or run_label(run), _config(run_dir), read_metrics(run_dir))
@@ -162,7 +162,7 @@ def final_accuracy(runs: Sequence):
     Columns: ``run``, ``world_size``, ``batch_size`` (per worker), ``global_batch``, ``peak_lr`` (the
     linearly scaled LR), ``warmup_epochs``, ``optimizer``, ``recipe`` (:func:`recipe_label`), ``epochs``
     (finished), ``top1`` / ``top5`` (%, last epoch), ``best_top1``, ``train_loss`` (last epoch),
-    ``outcome`` (:func:`tutorial_lib.lessons.verdicts.training_outcome`: learns, above chance, near chance
+    ``outcome`` (:func:`tutorial_lib.text.verdicts.training_outcome`: learns, above chance, near chance
     or diverged, against chance and the loss trend), ``diverged`` (outcome is diverged), ``train_time_s``
     (sum of epoch times) and ``state`` (a Job's state when a Job was given, else COMPLETED/INCOMPLETE
     from the run directory's DONE file).
@@ -288,9 +288,9 @@ def lr_table(schedules: Mapping[str, Sequence[float]], steps_per_epoch: int, epo
 
 
 def frontend_present() -> bool:
-    """True when a person is looking at a widget-capable frontend: :func:`tutorial_lib.lessons.monitor.live_frontend`
+    """True when a person is looking at a widget-capable frontend: :func:`tutorial_lib.figures.monitor.live_frontend`
     (False under papermill, nbval, plain Python; ``TUTORIAL_MONITOR_CONTROLS=1/0`` forces it)."""
-    from tutorial_lib.lessons.monitor import live_frontend
+    from tutorial_lib.figures.monitor import live_frontend
 
     return live_frontend()
 
@@ -315,7 +315,7 @@ def lr_explorer(cfg, global_batch: int = 256, warmup_epochs: float = 1.0, batche
     batches = list(batches) or [2**k for k in range(6, 16)]
 
     def draw(global_batch: int, warmup_epochs: float):
-        from tutorial_lib.lessons.plots import plot_lr_schedules
+        from tutorial_lib.figures.plots import plot_lr_schedules
 
         ax = plt.subplots(figsize=(7, 3.5), layout="constrained")[1]
         schedules = {}

@@ -8,7 +8,7 @@ off by default), which papermill, nbclient and nbval never do. The kernelspec, t
 :class:`CurveProvisioner` (the ``jupyter_client.kernel_provisioners`` entry point ``tutorial-curve`` in
 pyproject.toml), which asks for the keys wherever libzmq has CurveZMQ and jupyter_client can provision them.
 
-    python -m tutorial_lib.lessons.kernel        # (re)install the kernelspec into this Python's prefix
+    python -m tutorial_lib.course.kernel        # (re)install the kernelspec into this Python's prefix
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ for version r, which is bulk-synchronous SGD: the trained weights equal all-redu
 parallelism and single-process SGD on the concatenated batch (same shuffle, same shards).
 With s > 0, fast workers run ahead on stale weights instead of waiting for stragglers.
 
-    python -m tutorial_lib.lessons.param_server --workers 2 --staleness 0 1 4 --steps 100 \\
+    python -m tutorial_lib.param_server --workers 2 --staleness 0 1 4 --steps 100 \\
         --straggler-delay 0.02 --straggler-prob 0.2 --json runs/ps.jsonl
 """
 
@@ -315,7 +315,7 @@ def summary_lines(results: dict[str, RunResult]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: run the experiment, print a summary, optionally write JSONL records."""
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.lessons.param_server",
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.param_server",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 4])

@@ -1,13 +1,13 @@
 """A batch job seen from outside, for notebook 05: its script, its command, the scheduler's view, its log.
 
-    from tutorial_lib.lessons import batch_jobs
+    from tutorial_lib.analyses import batch_jobs
     batch_jobs.show_sbatch("2")                          # a section of cluster_scripts/train.sbatch, as code
     print(batch_jobs.command_text(argv))                 # an argv as a copy-pasteable shell command
     batch_jobs.queue_report(job)                         # what the scheduler says about the job
     print(batch_jobs.readable_log(job.logs(), tail=40))  # the log without progress-bar redraws
     batch_jobs.wait_for_event(job, "step")               # block until the job has logged its first step
 
-What the run directory says about a job (hosts, throughput, accuracy) is in :mod:`tutorial_lib.lessons.study`.
+What the run directory says about a job (hosts, throughput, accuracy) is in :mod:`tutorial_lib.analyses.study`.
 """
 
 from __future__ import annotations

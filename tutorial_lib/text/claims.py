@@ -6,7 +6,7 @@ times", "the device waits for data") is made here, from the values, as a :class:
 machine-checkable ``verdict`` and the ``sentence`` shown to the student. Speeds come as
 :class:`tutorial_lib.bench.timing.Spread` (median and range over interleaved rounds): two speeds
 whose ranges overlap are "not distinguishable here", never ranked. The notebooks display these
-claims and hand them to :func:`tutorial_lib.lessons.course.summarize`, so ``SUMMARY.md`` says the
+claims and hand them to :func:`tutorial_lib.course.summarize`, so ``SUMMARY.md`` says the
 same; ``tests/test_claims.py`` feeds them recorded and contradicting numbers.
 """
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from tutorial_lib.bench.records import append_records, human_bytes, read_records
 from tutorial_lib.bench.timing import Spread
 from tutorial_lib.jobs import netlab
-from tutorial_lib.lessons import claims, verdicts
 from tutorial_lib.scaling import (
     Cluster,
     bus_bandwidth_bytes_s,
@@ -27,6 +26,7 @@ from tutorial_lib.scaling import (
     hierarchical_allreduce_s,
 )
 from tutorial_lib.scaling.model import DEFAULT_OVERLAP_FRACTION
+from tutorial_lib.text import claims, verdicts
 
 ALGORITHMS = ("flat", "hierarchical")
 

@@ -1,6 +1,6 @@
 """What this machine (and its cluster) offers, and a first look at the data set.
 
-    from tutorial_lib.lessons import environment
+    from tutorial_lib.course import environment
     info = environment.report()             # a dict: versions, GPUs, CPU, RAM, Slurm
     environment.report_table(info)          # the same as a two-column DataFrame
     environment.dataset_summary("data/digits")

@@ -100,7 +100,7 @@ def summarize(notebook: str, numbers: dict, figures: dict | None = None, claims=
 
     ``numbers`` maps a description to a value measured in this run (never typed in); a
     :class:`~tutorial_lib.bench.timing.Spread` is shown as ``median (low-high)``. ``claims`` are
-    the notebook's :class:`~tutorial_lib.lessons.claims.Claim` objects (the sentences chosen from
+    the notebook's :class:`~tutorial_lib.text.claims.Claim` objects (the sentences chosen from
     the numbers), written to SUMMARY.md as they are. ``figures`` maps a short name to a matplotlib
     figure to save beside the summary.
     """
@@ -222,7 +222,7 @@ def check_output_folder(out: str | os.PathLike) -> Path:
     return out
 
 
-_MARKER_CONTENT = {"written_by": "tutorial_lib.lessons.course", "what": "executed notebooks of the course"}
+_MARKER_CONTENT = {"written_by": "tutorial_lib.course", "what": "executed notebooks of the course"}
 
 
 def _marker_is_ours(path: Path) -> bool:
@@ -268,7 +268,7 @@ def write_summary(out: Path, timings: dict[str, float]) -> Path:
         lines += ["", f"## {record['notebook']}", "", "| what | value |", "|---|---|"]
         lines += [f"| {key} | {_plain(value)} |" for key, value in record["numbers"].items()]
         if record.get("claims"):
-            lines += ["", "What the numbers say (chosen from them by `tutorial_lib.lessons.claims`):", ""]
+            lines += ["", "What the numbers say (chosen from them by `tutorial_lib.text.claims`):", ""]
             lines += [f"- {claim['topic']}: {claim['sentence']}" for claim in record["claims"]]
         lines += [f"\n![{name}](summary/{name})" for name in record.get("figures", [])]
     path = out / "SUMMARY.md"

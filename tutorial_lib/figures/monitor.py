@@ -1,6 +1,6 @@
 """Watch training jobs live: one figure, updated in place, until the jobs end.
 
-    from tutorial_lib.lessons import monitor
+    from tutorial_lib.figures import monitor
     table = monitor.watch(jobs)                  # blocks; returns the final job table
     table = await monitor.watch_async(jobs)      # the same, and the Cancel buttons act at once
 
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from tutorial_lib.figures import plots
 from tutorial_lib.jobs.supervisor import FINAL_STATES
-from tutorial_lib.lessons import plots
 from tutorial_lib.rundir.layout import METRICS_FILE
 from tutorial_lib.rundir.metrics import read_metrics
 
@@ -144,7 +144,7 @@ class Monitor:
         return all(self.states.get(job.id) in FINAL_STATES for job in self.jobs)
 
     def table(self) -> pd.DataFrame:
-        """The job table (see :func:`tutorial_lib.lessons.plots.job_table`) from the last poll."""
+        """The job table (see :func:`tutorial_lib.figures.plots.job_table`) from the last poll."""
         return plots.table_from_rows([plots.job_row(job, self.states.get(job.id, "PENDING"), self.events[job.id])
                                       for job in self.jobs])
 

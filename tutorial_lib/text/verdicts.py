@@ -1,6 +1,6 @@
 """Verdicts on whole runs and models, chosen from their numbers: did a training run learn (against chance
 and its loss trend), is a projection flat and why, what staleness did, how well a fitted model reproduces
-measured times, where hierarchical all-reduce wins. Each is a :class:`tutorial_lib.lessons.claims.Claim`,
+measured times, where hierarchical all-reduce wins. Each is a :class:`tutorial_lib.text.claims.Claim`,
 shown by the notebooks and carried into ``SUMMARY.md`` like the speed claims of :mod:`claims`.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from tutorial_lib.lessons.claims import LITTLE, NOT_DISTINGUISHABLE, Claim, ratio_verdict
+from tutorial_lib.text.claims import LITTLE, NOT_DISTINGUISHABLE, Claim, ratio_verdict
 
 LEARNED_SHARE = 0.5  # "learns": top-1 covers at least half the way from chance to 100%
 

@@ -2,7 +2,7 @@
 alpha-beta model of :mod:`tutorial_lib.scaling`, a measured all-reduce against its fit, scaling
 projections against published ImageNet runs (with a what-if model and widget), and parameter-server
 runs. The algorithms themselves, as schedules and step-by-step diagrams, are in
-:mod:`tutorial_lib.lessons.allreduce`. Every plotting function takes optional matplotlib axes and
+:mod:`tutorial_lib.analyses.allreduce`. Every plotting function takes optional matplotlib axes and
 returns the figure.
 """
 
@@ -282,7 +282,7 @@ def what_if_widget(preset: Preset, gpus: Sequence[int]):
 # ------------------------------------------------------------------ parameter server
 def plot_staleness_runs(results: Mapping, axes=None):
     """Full-train-set loss (top) and test accuracy (bottom) of each run against steps (left) and
-    wall time (right). ``results``: name -> :class:`tutorial_lib.lessons.param_server.RunResult`."""
+    wall time (right). ``results``: name -> :class:`tutorial_lib.param_server.RunResult`."""
     import matplotlib.pyplot as plt
 
     if axes is None:

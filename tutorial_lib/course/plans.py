@@ -1,6 +1,6 @@
 """What each notebook will submit, decided from its parameters alone: nothing runs here.
 
-    from tutorial_lib.lessons import plans
+    from tutorial_lib.course import plans
     plan = plans.multi_node(profile="smoke", output_root="runs/course", ..., site=None,
                             gpus=torch.cuda.device_count(), backend="local")
     plan.check()                      # every job validated as the notebook will submit it
@@ -274,7 +274,7 @@ def scaling_study(*, profile: str, output_root: str, data_dir: str, arch: str, i
                   backend: str = "local") -> Plan:
     """06: one job per value of ``scale_over``, one after another. Locally on GPUs, only the values
     this machine can place are measured; the others are listed in ``extras["not_measured"]``."""
-    from tutorial_lib.lessons.study import int_list
+    from tutorial_lib.analyses.study import int_list
 
     if scale_over not in ("nodes", "ranks_per_node"):
         raise ConfigError(f"scale_over: {scale_over!r} is not a resource. Fix: use 'ranks_per_node' or 'nodes'.")

@@ -1,0 +1,1 @@
+"""What the notebooks analyse: finished runs compared, scaling studies, all-reduce schedules, number formats."""

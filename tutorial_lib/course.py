@@ -1,8 +1,0 @@
-"""``python -m tutorial_lib.course``: the course run headless (:mod:`tutorial_lib.lessons.course`)."""
-
-import sys
-
-from tutorial_lib.lessons.course import main
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,1 +1,0 @@
-"""What the notebooks call: course runner, live monitor, plots, analyses, studies, figures, demos."""
