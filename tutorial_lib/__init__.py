@@ -1,7 +1,9 @@
 """tutorial_lib: the helper library behind the fast distributed ImageNet training course.
 
-Subpackages: ``engine`` (the training program), ``rundir`` (the run-directory contract), ``jobs`` (submit and
-follow jobs), ``bench`` (speed measurements), ``scaling`` (the step-time model), ``lessons`` (what notebooks call).
+Subpackages: ``engine`` (the training program), ``rundir`` (the run-directory contract), ``data`` (ImageNet as
+users have it), ``jobs`` (submit and follow jobs), ``bench`` (speed measurements), ``scaling`` (the step-time model),
+``param_server`` (the stale-synchronous trainer), ``text`` (sentences from numbers), ``figures`` (plots, the live
+monitor), ``analyses`` (what the notebooks analyse), ``course`` (running the course). docs/layout.md has the layers.
 """
 
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""The course as a whole: notebook setup, closing summaries, and the headless papermill run.
+"""Running the course: notebook setup, closing summaries and the headless papermill run (here), its kernel, the
+notebooks' job plans and what this machine offers (``kernel``, ``plans``, ``environment``).
 
 ``python -m tutorial_lib.course [--params FILE] [--only 03 ...] [--out executed]`` executes the
 notebook sequence with papermill into a git-ignored folder and writes ``SUMMARY.md`` there: each
