@@ -6,7 +6,7 @@ lost: the run resumes from its last checkpoint and ends where an uninterrupted r
 
 The time-limit job is submitted by the first test and finishes in the background while the other tests run;
 the last test of the module checks it (this keeps the module to a few minutes on a loaded 2-core machine).
-Measurements are printed (``pytest -s``); the README's Reliability section quotes them.
+Measurements are printed (``pytest -s``); docs/reliability.md quotes them.
 """
 
 from __future__ import annotations
@@ -377,7 +377,7 @@ def test_time_limited_job_completes_through_requeues_exactly(time_limited):
     final, straight = events(run_dir, "epoch")[-1], events(reference.run_dir, "epoch")[-1]
     assert final["top1"] == pytest.approx(straight["top1"])
 
-    # measurements for the README
+    # measurements for docs/reliability.md
     log = job.logs()
     warnings = [line.split()[0] for line in log.splitlines() if "SIGUSR1: time limit" in line]
     delays = []

@@ -338,9 +338,9 @@ def test_the_exit_statuses_are_distinct_and_documented():
 
     codes = {name: getattr(stop, name) for name in dir(stop) if name.startswith("EXIT_")}
     assert len(set(codes.values())) == len(codes) == 5
-    readme = (REPO_ROOT / "README.md").read_text()
+    page = (REPO_ROOT / "docs" / "reliability.md").read_text()
     for value in codes.values():
-        assert f"| {value} |" in readme
+        assert f"| {value} |" in page
 
 
 def test_a_job_stopped_before_its_end_is_explained_as_resumable(tmp_path, digits_dir):
