@@ -186,8 +186,9 @@ def test_hostile_paths_are_refused_or_inert(tmp_path, shared_data, field, templa
         assert field in str(error)
         return
     flag = "--" + field.replace("_", "-")
+    whole = str(Path(value).resolve()) if field in ("data_dir", "output_root") else value  # made absolute, once
     for command in (spec_torchrun_command(spec), jobs.sbatch_command(spec)):
-        assert command[command.index(flag) + 1] == value, f"{field} must reach the command as one whole argument"
+        assert command[command.index(flag) + 1] == whole, f"{field} must reach the command as one whole argument"
         assert all(isinstance(arg, str) for arg in command)  # an argv list: no shell ever parses it
 
 
@@ -209,6 +210,22 @@ def test_bad_resources_are_refused(tmp_path, shared_data):
             make_spec(cfg, **kwargs)
     with pytest.raises(ConfigError, match="--output"):
         make_spec(cfg, sbatch_options=["--output=/etc/passwd"])
+
+
+def test_make_spec_builds_the_spec_that_submit_hands_on(tmp_path, shared_data, monkeypatch):
+    """One function validates a job and makes its paths absolute, so a notebook's plan check, notebook 05's
+    printed spec and submit see the same spec; data is checked for the trainer only, as submit does."""
+    monkeypatch.chdir(tmp_path)
+    cfg = dataclasses.replace(small_config(tmp_path, shared_data, "once"), output_root="runs")
+    spec = make_spec(cfg, check_data=True)
+    assert spec.config.output_root == str(tmp_path / "runs") and spec.run_dir == tmp_path / "runs" / "once"
+    assert Path(spec.config.data_dir).is_absolute()
+    assert make_spec(spec.config).to_dict() == spec.to_dict()  # building it again changes nothing
+    no_data = dataclasses.replace(cfg, dataset="imagefolder", data_dir=str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="missing"):
+        make_spec(no_data)
+    bench = make_spec(no_data, module="tutorial_lib.bench", module_args=["allreduce"])
+    assert bench.program_args() == ["allreduce"]
 
 
 def test_renamed_submit_argument_names_the_new_one(tmp_path, shared_data):

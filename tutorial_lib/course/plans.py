@@ -61,12 +61,12 @@ class Plan:
     def check(self, gpus_assumed: bool = False, check_data: bool = True) -> list:
         """Validate every job exactly as ``jobs.submit`` will (``gpus_assumed``: as on a GPU machine);
         return the JobSpecs. Raises ConfigError naming the job, the field and the fix."""
-        from tutorial_lib.jobs.spec import absolute_config, make_spec
+        from tutorial_lib.jobs.spec import make_spec
 
         specs = []
         for job in self.jobs:
             try:
-                specs.append(make_spec(absolute_config(job.config), job.nodes, job.ranks_per_node,
+                specs.append(make_spec(job.config, job.nodes, job.ranks_per_node,
                                        check_data=check_data, on_cluster=gpus_assumed or self.backend == "slurm",
                                        **job.options))
             except ConfigError as exc:

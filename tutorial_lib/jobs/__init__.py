@@ -24,7 +24,7 @@ from tutorial_lib.jobs import slurm
 from tutorial_lib.jobs.commands import sbatch_command, spec_torchrun_command
 from tutorial_lib.jobs.local import local_cancel, local_status, submit_local
 from tutorial_lib.jobs.slurm import slurm_available
-from tutorial_lib.jobs.spec import JobError, JobSpec, Site, absolute_config, load_site, make_spec, read_job_file
+from tutorial_lib.jobs.spec import JobError, JobSpec, Site, load_site, make_spec, read_job_file
 from tutorial_lib.jobs.states import FINAL_STATES, STATES
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, slurm_log
 from tutorial_lib.rundir.lock import RunDirError, RunLock, prepare_run_dir
@@ -191,30 +191,16 @@ def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend
     ``module``/``module_args``: run another program on every rank instead of the trainer (e.g.
     ``"tutorial_lib.bench", ["allreduce", "--out", ...]``); the config then only names the run directory.
     Everything is checked before anything is submitted; errors name the field and the fix.
+
+    Read top to bottom: the backend is chosen, :func:`make_spec` builds the validated JobSpec once, the run
+    directory is taken for it, and the backend gets that spec (:mod:`.slurm` or :mod:`.local`, both building
+    their command lines from it with :mod:`.commands`).
     """
-    for old, new in RENAMED_ARGUMENTS.items():
-        if old in renamed:
-            raise ConfigError(f"{old}: this argument was renamed {new}. Fix: pass {new}={renamed[old]!r}.")
-    if renamed:
-        raise TypeError(f"submit() got an unexpected keyword argument {next(iter(renamed))!r}")
+    _refuse_unknown_arguments(renamed)
     chosen = choose_backend(backend, verbose)
-    config = absolute_config(config)
     spec = make_spec(config, nodes, ranks_per_node, time, partition, account, sbatch_options, max_restarts,
-                     check_data and module == "tutorial_lib.train", on_cluster=chosen == "slurm",
-                     module=module, module_args=module_args, site=site)
-    _prepare_run_dir(spec.run_dir, create=False)
-    RunLock(spec.run_dir).check()
-    if (spec.run_dir / JOB_FILE).exists():
-        try:
-            previous = Job(spec.run_dir)
-        except (JobError, ValueError):
-            previous = None
-        if previous is not None and not previous.done():
-            raise JobError(f"run directory {spec.run_dir} already has a live job {previous.id} "
-                           f"({previous.state}). Fix: wait for it or cancel it, or choose another name.")
-    if fresh:  # only the files this project wrote; refused, naming them, while anything else is there
-        _run_dir_step(clear_run_dir, spec.run_dir)
-    _prepare_run_dir(spec.run_dir)
+                     check_data, on_cluster=chosen == "slurm", module=module, module_args=module_args, site=site)
+    _take_run_dir(spec.run_dir, fresh)
     if chosen == "slurm":
         job_id = slurm.submit_slurm(spec, after.id if after is not None and after.backend == "slurm" else None)
     else:
@@ -226,8 +212,31 @@ def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend
     return job
 
 
-def _prepare_run_dir(run_dir: Path, create: bool = True) -> None:
-    _run_dir_step(prepare_run_dir, run_dir, create)
+def _refuse_unknown_arguments(renamed: dict) -> None:
+    """A renamed argument names its new name; any other unknown one is a TypeError, as Python's own."""
+    for old, new in RENAMED_ARGUMENTS.items():
+        if old in renamed:
+            raise ConfigError(f"{old}: this argument was renamed {new}. Fix: pass {new}={renamed[old]!r}.")
+    if renamed:
+        raise TypeError(f"submit() got an unexpected keyword argument {next(iter(renamed))!r}")
+
+
+def _take_run_dir(run_dir: Path, fresh: bool) -> None:
+    """Make ``run_dir`` ready for a new job: usable, no live trainer or job in it, emptied of the project's
+    files first with ``fresh``; its RunDirError becomes the ConfigError that submit raises for bad input."""
+    _run_dir_step(prepare_run_dir, run_dir, False)
+    RunLock(run_dir).check()
+    if (run_dir / JOB_FILE).exists():
+        try:
+            previous = Job(run_dir)
+        except (JobError, ValueError):
+            previous = None
+        if previous is not None and not previous.done():
+            raise JobError(f"run directory {run_dir} already has a live job {previous.id} "
+                           f"({previous.state}). Fix: wait for it or cancel it, or choose another name.")
+    if fresh:  # only the files this project wrote; refused, naming them, while anything else is there
+        _run_dir_step(clear_run_dir, run_dir)
+    _run_dir_step(prepare_run_dir, run_dir, True)
 
 
 def _run_dir_step(function, *args) -> None:

@@ -77,11 +77,6 @@ def job_env(spec: JobSpec) -> dict:
     return {**env, **torchrun_env(spec.max_restarts)}
 
 
-def uses_gpus(spec: JobSpec) -> bool:
-    """Whether the job's ranks ask Slurm for GPUs."""
-    return spec.config.device == "cuda" or spec.config.profile in ("gpu", "hal")
-
-
 def sbatch_command(spec: JobSpec, after_slurm_id: str | None = None) -> list[str]:
     """The sbatch argv that submits ``spec``'s batch script (:func:`batch_script`, written to the run
     directory as ``job.sbatch``), to start after job ``after_slurm_id``."""
@@ -99,7 +94,7 @@ def sbatch_command(spec: JobSpec, after_slurm_id: str | None = None) -> list[str
         command.append(f"--cpus-per-task={site.cpus_per_rank * spec.ranks_per_node}")
     if site.mem:
         command.append(f"--mem={site.mem}")
-    if uses_gpus(spec):
+    if spec.asks_for_gpus:
         command.append(f"--gres=gpu:{spec.ranks_per_node}" if site.gpu_request == "gres"
                        else f"--gpus-per-node={spec.ranks_per_node}")
     if after_slurm_id is not None:
@@ -126,7 +121,7 @@ def site_section(spec: JobSpec) -> str:
             srun.append(f"--container-mounts={','.join(container.binds)}")
         lines.append(f"SITE_SRUN=({shlex.join(srun)})")
     elif container is not None:
-        launch = ["apptainer", "exec"] + (["--nv"] if uses_gpus(spec) else [])
+        launch = ["apptainer", "exec"] + (["--nv"] if spec.asks_for_gpus else [])
         launch += [word for bind in container.binds for word in ("--bind", bind)] + [container.image]
         lines.append(f"SITE_LAUNCH=({shlex.join(launch)})")
     return "\n".join(lines + [SITE_END])

@@ -120,9 +120,10 @@ def run(config, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto", 
     (at most ``timeout`` s) and return its :class:`Report`. Refused settings are checks that fail,
     not exceptions; a bad value of the arguments themselves still raises ConfigError."""
     from tutorial_lib import jobs
+    from tutorial_lib.jobs.spec import absolute_config
 
     config = dataclasses.replace(config, name=f"{config.name}-preflight")
-    out = jobs.absolute_config(config).run_dir / RESULTS
+    out = absolute_config(config).run_dir / RESULTS
     report = Report()
     gpu = config.device == "cuda" or config.profile in ("gpu", "hal")
     chosen = jobs.choose_backend(backend, verbose=False)

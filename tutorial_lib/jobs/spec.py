@@ -249,6 +249,11 @@ class JobSpec:
     module: str = "tutorial_lib.train"  # what each rank runs (tutorial_lib.bench for measurement jobs)
     module_args: list[str] | None = None  # its arguments; None = the training config's flags
 
+    @property
+    def asks_for_gpus(self) -> bool:
+        """Whether the job's ranks ask Slurm for GPUs (one per rank)."""
+        return self.config.device == "cuda" or self.config.profile in ("gpu", "hal")
+
     def program_args(self) -> list[str]:
         """The arguments given to ``python -m <module>`` on every rank."""
         return list(self.module_args) if self.module_args is not None else to_cli_args(self.config)
@@ -326,8 +331,10 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
               partition: str | None = None, account: str | None = None, sbatch_options=(),
               max_restarts: int = 0, check_data: bool = True, on_cluster: bool = False,
               module: str = "tutorial_lib.train", module_args: list[str] | None = None, site=None) -> JobSpec:
-    """Validate everything about a job before anything is submitted; return its JobSpec.
+    """Validate everything about a job before anything is submitted; return its JobSpec, the one that
+    ``jobs.submit`` hands to the backend (its paths made absolute: the job may run in another directory).
 
+    ``check_data``: check the data folder (the trainer's jobs only; another ``module`` reads no data).
     ``on_cluster``: the job runs on Slurm compute nodes, which may have GPUs this machine lacks; it then
     gets ``site`` (a :class:`Site`, a ``site:`` mapping, a YAML file; None: :func:`load_site`'s default),
     whose partition, account and time apply where the arguments leave them out.
@@ -335,8 +342,9 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
     if not isinstance(config, TrainConfig):
         raise ConfigError("config: expected a TrainConfig. "
                           "Fix: build one with tutorial_lib.engine.config.make_config().")
+    config = absolute_config(config)
     gpus_elsewhere = True if on_cluster and config.device != "cpu" else None
-    validate(config, check_paths=check_data, cuda_available=gpus_elsewhere)
+    validate(config, check_paths=check_data and module == "tutorial_lib.train", cuda_available=gpus_elsewhere)
     validate_name(config.name, "name")
     for what, value, low in (("nodes", nodes, 1), ("ranks_per_node", ranks_per_node, 1),
                              ("max_restarts", max_restarts, 0)):
