@@ -24,7 +24,7 @@ from tutorial_lib import REPO_ROOT
 from tutorial_lib.rundir.checkpoint import load_checkpoint
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, DONE_FILE, STOP_FILE
 
-TINY = dict(image_size=16, batch_size=16, epochs=50, max_steps_per_epoch=4, log_every=1)
+TINY = dict(image_size=16, batch_size=16, epochs=3, max_steps_per_epoch=4, log_every=1)  # a missed stop ends soon
 
 FAKE_SRUN = """#!/bin/bash
 # srun's stand-in: one task on this machine. FAKE_WARN_EARLY=1: Slurm's time-limit warning reaches the batch
