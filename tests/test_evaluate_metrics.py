@@ -66,8 +66,8 @@ def shard_batches(rank: int, world_size: int) -> list[Batch]:
     batches = [Batch(torch.tensor(mine[i:i + BATCH], dtype=torch.float32).view(-1, 1, 1, 1),
                      torch.tensor([targets[k] for k in mine[i:i + BATCH]]))
                for i in range(0, len(mine), BATCH)]
-    if rank == 0:  # every image of one batch unreadable: 2 skipped, nothing to score
-        batches.append(Batch(torch.zeros(0, 1, 1, 1), torch.zeros(0, dtype=torch.long), skipped=2))
+    if rank == 0:  # every image of one batch unreadable: 2 skipped, nothing to score (and more batches after it)
+        batches.insert(1, Batch(torch.zeros(0, 1, 1, 1), torch.zeros(0, dtype=torch.long), skipped=2))
     if rank == world_size - 1:
         batches[0] = Batch(batches[0].images, batches[0].targets, skipped=SKIPPED - 2)  # rank 0 skipped 2
     return batches
@@ -109,6 +109,47 @@ def test_evaluate_with_fewer_classes_than_five_counts_every_image_in_top5():
     batch = Batch(torch.tensor([0.0, 1.0]).view(-1, 1, 1, 1), torch.tensor([0, 0]))
     result = evaluate(StoredLogits(rows), [batch], torch.device("cpu"), DistInfo(), False, nullcontext)
     assert (result["top1"], result["top5"]) == (50.0, 100.0)
+
+
+def test_evaluate_of_one_image_scores_that_image():
+    rows = [[0.0, 3.0, 1.0]]
+    result = evaluate(StoredLogits(rows), [Batch(torch.zeros(1, 1, 1, 1), torch.tensor([1]))], torch.device("cpu"),
+                      DistInfo(), False, nullcontext)
+    assert (result["top1"], result["top5"], result["val_images"]) == (100.0, 100.0, 1)
+    assert result["val_loss"] == pytest.approx(math.log(math.exp(0) + math.exp(3) + math.exp(1)) - 3)
+
+
+def test_evaluate_feeds_channels_last_images_when_asked():
+    seen = []
+
+    class Recorder(StoredLogits):
+        def forward(self, images):
+            seen.append(images.is_contiguous(memory_format=torch.channels_last))
+            return super().forward(images)
+
+    batch = Batch(torch.zeros(2, 3, 2, 2), torch.tensor([0, 0]))
+    for channels_last in (True, False):
+        evaluate(Recorder([[1.0, 0.0]]), [batch], torch.device("cpu"), DistInfo(), channels_last, nullcontext)
+    assert seen == [True, False]
+
+
+def test_shard_sampler_gives_each_image_to_exactly_one_rank():
+    shards = [list(ShardSampler(IMAGES, rank, 3)) for rank in range(3)]
+    assert shards == [[0, 3, 6, 9, 12], [1, 4, 7, 10], [2, 5, 8, 11]]
+    assert [len(ShardSampler(IMAGES, rank, 3)) for rank in range(3)] == [5, 4, 4]
+
+
+def test_skip_first_drops_the_batches_already_trained_and_forwards_the_epoch():
+    from torch.utils.data import DistributedSampler
+
+    from tutorial_lib.engine.input.samplers import SkipFirst
+
+    assert list(SkipFirst(range(5))) == [0, 1, 2, 3, 4]
+    inner = DistributedSampler(range(10), num_replicas=2, rank=0, shuffle=True, seed=1)
+    skipping = SkipFirst(inner, skip=2)
+    skipping.set_epoch(3)
+    assert inner.epoch == 3 and len(skipping) == 3 and len(SkipFirst(inner, skip=9)) == 0
+    assert list(skipping) == list(inner)[2:]
 
 
 def _worker(rank: int, port: int, out: str) -> None:

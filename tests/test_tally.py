@@ -45,3 +45,13 @@ def test_counts_are_whole_numbers_from_the_all_reduced_floats():
     tally.add_part(31.0, 2.0, 1.5)
     assert isinstance(tally.images, int) and isinstance(tally.skipped, int)
     assert tally.figures(1)["images_per_sec"] == pytest.approx(31 / 1.5)
+
+
+def test_boundaries_one_step_under_a_second_from_the_first_step():
+    """A single logged step, a part shorter than a second, sums that miss only step 0: each counted as it is."""
+    tally = EpochTally.for_epoch(1, None)
+    tally.add_loss(5.0, 1)
+    tally.add_part(8, 0, 0.5)
+    figures = tally.figures(steps_per_epoch=2)
+    assert (figures["train_loss"], figures["images_per_sec"]) == (5.0, 16.0)
+    assert (figures["train_steps"], figures["partial"]) == (1, True)
