@@ -119,6 +119,14 @@ def test_evaluate_of_one_image_scores_that_image():
     assert result["val_loss"] == pytest.approx(math.log(math.exp(0) + math.exp(3) + math.exp(1)) - 3)
 
 
+def test_a_huge_loss_does_not_swallow_a_small_one():
+    """The sums are float64: in float32, 2**24 + log(2) rounds back to 2**24."""
+    rows = [[0.0, -2.0**24], [0.0, 0.0]]
+    batches = [Batch(torch.full((1, 1, 1, 1), float(i)), torch.tensor([1])) for i in range(2)]
+    result = evaluate(StoredLogits(rows), batches, torch.device("cpu"), DistInfo(), False, nullcontext)
+    assert result["val_loss"] == pytest.approx((2.0**24 + math.log(2)) / 2, rel=1e-9, abs=0)
+
+
 def test_evaluate_feeds_channels_last_images_when_asked():
     seen = []
 

@@ -47,7 +47,7 @@ esac
 
 def job_id_with_a_free_port() -> int:
     """A job id whose rendezvous port (train.sbatch: 20000 + id % 20000) is free now."""
-    for port in random.sample(range(21000, 39000), 200):
+    for port in random.Random().sample(range(21000, 39000), 200):  # its own generator: the trainer seeds random
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
