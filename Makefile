@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PARAMS ?=
 
-.PHONY: setup tutorial course test lab lint slurm-up slurm-down netlab-up netlab-down clean
+.PHONY: setup tutorial course test mutants lab lint slurm-up slurm-down netlab-up netlab-down clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,13 @@ course: $(STAMP)  ## rerun the course with a parameter file: make course PARAMS=
 test: $(STAMP)  ## run every test (notebooks: copies with the exact-checked outputs put back, see tests/notebook_checks.py)
 	$(PY) tests/notebook_checks.py prepare build/nbval
 	$(PY) -m pytest tests build/nbval --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+MUTANTS_ONLY ?=
+mutants: $(STAMP)  ## mutation testing ([tool.mutmut] in pyproject.toml); some: make mutants MUTANTS_ONLY='tutorial_lib.engine.tally*'
+	$(PY) -m pip install -q -c constraints.txt -e '.[mutants]'
+	rm -rf mutants
+	$(VENV)/bin/mutmut run --max-children 2 $(MUTANTS_ONLY); \
+	$(VENV)/bin/mutmut export-cicd-stats && cat mutants/mutmut-cicd-stats.json && echo && $(VENV)/bin/mutmut results
 
 lab: $(STAMP)  ## open JupyterLab on the course
 	$(VENV)/bin/jupyter lab notebooks
@@ -48,4 +55,4 @@ netlab-down: $(STAMP)  ## remove it (and any lab whose owner process is gone)
 	$(PY) -m tutorial_lib.jobs.netlab down
 
 clean:
-	rm -rf runs executed build .pytest_cache
+	rm -rf runs executed build .pytest_cache mutants

@@ -92,6 +92,14 @@ def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) ->
     return tensor.tolist()
 
 
+def broadcast_buffers(module: torch.nn.Module, info: DistInfo) -> None:
+    """Give every rank rank 0's buffers (BatchNorm's running statistics): each rank's last training forward
+    updated its own copy from its own batch (DDP copies rank 0's only at the next forward)."""
+    if info.distributed:
+        for buffer in module.buffers():
+            dist.broadcast(buffer, src=0)
+
+
 def barrier(info: DistInfo) -> None:
     """Wait for all ranks (no-op in a world of one)."""
     if info.distributed:

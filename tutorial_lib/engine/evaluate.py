@@ -11,7 +11,9 @@ from tutorial_lib.engine.step import to_device
 
 def evaluate(model, loader, device, info, channels_last: bool, amp_context, on_batch=None) -> dict:
     """Validation loss, top-1 and top-5 over all ranks; every image counted exactly once.
-    ``on_batch`` is called after each batch is loaded (the trainer's progress signal)."""
+    ``on_batch`` is called after each batch is loaded (the trainer's progress signal). Every rank scores
+    with rank 0's BatchNorm statistics, so the figures are those of the model that rank 0 saves."""
+    dist_utils.broadcast_buffers(model, info)
     model.eval()
     # loss sum, top-1 hits, top-5 hits, images, skipped images; kept on the device (no sync per batch)
     sums = torch.zeros(5, dtype=torch.float64, device=device)

@@ -48,6 +48,7 @@ from tutorial_lib.engine.stop import (
     StopRequest,
     launcher_owns_stop_file,
 )
+from tutorial_lib.engine.tally import EpochTally
 from tutorial_lib.rundir.checkpoint import (
     SaveError,
     load_checkpoint,
@@ -73,6 +74,7 @@ class Progress:
     global_step: int = 0
     best_top1: float = 0.0
     history: list = field(default_factory=list)
+    epoch_tally: dict | None = None  # the unfinished epoch's sums (EpochTally.as_dict), None between epochs
 
 
 class Trainer:
@@ -212,10 +214,10 @@ class Trainer:
             set_rng_state(self.resume_rng)
             self.resume_rng = None
         todo = self.steps_per_epoch - progress.step_in_epoch
+        tally = EpochTally.for_epoch(progress.step_in_epoch, progress.epoch_tally)  # a stopped epoch's sums
         bar = self._progress_bar(todo, epoch)
-        meter, epoch_start = ThroughputMeter(), time.perf_counter()
-        loss_sum, since_log, epoch_loss, epoch_steps, skipped = torch.zeros((), device=self.device), 0, 0.0, 0, 0
-        read = 0
+        meter, part_start = ThroughputMeter(), time.perf_counter()
+        loss_sum, since_log, skipped, read = torch.zeros((), device=self.device), 0, 0, 0
         for _ in range(todo):
             batch = next(batches)
             self.stop.progress()
@@ -235,8 +237,7 @@ class Trainer:
                         f"training loss is {mean_loss} at epoch {epoch + 1}, step {progress.global_step}; stopped "
                         f"without saving, the last checkpoint is kept. Fix: lower base_lr (now {cfg.base_lr:g}) "
                         "or lengthen warmup_epochs, then start again with another name or fresh"), bar)
-                epoch_loss += mean_loss * since_log
-                epoch_steps += since_log
+                tally.add_loss(mean_loss, since_log)
                 self.metrics.write("step", epoch=epoch + 1, step=progress.global_step, loss=mean_loss,
                                    lr=self.optimizer.param_groups[0]["lr"], images_per_sec=meter.rate())
                 if bar is not None:
@@ -247,18 +248,25 @@ class Trainer:
                 if stop and progress.step_in_epoch < self.steps_per_epoch:
                     if bar is not None:
                         bar.close()
+                    self._add_part(tally, read, skipped, part_start)
+                    progress.epoch_tally = tally.as_dict()  # saved with the checkpoint: the resume adds to it
                     return None
         if bar is not None:
             bar.close()
-        epoch_time = time.perf_counter() - epoch_start
-        skipped_total, read_total = dist_utils.all_reduce_sum([float(skipped), float(read)], self.info, self.device)
+        read_total = self._add_part(tally, read, skipped, part_start)
         if read_total == 0:
             self._fail(DataError(
-                f"data_dir: no training image of epoch {epoch + 1} could be read ({int(skipped_total)} skipped as "
+                f"data_dir: no training image of epoch {epoch + 1} could be read ({tally.skipped} skipped as "
                 f"unreadable, see the log). Fix: check the files under {cfg.data_dir}/train"))
-        images = todo * cfg.batch_size * self.info.world_size
-        return {"train_loss": epoch_loss / max(epoch_steps, 1), "epoch_time": epoch_time,
-                "images_per_sec": images / epoch_time, "skipped_images": int(skipped_total)}
+        return tally.figures(self.steps_per_epoch)
+
+    def _add_part(self, tally: EpochTally, read: int, skipped: int, part_start: float) -> float:
+        """Add this part of the epoch (since the start or the resume) to ``tally``: images and skipped images
+        of all ranks, and this part's time. Returns the images read in this part (all ranks)."""
+        seconds = time.perf_counter() - part_start
+        read_total, skipped_total = dist_utils.all_reduce_sum([float(read), float(skipped)], self.info, self.device)
+        tally.add_part(read_total, skipped_total, seconds)
+        return read_total
 
     def _fail(self, error: Exception, bar=None):
         """Record ``error`` as an ``error`` event (its one line) and raise it on every rank."""
@@ -289,7 +297,7 @@ class Trainer:
                                     cfg.channels_last, self.step.autocast, self.stop.progress))
             self.stop.progress()
             progress.epoch += 1
-            progress.step_in_epoch = 0
+            progress.step_in_epoch, progress.epoch_tally = 0, None
             progress.best_top1 = max(progress.best_top1, summary["top1"])
             record = {"epoch": progress.epoch, "lr": self.optimizer.param_groups[0]["lr"], **summary}
             progress.history.append({k: record[k] for k in ("epoch", "top1", "top5", "train_loss")})
@@ -299,7 +307,9 @@ class Trainer:
             self.metrics.write("epoch", **record)
             self._say(f"epoch {progress.epoch}/{cfg.epochs}: train loss {summary['train_loss']:.3f}  "
                       f"val loss {summary['val_loss']:.3f}  top-1 {summary['top1']:.1f}%  "
-                      f"top-5 {summary['top5']:.1f}%  {summary['images_per_sec']:.0f} img/s")
+                      f"top-5 {summary['top5']:.1f}%  {summary['images_per_sec']:.0f} img/s"
+                      + (f"  (train loss, time and img/s of the last {summary['train_steps']} steps only: resumed "
+                         "from a checkpoint without the epoch's sums)" if summary["partial"] else ""))
             epochs_now += 1
             stop_now = self._mean_loss_and_stop(torch.zeros(()), 0)[1]
             if progress.epoch < cfg.epochs and (stop_now or epochs_now == cfg.stop_after_epochs):
