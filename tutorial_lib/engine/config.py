@@ -14,11 +14,10 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from tutorial_lib.engine.errors import ConfigError, shorten
 from tutorial_lib.engine.errors import fail as _fail
 from tutorial_lib.engine.validate import check_index_dir, check_numbers, check_stage_to
+from tutorial_lib.yamlfile import YamlFileError, read_yaml
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DATASETS = ("digits", "imagefolder", "synthetic")
@@ -243,9 +242,9 @@ def load_yaml(path: str | os.PathLike) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist. Fix: pass the path of a YAML file.")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        data = read_yaml(path, "--config") or {}
+    except YamlFileError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of field: value pairs.")
     _check_keys(data, str(path))

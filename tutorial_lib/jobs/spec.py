@@ -220,12 +220,15 @@ def load_site(source=None) -> Site:
     path = source if source is not None else os.environ.get(SITE_ENV)
     if not path:
         return Site()
-    import yaml
+    from tutorial_lib.yamlfile import YamlFileError, read_yaml
 
     where = f"{SITE_ENV}={path}" if source is None else str(path)
     if not Path(path).is_file():
         raise ConfigError(f"site: {where} names no file. Fix: point it at a YAML file with a site: block.")
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    try:
+        data = read_yaml(path, f"site: {where}") or {}
+    except YamlFileError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(data, dict) or not isinstance(data.get("site"), dict):
         raise ConfigError(f"site: {where} holds no site: block. Fix: add one (see README, Bringing the course "
                           "to your cluster).")
@@ -380,9 +383,21 @@ def write_job_file(run_dir: Path, record: dict) -> None:
 
 
 def read_job_file(run_dir: Path) -> dict:
-    """The job record of a run directory, or JobError naming what is missing."""
+    """The job record of a run directory, or JobError (one line) naming what is missing, unreadable or torn."""
     path = Path(run_dir) / JOB_FILE
     if not path.is_file():
         raise JobError(f"{run_dir} holds no job ({JOB_FILE} missing). Fix: pass the run directory of a job "
                        "submitted with tutorial_lib.jobs.submit (output_root/name).")
-    return json.loads(path.read_text())
+    try:
+        record = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise JobError(f"{path}: cannot be read ({exc.strerror}). Fix: give yourself read permission on it, "
+                       "or pass the run directory of a job you submitted.") from None
+    except ValueError:  # torn (a full disk, a copy cut short), empty, or not JSON at all
+        raise JobError(f"{path} is not a complete job record (torn, empty or not JSON); nothing was read from it. "
+                       "Fix: submit the job again with another name, or with fresh=True.") from None
+    missing = [key for key in ("id", "backend", "name") if not isinstance(record, dict) or key not in record]
+    if missing:
+        raise JobError(f"{path} lacks the job's {', '.join(missing)}: it was not written by tutorial_lib.jobs. "
+                       "Fix: submit the job again with another name, or with fresh=True.")
+    return record
