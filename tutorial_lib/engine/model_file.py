@@ -28,6 +28,7 @@ from tutorial_lib.engine.input.folders import DataError
 from tutorial_lib.engine.input.samplers import ShardSampler
 from tutorial_lib.engine.models import build_model
 from tutorial_lib.exits import run_main
+from tutorial_lib.paths import user_path
 from tutorial_lib.rundir.checkpoint import CheckpointError, load_weights_only, save_atomic
 from tutorial_lib.rundir.layout import MODEL_FILE
 
@@ -64,6 +65,11 @@ def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_
                  workers: int = 2, device: str = "auto") -> dict:
     """Top-1/top-5 of ``run_dir/model.pt`` on ``data_dir/val`` (one process, or every rank under torchrun,
     each image counted once). DataError if val/'s class folders are not the model's classes."""
+    run_dir, data_dir = user_path(run_dir), user_path(data_dir)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise DataError(f"--batch-size: must be a whole number >= 1, got {batch_size!r}. Fix: --batch-size 64")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise DataError(f"--workers: must be a whole number >= 0, got {workers!r}. Fix: --workers 2")
     path = Path(run_dir) / MODEL_FILE
     if not path.is_file():
         raise CheckpointError(f"RUN_DIR: {run_dir} has no {MODEL_FILE} (the run did not finish, or it was "

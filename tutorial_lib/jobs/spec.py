@@ -325,6 +325,19 @@ def _check_sbatch_option(option: str) -> str:
     raise ConfigError(f"sbatch_options: {problem}. Fix: {fix}.")
 
 
+_COUNT_MINIMUM = {"nodes": 1, "ranks_per_node": 1, "max_restarts": 0}
+
+
+def check_counts(**counts) -> None:
+    """Refuse a count (``nodes``, ``ranks_per_node``, ``max_restarts``) that is not a whole number at or above its
+    minimum, naming the parameter the user set (before anything is derived from it, such as a per-rank batch)."""
+    for what, value in counts.items():
+        low = _COUNT_MINIMUM[what]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{what}: must be an integer >= {low}, got {shorten(value)}. "
+                              f"Fix: pass e.g. {what}={low + 1}.")
+
+
 def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time: str | int | None = None,
               partition: str | None = None, account: str | None = None, sbatch_options=(),
               max_restarts: int = 0, check_data: bool = True, on_cluster: bool = False,
@@ -341,11 +354,7 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
     gpus_elsewhere = True if on_cluster and config.device != "cpu" else None
     validate(config, check_paths=check_data, cuda_available=gpus_elsewhere)
     validate_name(config.name, "name")
-    for what, value, low in (("nodes", nodes, 1), ("ranks_per_node", ranks_per_node, 1),
-                             ("max_restarts", max_restarts, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(f"{what}: must be an integer >= {low}, got {shorten(value)}. "
-                              f"Fix: pass e.g. {what}={low + 1}.")
+    check_counts(nodes=nodes, ranks_per_node=ranks_per_node, max_restarts=max_restarts)
     odd = next((c for c in config.output_root if c in "%\\" or not c.isprintable()), None)
     if odd is not None:  # Slurm expands % and \\ in --output: the job would fail with no log file
         raise ConfigError(f"output_root: {shorten(config.output_root)} contains {odd!r}, which Slurm treats "

@@ -180,6 +180,9 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
     import papermill
 
     check_parameter_names(params or {})
+    if only is not None and not notebooks(only):
+        raise SystemExit(f"error: --only: no notebook's name starts with {', '.join(map(repr, only)) or 'nothing'} "
+                         "(nothing was run). Fix: give number prefixes such as 00 03.")
     out = check_output_folder(out)
     os.environ[SUMMARY_ENV] = str(out / "summary")
     timings: dict[str, float] = {}
@@ -214,7 +217,9 @@ OUTPUT_MARKER = ".tutorial_course_output"
 def check_output_folder(out: str | os.PathLike) -> Path:
     """Make ``out`` the course's output folder, unless it holds files that an earlier course run did not
     write (executed notebooks would overwrite them): then stop with a message naming the fix."""
-    out = Path(out).resolve()
+    from tutorial_lib.paths import user_path
+
+    out = Path(user_path(out)).resolve()
     summary = out / "SUMMARY.md"
     ours = _marker_is_ours(out / OUTPUT_MARKER) or (summary.is_file() and summary.read_text(errors="replace")
                                                       .startswith("# Course run summary"))
@@ -244,10 +249,11 @@ def drop_finished_checkpoints(output_root: str | os.PathLike, since: float) -> i
     Only files the trainer wrote are touched: a run directory the course did not create in this
     run, or one that did not finish, keeps its checkpoint (it may be resumed).
     """
+    from tutorial_lib.paths import user_path
     from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE
     from tutorial_lib.rundir.owned import classify, is_run_dir
 
-    root = Path(output_root)
+    root = Path(user_path(output_root))
     root = root if root.is_absolute() else REPO_ROOT / root
     freed = 0
     for done in root.glob(f"*/{DONE_FILE}"):
@@ -283,9 +289,10 @@ def write_summary(out: Path, timings: dict[str, float]) -> Path:
 def load_params(path: str | os.PathLike) -> dict:
     """Notebook parameters from a YAML file (the same file works with ``papermill -f``); a key given twice,
     a Python tag or a torn file is refused in one line naming the file."""
+    from tutorial_lib.paths import user_path
     from tutorial_lib.yamlfile import YamlFileError, read_yaml
 
-    path = Path(path).expanduser()
+    path = Path(user_path(path))
     if not path.is_file():
         raise SystemExit(f"error: parameter file {path} does not exist. Fix: pass a YAML file, e.g. "
                          "notebooks/params/gpu.yaml")
