@@ -278,6 +278,26 @@ def check_time(value: str | int) -> str:
     return text
 
 
+DEFAULT_WARNING_LEAD_S = 120  # train.sbatch's #SBATCH --signal=B:USR1@120
+
+
+def warning_lead_seconds(sbatch_options) -> int:
+    """Seconds before the time limit at which Slurm warns the batch script (the last ``--signal`` given wins)."""
+    leads = [int(o.rsplit("@", 1)[1]) for o in sbatch_options if re.fullmatch(r"--signal=B:USR1@\d{1,5}", o)]
+    return leads[-1] if leads else DEFAULT_WARNING_LEAD_S
+
+
+def check_time_against_warning(time: str, sbatch_options) -> None:
+    """Refuse a Slurm time limit no longer than the warning lead: the stop warning would come at once, and the
+    job would checkpoint, requeue and start again until it finished in several times the time (seen: 3 requeues)."""
+    limit, lead = time_limit_seconds(time), warning_lead_seconds(sbatch_options)
+    if limit <= lead:
+        raise ConfigError(f"time: {time} ({limit} s) leaves no time to train: Slurm warns the job {lead} s before "
+                          f"its limit (--signal=B:USR1@{lead}), and the job then stops to checkpoint and requeues. "
+                          f"Fix: a time limit well above {lead} s (e.g. '00:{max(10, lead // 60 + 5):02d}:00'), "
+                          "or a shorter warning in sbatch_options ('--signal=B:USR1@30').")
+
+
 def time_limit_seconds(text: str) -> int:
     """Seconds in a Slurm time string (minutes, MM:SS, HH:MM:SS, D-HH:MM:SS)."""
     days = 0
@@ -368,7 +388,10 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
                                                   else [sbatch_options])]
     site = load_site(site) if on_cluster else Site()
     partition, account, time = site.resolve(partition, account, time)
-    return JobSpec(config=config, nodes=nodes, ranks_per_node=ranks_per_node, time=check_time(time),
+    time = check_time(time)
+    if on_cluster:
+        check_time_against_warning(time, [*site.sbatch_options, *options])
+    return JobSpec(config=config, nodes=nodes, ranks_per_node=ranks_per_node, time=time,
                    partition=_check_word("partition", partition), account=_check_word("account", account),
                    sbatch_options=options, max_restarts=max_restarts, module=module,
                    module_args=list(module_args) if module_args is not None else None,
