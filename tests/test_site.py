@@ -360,3 +360,21 @@ def test_on_the_strict_cluster_the_preflight_names_the_failing_setup_line(tmp_pa
     assert ("error: site setup line" in str(report.checks[1]) and "(module_missing load nosuch) failed with exit "
             "status 127" in str(report.checks[1])), str(report)
     assert len(str(report).splitlines()) == 2
+
+
+def test_on_the_strict_cluster_more_cpus_than_a_node_has_is_refused_before_submitting(tmp_path, slurm, digits_dir):
+    from tutorial_lib.jobs.slurm import partition_cpus
+
+    _strict(slurm)
+    site = load_site(CI_SITE)
+    most = partition_cpus(site.partition)
+    assert most is not None and most >= 1
+    cfg = make_config("smoke", name="cpus", output_root=str(tmp_path), dataset="imagefolder",
+                      data_dir=str(digits_dir), epochs=1, max_steps_per_epoch=1, progress=False)
+    with pytest.raises(jobs.JobError, match=rf"^cpus_per_rank: {most + 1} CPUs x 1 rank\(s\) per node = {most + 1} "
+                                            rf"CPUs per node, but the nodes of partition {site.partition} have at "
+                                            rf"most {most} \(sinfo\).*Fix: set the site block's cpus_per_rank to at "
+                                            rf"most {most}") as refused:
+        jobs.submit(cfg, backend="slurm", site=dataclasses.replace(site, cpus_per_rank=most + 1), verbose=False)
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "cpus" / "job.json").exists()  # nothing submitted
