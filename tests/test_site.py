@@ -178,10 +178,10 @@ def test_the_course_refuses_a_parameter_no_notebook_declares(tmp_path, capsys):
     params = tmp_path / "typo.yaml"
     params.write_text("profile: smoke\nepoch: 3\n")
     out = tmp_path / "out"
-    with pytest.raises(SystemExit, match="no notebook has a parameter 'epoch' \\(did you mean epochs\\?\\)"):
-        course.main(["--params", str(params), "--out", str(out)])
-    with pytest.raises(SystemExit, match="-p: no notebook has a parameter 'nodez'"):
-        course.main(["-p", "nodez", "2", "--out", str(out)])
+    assert course.main(["--params", str(params), "--out", str(out)]) == 2  # one line, exit status 2
+    assert "no notebook has a parameter 'epoch' (did you mean epochs?)" in capsys.readouterr().err
+    assert course.main(["-p", "nodez", "2", "--out", str(out)]) == 2
+    assert "error: -p: no notebook has a parameter 'nodez'" in capsys.readouterr().err
     assert not out.exists()  # refused before anything ran or was written
     course.check_parameter_names(yaml.safe_load(CI_SITE.read_text()))  # the CI file's keys are all declared
 
@@ -325,3 +325,56 @@ def test_the_batch_script_passes_the_cpus_per_task_to_the_step_on_every_slurm(tm
                             timeout=60)
     assert result.returncode == 0, result.stderr
     assert ("step cpus: 4" in result.stdout) == (removed != "both"), result.stdout
+
+
+@pytest.mark.parametrize("setup, line, status", [(["true", "false", "echo never"], "2 (false)", 1),
+                                                 (["module_that_is_missing load nosuch/1.0"],
+                                                  "1 (module_that_is_missing load nosuch/1.0)", 127)])
+def test_a_failing_setup_line_is_named_with_its_status(setup, line, status, tmp_path):
+    spec = spec_for({"setup": setup}, tmp_path)
+    shell = f"set -euo pipefail\n{site_section(spec)}\necho after the site"
+    result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=30)
+    assert result.returncode == status and "never" not in result.stdout and "after" not in result.stdout
+    named = [text for text in result.stderr.splitlines() if text.startswith("error: site setup line")]
+    assert named == [f"error: site setup line {line} failed with exit status {status} (its output is just "
+                     "above). Fix: correct that line of the site block (setup:), e.g. a module name that module "
+                     "avail lists."], result.stderr
+
+
+def test_setup_lines_that_pass_leave_no_trap_behind(tmp_path):
+    spec = spec_for({"setup": ["export A=1"]}, tmp_path)
+    shell = f"set -euo pipefail\n{site_section(spec)}\necho \"$A\"; false"
+    result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1 and result.stdout == "1\n" and "setup line" not in result.stderr
+
+
+def test_on_the_strict_cluster_the_preflight_names_the_failing_setup_line(tmp_path, slurm, digits_dir):
+    from tutorial_lib.jobs import preflight
+
+    _strict(slurm)
+    cfg = make_config("smoke", name="pfsetup", output_root=str(tmp_path), dataset="imagefolder",
+                      data_dir=str(digits_dir))
+    site = dataclasses.replace(load_site(CI_SITE), setup=(*load_site(CI_SITE).setup, "module_missing load nosuch"))
+    report = preflight.run(cfg, nodes=1, backend="slurm", site=site, timeout=240)
+    assert [check.ok for check in report.checks] == [True, False], str(report)
+    assert ("error: site setup line" in str(report.checks[1]) and "(module_missing load nosuch) failed with exit "
+            "status 127" in str(report.checks[1])), str(report)
+    assert len(str(report).splitlines()) == 2
+
+
+def test_on_the_strict_cluster_more_cpus_than_a_node_has_is_refused_before_submitting(tmp_path, slurm, digits_dir):
+    from tutorial_lib.jobs.slurm import partition_cpus
+
+    _strict(slurm)
+    site = load_site(CI_SITE)
+    most = partition_cpus(site.partition)
+    assert most is not None and most >= 1
+    cfg = make_config("smoke", name="cpus", output_root=str(tmp_path), dataset="imagefolder",
+                      data_dir=str(digits_dir), epochs=1, max_steps_per_epoch=1, progress=False)
+    with pytest.raises(jobs.JobError, match=rf"^cpus_per_rank: {most + 1} CPUs x 1 rank\(s\) per node = {most + 1} "
+                                            rf"CPUs per node, but the nodes of partition {site.partition} have at "
+                                            rf"most {most} \(sinfo\).*Fix: set the site block's cpus_per_rank to at "
+                                            rf"most {most}") as refused:
+        jobs.submit(cfg, backend="slurm", site=dataclasses.replace(site, cpus_per_rank=most + 1), verbose=False)
+    assert "\n" not in str(refused.value)
+    assert not (tmp_path / "cpus" / "job.json").exists()  # nothing submitted

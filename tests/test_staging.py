@@ -173,3 +173,79 @@ def test_a_job_started_by_sbatch_directly_stages_from_its_flags(tmp_path):
     assert stage_env(flags) == {}
     assert stage_env(flags + ["--stage-to", "$TMPDIR"]) == {"TUTORIAL_STAGE_TO": "$TMPDIR",
                                                             "TUTORIAL_STAGE_FROM": str(tmp_path)}
+
+
+def _plant_forged_copy(folder: Path, source: Path, third: Path) -> None:
+    """What another user can leave in a shared stage_to: a forged marker, a file list naming a/thesis.tex,
+    and ``a`` a link to a folder of a third user."""
+    import json
+
+    folder.mkdir()
+    (folder / staging.MARKER).write_text(json.dumps({"source": str(source.absolute()), "node": "n", "run": "r",
+                                                     "version": 1}))
+    (folder / staging.MANIFEST).write_text("a/thesis.tex\n")
+    (folder / "a").symlink_to(third)
+
+
+@pytest.fixture
+def third_users_thesis(tmp_path) -> Path:
+    third = tmp_path / "third-user"
+    third.mkdir()
+    (third / "thesis.tex").write_text("four years of work")
+    return third
+
+
+def _as_another_user(path: Path, monkeypatch) -> None:
+    """Make ``path`` (not following links) another user's: chown as root, else this process pretends to be
+    someone else."""
+    if os.geteuid() == 0:
+        for folder, dirs, names in os.walk(path):
+            for name in dirs + names:
+                os.lchown(os.path.join(folder, name), 65534, 65534)
+        os.lchown(path, 65534, 65534)
+    else:
+        monkeypatch.setattr(staging.os, "geteuid", lambda: os.getuid() + 1)
+
+
+def test_a_forged_copy_of_another_user_is_refused_unread_and_nothing_is_removed_through_its_link(
+        source, tmp_path, third_users_thesis, monkeypatch):
+    shared = tmp_path / "shared-tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)  # sticky and writable by all, like /tmp
+    planted = shared / staging.copy_name("r", "n")
+    _plant_forged_copy(planted, source, third_users_thesis)
+    _as_another_user(planted, monkeypatch)
+    with pytest.raises(staging.StagingError, match=r"^stage_to: .* belongs to another user .*nothing was read") as c:
+        staging.stage(source, str(shared), "r", "n")
+    assert "\n" not in str(c.value)
+    assert staging.remove(planted) == []
+    assert (third_users_thesis / "thesis.tex").read_text() == "four years of work"
+    assert (planted / "a").is_symlink()  # their folder is left as it was
+
+
+def test_removal_never_follows_a_link_inside_the_users_own_copy(source, tmp_path, third_users_thesis):
+    copy = staging.stage(source, str(tmp_path), "r", "n")
+    (copy.path / "a").symlink_to(third_users_thesis)  # e.g. planted while the folder was writable
+    with open(copy.path / staging.MANIFEST, "a") as manifest:
+        manifest.write("a/thesis.tex\n")
+    left = staging.remove(copy.path)
+    assert (third_users_thesis / "thesis.tex").read_text() == "four years of work"
+    assert left == [copy.path / "a"] and not (copy.path / "train").exists()
+
+
+def test_a_copy_others_may_write_or_a_link_in_its_place_is_refused(source, tmp_path, third_users_thesis):
+    copy = staging.stage(source, str(tmp_path), "r", "n")
+    assert stat_mode(copy.path) == 0o700  # made with an exclusive mkdir, the user's alone
+    copy.path.chmod(0o777)
+    with pytest.raises(staging.StagingError, match=r"may be written by others \(mode 777\)"):
+        staging.stage(source, str(tmp_path), "r", "n")
+    staging.remove(copy.path)
+    assert not copy.path.exists()
+    copy.path.symlink_to(third_users_thesis)
+    with pytest.raises(staging.StagingError, match="is a link; nothing was read"):
+        staging.stage(source, str(tmp_path), "r", "n")
+    assert staging.remove(copy.path) == [] and (third_users_thesis / "thesis.tex").is_file()
+
+
+def stat_mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777

@@ -246,7 +246,16 @@ def _emit(records: list[dict], args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point."""
+    """Command-line entry point; exit statuses of :mod:`tutorial_lib.exits` (2 with one line on bad input)."""
+    from tutorial_lib.bench.runs import RunSummaryError
+    from tutorial_lib.engine.errors import ConfigError
+    from tutorial_lib.engine.input.folders import DataError
+    from tutorial_lib.exits import run_main
+
+    return run_main(lambda: _main(argv), refused=(RunSummaryError, ConfigError, DataError))
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "table":
         records = [r for f in args.files for r in read_records(f)]
@@ -257,15 +266,11 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         return 0
     if args.command == "runs":
-        from tutorial_lib.bench.runs import RunSummaryError, compare_to, trainer_record
+        from tutorial_lib.bench.runs import compare_to, trainer_record
 
-        try:
-            records = [trainer_record(run, args.skip_steps) for run in args.run_dirs]
-            if args.reference:
-                records = compare_to(records, trainer_record(args.reference, args.skip_steps))
-        except RunSummaryError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+        records = [trainer_record(run, args.skip_steps) for run in args.run_dirs]
+        if args.reference:
+            records = compare_to(records, trainer_record(args.reference, args.skip_steps))
         _emit(records, args)
         return 0
     if args.command == "prepare":

@@ -50,7 +50,13 @@ def trainer_record(run_dir: str | os.PathLike, skip_steps: int = 0) -> dict:
     if not config_path.is_file():
         raise RunSummaryError(f"{run_dir}: no {CONFIG_FILE}. Fix: pass the run directory of a training run "
                               "(output_root/name) that has started")
-    config = json.loads(config_path.read_text())
+    try:
+        config = json.loads(config_path.read_bytes())
+    except ValueError:  # torn, empty, not UTF-8 or not JSON
+        config = None
+    if not isinstance(config, dict):
+        raise RunSummaryError(f"{config_path}: not a complete {CONFIG_FILE} (torn, empty or not a JSON object). "
+                              "Fix: pass the run directory of a training run that has started")
     steps = [e for e in read_metrics(run_dir) if e.get("event") == "step"]
     kept, dropped = steady_windows(steps, skip_steps)
     record = {"kind": "trainer", "run": config.get("name", run_dir.name), "run_dir": str(run_dir),

@@ -181,6 +181,9 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
     import papermill
 
     check_parameter_names(params or {})
+    if only is not None and not notebooks(only):
+        raise SystemExit(f"error: --only: no notebook's name starts with {', '.join(map(repr, only)) or 'nothing'} "
+                         "(nothing was run). Fix: give number prefixes such as 00 03.")
     out = check_output_folder(out)
     os.environ[SUMMARY_ENV] = str(out / "summary")
     timings: dict[str, float] = {}
@@ -191,9 +194,13 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
             started = time.perf_counter()
             declared = declared_parameters(notebook)
             given = {name: value for name, value in (params or {}).items() if name in declared}
-            papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=given,
-                                       cwd=str(REPO_ROOT), kernel_name=kernel, progress_bar=progress,
-                                       log_output=False)
+            try:
+                papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=given,
+                                           cwd=str(REPO_ROOT), kernel_name=kernel, progress_bar=progress,
+                                           log_output=False)
+            except papermill.PapermillExecutionError as exc:
+                exc.notebook = out / notebook.name  # for the command line's one-line message
+                raise
             timings[notebook.stem] = time.perf_counter() - started
             freed = drop_finished_checkpoints((params or {}).get("output_root", "runs/course"), started_at)
             if freed:
@@ -211,7 +218,9 @@ OUTPUT_MARKER = ".tutorial_course_output"
 def check_output_folder(out: str | os.PathLike) -> Path:
     """Make ``out`` the course's output folder, unless it holds files that an earlier course run did not
     write (executed notebooks would overwrite them): then stop with a message naming the fix."""
-    out = Path(out).resolve()
+    from tutorial_lib.paths import user_path
+
+    out = Path(user_path(out)).resolve()
     summary = out / "SUMMARY.md"
     ours = _marker_is_ours(out / OUTPUT_MARKER) or (summary.is_file() and summary.read_text(errors="replace")
                                                       .startswith("# Course run summary"))
@@ -241,10 +250,11 @@ def drop_finished_checkpoints(output_root: str | os.PathLike, since: float) -> i
     Only files the trainer wrote are touched: a run directory the course did not create in this
     run, or one that did not finish, keeps its checkpoint (it may be resumed).
     """
+    from tutorial_lib.paths import user_path
     from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE
     from tutorial_lib.rundir.owned import classify, is_run_dir
 
-    root = Path(output_root)
+    root = Path(user_path(output_root))
     root = root if root.is_absolute() else REPO_ROOT / root
     freed = 0
     for done in root.glob(f"*/{DONE_FILE}"):
@@ -278,21 +288,37 @@ def write_summary(out: Path, timings: dict[str, float]) -> Path:
 
 
 def load_params(path: str | os.PathLike) -> dict:
-    """Notebook parameters from a YAML file (the same file works with ``papermill -f``)."""
-    import yaml
+    """Notebook parameters from a YAML file (the same file works with ``papermill -f``); a key given twice,
+    a Python tag or a torn file is refused in one line naming the file."""
+    from tutorial_lib.paths import user_path
+    from tutorial_lib.yamlfile import YamlFileError, read_yaml
 
-    path = Path(path)
+    path = Path(user_path(path))
     if not path.is_file():
         raise SystemExit(f"error: parameter file {path} does not exist. Fix: pass a YAML file, e.g. "
                          "notebooks/params/gpu.yaml")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = read_yaml(path, "--params") or {}
+    except YamlFileError as exc:
+        raise SystemExit(f"error: {exc}") from None
     if not isinstance(data, dict):
         raise SystemExit(f"error: parameter file {path} must hold a mapping of name: value")
     return data
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: run the course headless."""
+    """Command line: run the course headless. Exit status (:mod:`tutorial_lib.exits`): 0 done, 2 refused
+    (a bad parameter or file: one line), 1 a fault of the machine or a notebook that failed, 130 Ctrl-C."""
+    from tutorial_lib.exits import EXIT_ERROR, run_main
+
+    return run_main(lambda: _main(argv), statuses={NotebookFailed: EXIT_ERROR})
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook of the course raised an error (one line: the notebook, the cell, the error, where to look)."""
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", help="YAML file of notebook parameters (e.g. notebooks/params/gpu.yaml)")
@@ -301,13 +327,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="notebook number prefixes to run, e.g. 00 03")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="folder for executed notebooks")
     args = parser.parse_args(argv)
-    import yaml
+    from tutorial_lib.yamlfile import YamlFileError, parse_yaml
 
     params = load_params(args.params) if args.params else {}
     check_parameter_names(params, args.params or "parameters")
-    params.update({name: yaml.safe_load(value) for name, value in args.p})
+    try:
+        params.update({name: parse_yaml(value, f"-p {name}") for name, value in args.p})
+    except YamlFileError as exc:
+        raise SystemExit(f"error: {exc}") from None
     check_parameter_names(params, "-p")
-    run_course(args.out, params, args.only)
+    import papermill
+
+    try:
+        run_course(args.out, params, args.only)
+    except papermill.PapermillExecutionError as exc:
+        where = getattr(exc, "notebook", "the executed notebook")
+        raise NotebookFailed(f"{Path(str(where)).name} failed at cell In [{exc.exec_count}]: {exc.ename}: "
+                             f"{exc.evalue}. Fix: see that cell's output in {where}, then run again.") from None
     return 0
 
 

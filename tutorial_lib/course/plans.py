@@ -144,6 +144,9 @@ def place(cfg: TrainConfig, nodes: int, ranks_per_node: int, backend: str, gpus:
     most one rank per GPU here: emulated nodes on one machine would all claim GPU 0, and NCCL
     refuses two ranks on one GPU.
     """
+    from tutorial_lib.jobs.spec import check_counts
+
+    check_counts(nodes=nodes, ranks_per_node=ranks_per_node)
     if backend == "slurm" or not on_gpu(cfg, gpus) or (nodes == 1 and ranks_per_node <= gpus):
         return nodes, ranks_per_node, []
     ranks = max(1, min(nodes * ranks_per_node, gpus))

@@ -7,10 +7,16 @@ import sys
 
 from tutorial_lib.data.layouts import PrepareError, detect
 from tutorial_lib.data.prepare import prepare
+from tutorial_lib.exits import run_main
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line, run it; one line naming the problem and exit 2 on bad input."""
+    """Parse the command line, run it; one line naming the problem and the exit status of
+    :mod:`tutorial_lib.exits` (2 on bad input, 1 for a full disk, 130 on Ctrl-C)."""
+    return run_main(lambda: _main(argv), refused=(PrepareError,))
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.data", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     make = commands.add_parser("prepare", help="write DEST/{train,val}/<wnid>/ from SOURCE (SOURCE is not changed)")
@@ -23,15 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     show = commands.add_parser("detect", help="say which form SOURCE holds")
     show.add_argument("source", metavar="SOURCE")
     args = parser.parse_args(argv)
-    try:
-        if args.command == "detect":
-            found = detect(args.source)
-            print(f"{found.form}: train {found.train}, val {found.val}, labels {found.labels}")
-            return 0
-        summary = prepare(args.source, args.dest, args.val_labels, args.subset, not args.no_progress)
-    except PrepareError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    if args.command == "detect":
+        found = detect(args.source)
+        print(f"{found.form}: train {found.train}, val {found.val}, labels {found.labels}")
+        return 0
+    summary = prepare(args.source, args.dest, args.val_labels, args.subset, not args.no_progress)
     how = "linked to SOURCE" if summary["made"] == "links" else "extracted"
     print(f"{summary['form']}: {summary['train']:,} training and {summary['val']:,} validation images of "
           f"{summary['classes']:,} classes {how} in {summary['dest']} ({summary['seconds']:.1f} s). "

@@ -11,6 +11,12 @@ list of files it will hold are written before any image), then renamed, so a com
 confused with an interrupted one; an interrupted copy of the same source is resumed (files of the right size
 and time are kept). :func:`remove` deletes only the files on that list, the marker and the folders left
 empty: anything else found there survives, and a folder of that name that is not ours is refused.
+
+``stage_to`` may be a folder others can write (``/tmp``, a group scratch), so a mark alone proves nothing:
+the copy's folder is made with an exclusive ``mkdir`` (mode 0700), and one found there is used only if it is
+a real folder (not a link) owned by the user who runs the job that no one else may write; anything else is
+refused in one line and nothing is read from it. Removal works through directory file descriptors opened
+with ``O_NOFOLLOW``: a link planted in the copy is never followed, whatever the file list names.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,12 +86,50 @@ def listing(source: str | os.PathLike) -> list[tuple[str, int]]:
     return found
 
 
-def _ours(folder: Path, source: Path) -> bool:
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _check_owned(folder: Path, node: str) -> bool:
+    """False if nothing is at ``folder``; True if it is a real folder of this user that no one else may write;
+    StagingError otherwise (a link, a file, another user's folder, or one others may write into)."""
     try:
-        marker = json.loads((folder / MARKER).read_text())
-    except (OSError, ValueError):
+        found = os.lstat(folder)
+    except FileNotFoundError:
         return False
-    return isinstance(marker, dict) and marker.get("source") == str(source) and (folder / MANIFEST).is_file()
+    if stat.S_ISLNK(found.st_mode) or not stat.S_ISDIR(found.st_mode):
+        _fail(f"{folder} exists on node {node} and is {'a link' if stat.S_ISLNK(found.st_mode) else 'not a folder'}; "
+              "nothing was read from it or copied", "remove or rename it yourself, or choose another stage_to")
+    if found.st_uid != os.geteuid():
+        _fail(f"{folder} on node {node} belongs to another user (uid {found.st_uid}), not to you (uid "
+              f"{os.geteuid()}); nothing was read from it or copied", "choose a stage_to of your own (the node's "
+              "$TMPDIR), or ask its owner to remove it")
+    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        _fail(f"{folder} on node {node} may be written by others (mode {stat.S_IMODE(found.st_mode):o}), so its "
+              "content cannot be trusted; nothing was read from it or copied", "remove it yourself, or choose "
+              "another stage_to")
+    return True
+
+
+def _read_inside(folder: Path, name: str) -> str | None:
+    """The text of ``folder/name`` read without following a link (None if it is not a regular file)."""
+    try:
+        fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            return None
+        return file.read().decode("utf-8", errors="replace")
+
+
+def _ours(folder: Path, source: Path) -> bool:
+    """The marker (read without following links) names ``source``, and the file list is there."""
+    try:
+        marker = json.loads(_read_inside(folder, MARKER) or "null")
+    except ValueError:
+        return False
+    return isinstance(marker, dict) and marker.get("source") == str(source) and _read_inside(folder, MANIFEST) \
+        is not None
 
 
 def _same(src: str, dst: str) -> bool:
@@ -115,13 +160,14 @@ def stage(source: str | os.PathLike, stage_to: str, run: str, node: str, environ
         _fail(f"{root} is inside the data folder {source}", "stage to a folder outside the data (the node's $TMPDIR)")
     final = root / copy_name(run, node)
     partial = final.with_name(final.name + ".partial")
-    for folder in (final, partial):
-        if (folder.exists() or folder.is_symlink()) and not _ours(folder, source):
+    present_at = {folder: _check_owned(folder, node) for folder in (final, partial)}  # owner first, then marker
+    for folder, present in present_at.items():
+        if present and not _ours(folder, source):
             _fail(f"{folder} exists and was not staged from {source} by this project; nothing was copied",
                   "remove or rename it yourself, or choose another stage_to")
     files = listing(source)
     total = sum(size for _, size in files)
-    if final.exists():  # a complete copy of this run on this node, left by a job that was killed: reuse it
+    if present_at[final]:  # a complete copy of this run on this node, left by a job that was killed: reuse it
         return Staged(final, len(files), total, 0.0, reused=True)
     present = sum(size for rel, size in files if _same(str(source / rel), str(partial / rel)))
     free = shutil.disk_usage(root).free
@@ -129,7 +175,12 @@ def stage(source: str | os.PathLike, stage_to: str, run: str, node: str, environ
         _fail(f"the data needs {(total - present) / 1e9:.2f} GB but {root} has {free / 1e9:.2f} GB free on node "
               f"{node}", "free space there, or choose a node-local folder with room for the data")
     started = time.perf_counter()
-    partial.mkdir(exist_ok=True)
+    if not present_at[partial]:
+        try:
+            os.mkdir(partial, 0o700)  # exclusive: a folder someone made meanwhile is not taken as ours
+        except FileExistsError:
+            _fail(f"{partial} appeared on node {node} while this job checked it; nothing was copied",
+                  "look who made it, remove it, and run again (or choose another stage_to)")
     (partial / MANIFEST).write_text("".join(rel + "\n" for rel, _ in files))
     (partial / MARKER).write_text(json.dumps({"source": str(source), "node": node, "run": run, "version": 1}))
     try:
@@ -148,22 +199,91 @@ def stage(source: str | os.PathLike, stage_to: str, run: str, node: str, environ
 
 def remove(copy: str | os.PathLike) -> list[Path]:
     """Delete what :func:`stage` copied to ``copy`` (a ``.partial`` one too), and the folders left empty;
-    return what is left there (files it did not copy, which are never deleted)."""
+    return what is left there (files it did not copy, which are never deleted).
+
+    Nothing is removed unless ``copy`` is a real folder of this user holding the marker and the file list;
+    every path is opened relative to a directory file descriptor with ``O_NOFOLLOW``, so a link inside the
+    copy (``a`` -> another user's folder) is never followed, whatever the file list names."""
     copy = Path(copy)
-    if not (copy / MANIFEST).is_file() or not (copy / MARKER).is_file():
+    try:
+        top = os.open(copy, _DIR_FLAGS)
+    except OSError:  # gone, a link, or not a folder: nothing of ours
         return []
-    for rel in (copy / MANIFEST).read_text().splitlines():
-        path = copy / rel
-        if rel and not os.path.isabs(rel) and ".." not in Path(rel).parts and path.is_file() and not path.is_symlink():
-            path.unlink()
-    (copy / MARKER).unlink()
-    (copy / MANIFEST).unlink()
-    for folder, _, _ in sorted(os.walk(copy), reverse=True):  # deepest first
+    try:
+        if os.fstat(top).st_uid != os.geteuid():
+            return []
+        manifest, marker = _read_at(top, MANIFEST), _read_at(top, MARKER)
+        if manifest is None or marker is None:
+            return []
+        for rel in manifest.splitlines():
+            parts = Path(rel).parts
+            if rel and not os.path.isabs(rel) and ".." not in parts and parts[-1] not in (MARKER, MANIFEST):
+                _unlink_regular(top, parts)
+        for name in (MARKER, MANIFEST):
+            _unlink_regular(top, (name,))
+        _prune(top)
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(copy)  # only if empty; rmdir never follows a link
+    except OSError:
+        pass
+    return _left(copy)
+
+
+def _read_at(folder_fd: int, name: str) -> str | None:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=folder_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        return file.read().decode("utf-8", errors="replace") if stat.S_ISREG(os.fstat(fd).st_mode) else None
+
+
+def _unlink_regular(top: int, parts: tuple[str, ...]) -> None:
+    """Unlink ``top/parts...`` if it is a regular file reached through real folders only (no link followed)."""
+    opened = []
+    try:
+        here = top
+        for part in parts[:-1]:
+            here = os.open(part, _DIR_FLAGS, dir_fd=here)
+            opened.append(here)
+        if stat.S_ISREG(os.stat(parts[-1], dir_fd=here, follow_symlinks=False).st_mode):
+            os.unlink(parts[-1], dir_fd=here)
+    except OSError:  # a link on the way (ELOOP, ENOTDIR), or already gone: not ours to remove
+        pass
+    finally:
+        for fd in reversed(opened):
+            os.close(fd)
+
+
+def _prune(folder_fd: int) -> None:
+    """Remove the empty real folders below ``folder_fd``, deepest first, never through a link."""
+    with os.scandir(folder_fd) as entries:
+        names = [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+    for name in names:
         try:
-            os.rmdir(folder)
+            sub = os.open(name, _DIR_FLAGS, dir_fd=folder_fd)
+        except OSError:
+            continue
+        try:
+            _prune(sub)
+        finally:
+            os.close(sub)
+        try:
+            os.rmdir(name, dir_fd=folder_fd)
         except OSError:  # holds something we did not copy
             pass
-    return sorted(p for p in copy.rglob("*") if not p.is_dir()) if copy.exists() else []
+
+
+def _left(copy: Path) -> list[Path]:
+    if not copy.is_dir() or copy.is_symlink():
+        return []
+    found = []
+    for folder, dirs, names in os.walk(copy):  # links are listed, never followed
+        found += [Path(folder, name) for name in names]
+        found += [Path(folder, name) for name in dirs if os.path.islink(os.path.join(folder, name))]
+    return sorted(found)
 
 
 def read_location(data_dir: str) -> str:

@@ -14,11 +14,11 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from tutorial_lib.engine.errors import ConfigError, shorten
 from tutorial_lib.engine.errors import fail as _fail
 from tutorial_lib.engine.validate import check_index_dir, check_numbers, check_stage_to
+from tutorial_lib.paths import user_path
+from tutorial_lib.yamlfile import YamlFileError, read_yaml
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DATASETS = ("digits", "imagefolder", "synthetic")
@@ -243,13 +243,16 @@ def load_yaml(path: str | os.PathLike) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist. Fix: pass the path of a YAML file.")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        data = read_yaml(path, "--config") or {}
+    except YamlFileError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of field: value pairs.")
     _check_keys(data, str(path))
     return data
+
+
+PATH_FIELDS = ("output_root", "data_dir", "index_dir")  # stage_to is expanded on each node ($TMPDIR)
 
 
 def make_config(profile: str | None = None, yaml_path: str | None = None, **overrides) -> TrainConfig:
@@ -266,6 +269,9 @@ def make_config(profile: str | None = None, yaml_path: str | None = None, **over
         )
     values = {**PROFILES[profile], **file_values, **overrides, "profile": profile}
     coerced = {key: _coerce(key, value) for key, value in values.items()}
+    for key in PATH_FIELDS:  # "~/runs" from a flag, a YAML file or a notebook means the home folder
+        if isinstance(coerced.get(key), str):
+            coerced[key] = user_path(coerced[key])
     return TrainConfig(**coerced)
 
 
@@ -342,9 +348,10 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
         from tutorial_lib.engine.input.folders import DataError, check_imagefolder
 
         try:
-            check_imagefolder(cfg.data_dir)
+            root = check_imagefolder(cfg.data_dir)
         except DataError as exc:
             raise ConfigError(str(exc)) from None
+        check_class_count(cfg, sum(1 for d in (root / "train").iterdir() if d.is_dir()), f"{root}/train")
     if check_paths and cfg.dataset == "digits":  # the export replaces data_dir: only ever a folder of ours
         from tutorial_lib.engine.input.folders import DataError, check_digits_target
 
@@ -352,7 +359,20 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
             check_digits_target(cfg.data_dir)
         except DataError as exc:
             raise ConfigError(str(exc)) from None
+    if cfg.dataset == "digits":
+        check_class_count(cfg, DIGITS_CLASSES, "the digits data set")
     return cfg
+
+
+DIGITS_CLASSES = 10
+
+
+def check_class_count(cfg: TrainConfig, found: int, where: str) -> None:
+    """Refuse a ``num_classes`` other than the data's class count (0 takes it from the data): more outputs
+    than classes leave model.pt unloadable with its class names, fewer end in an IndexError mid-training."""
+    if cfg.num_classes and cfg.num_classes != found:
+        _fail("num_classes", f"{cfg.num_classes} was given but {where} has {found} class folders",
+              f"leave --num-classes 0 (taken from the data), or give {found}")
 
 
 def field_choices() -> dict[str, tuple]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -28,6 +27,8 @@ from tutorial_lib.engine.input.files import Normalizer
 from tutorial_lib.engine.input.folders import DataError
 from tutorial_lib.engine.input.samplers import ShardSampler
 from tutorial_lib.engine.models import build_model
+from tutorial_lib.exits import run_main
+from tutorial_lib.paths import user_path
 from tutorial_lib.rundir.checkpoint import CheckpointError, load_weights_only, save_atomic
 from tutorial_lib.rundir.layout import MODEL_FILE
 
@@ -64,6 +65,11 @@ def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_
                  workers: int = 2, device: str = "auto") -> dict:
     """Top-1/top-5 of ``run_dir/model.pt`` on ``data_dir/val`` (one process, or every rank under torchrun,
     each image counted once). DataError if val/'s class folders are not the model's classes."""
+    run_dir, data_dir = user_path(run_dir), user_path(data_dir)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise DataError(f"--batch-size: must be a whole number >= 1, got {batch_size!r}. Fix: --batch-size 64")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise DataError(f"--workers: must be a whole number >= 0, got {workers!r}. Fix: --workers 2")
     path = Path(run_dir) / MODEL_FILE
     if not path.is_file():
         raise CheckpointError(f"RUN_DIR: {run_dir} has no {MODEL_FILE} (the run did not finish, or it was "
@@ -90,12 +96,18 @@ def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_
         result = evaluate(model, loader, target, info, False, nullcontext)
     finally:
         dist_utils.shutdown(info)
+    if not result.get("val_images"):  # e.g. a prepared DEST of links whose SOURCE was moved: every read failed
+        raise DataError(f"--data-dir: no image of {val_dir} could be read ({len(dataset):,} file(s) listed), so "
+                        "there is no accuracy to report. Fix: check that the images are there and readable (a "
+                        "folder made by `python -m tutorial_lib.data prepare` links to its SOURCE: put SOURCE back, "
+                        "or prepare again).")
     return {"run_dir": str(run_dir), "data_dir": str(data_dir), "arch": meta["arch"], "ranks": info.world_size,
             **result}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tutorial_lib.evaluate RUN_DIR --data-dir DIR``: print top-1/top-5 of the run's model.pt."""
+    """``python -m tutorial_lib.evaluate RUN_DIR --data-dir DIR``: print top-1/top-5 of the run's model.pt.
+    Exit status (:mod:`tutorial_lib.exits`): 0 done, 2 refused (one line), 1 a fault of the machine, 130 Ctrl-C."""
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.evaluate",
                                      description="top-1/top-5 of a finished run's model.pt on DIR/val "
                                                  "(one process, or torchrun -m tutorial_lib.evaluate ...)")
@@ -104,12 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per rank")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    args = parser.parse_args(argv)
-    try:
-        result = evaluate_run(args.run_dir, args.data_dir, args.batch_size, args.workers, args.device)
-    except (CheckpointError, DataError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_main(lambda: _evaluate_and_print(parser.parse_args(argv)), refused=(CheckpointError, DataError))
+
+
+def _evaluate_and_print(args) -> int:
+    result = evaluate_run(args.run_dir, args.data_dir, args.batch_size, args.workers, args.device)
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"{result['arch']} from {result['run_dir']}: top-1 {result['top1']:.2f}%  top-5 {result['top5']:.2f}%  "
               f"on {result['val_images']:,} images of {result['data_dir']}/val ({result['ranks']} rank(s))", flush=True)

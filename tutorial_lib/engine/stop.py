@@ -16,15 +16,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# The trainer's exit statuses (python -m tutorial_lib.train; through torchrun every non-zero one becomes 1), from the
+# one table of every command's statuses (tutorial_lib.exits): 0 trained to `epochs` (DONE written); 1 a crash, a
+# failed save, or a stop request that could not reach a safe point (the watchdog below); 2 bad input, nothing trained;
+# 3 the loss became NaN/inf (stopped without saving, the last checkpoint kept); 75 stopped on request, checkpoint
+# saved: run again to resume (75 = EX_TEMPFAIL, "try again later")
+from tutorial_lib.exits import EXIT_DIVERGED, EXIT_ERROR, EXIT_REFUSED, EXIT_STOPPED  # noqa: F401 (re-exported)
+from tutorial_lib.exits import EXIT_OK as EXIT_COMPLETED  # noqa: F401
 from tutorial_lib.rundir.layout import STOP_FILE
 
-# The trainer's exit statuses (python -m tutorial_lib.train; through torchrun every non-zero one becomes 1).
-EXIT_COMPLETED = 0  # trained to `epochs`: DONE written
-EXIT_ERROR = 1  # a crash, or a stop request that could not reach a safe point (the watchdog below)
-EXIT_REFUSED = 2  # bad input (configuration, data, run directory, a checkpoint of another recipe): nothing trained
-EXIT_DIVERGED = 3  # the training loss became NaN/inf: stopped without saving, the last checkpoint is kept
-EXIT_STOPPED = 75  # stopped before the end on request (STOP, SIGUSR1/SIGTERM, stop_after_epochs), checkpoint saved:
-#                    run again to resume (75 = EX_TEMPFAIL, "try again later")
 STOP_GRACE_ENV = "TUTORIAL_STOP_GRACE_S"
 DEFAULT_STOP_GRACE_S = 20.0  # below Slurm's default KillWait (30 s): the message and LOCK release come before SIGKILL
 

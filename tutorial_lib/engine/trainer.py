@@ -43,12 +43,12 @@ from tutorial_lib.engine.step import TrainStep
 from tutorial_lib.engine.stop import (
     EXIT_DIVERGED,
     EXIT_ERROR,
-    EXIT_REFUSED,
     EXIT_STOPPED,
     StopRequest,
     launcher_owns_stop_file,
 )
 from tutorial_lib.engine.tally import EpochTally
+from tutorial_lib.exits import run_main
 from tutorial_lib.rundir.checkpoint import (
     SaveError,
     load_checkpoint,
@@ -360,27 +360,18 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point. Exit status (:mod:`tutorial_lib.engine.stop`): 0 finished, 75 stopped on
-    request with a checkpoint (run again to resume), 2 refused (bad input, with a one-line message), 3 the
-    loss became non-finite, 1 anything else (a failed save: one line naming the file and the cause)."""
+    """Command-line entry point. Exit status (:mod:`tutorial_lib.exits`): 0 finished, 75 stopped on request
+    with a checkpoint (run again to resume), 2 refused (bad input, a run directory in use: one line), 3 the loss
+    became non-finite, 130 Ctrl-C, 1 anything else (a failed save: one line naming the file and the cause)."""
     from tutorial_lib.rundir.lock import RunDirError, RunLockedError
 
-    try:
-        cfg = config_from_args(argv)
-        summary = train(cfg)
-    except (ConfigError, DataError, RunLockedError, RunDirError, file_index.IndexPlaceError) as exc:
-        message = str(exc)
-        if "Original Traceback" in message:  # re-raised by a DataLoader worker: keep the worker's own message
-            message = message.rstrip().splitlines()[-1].split(": ", 1)[-1]
-        print(f"error: {message}", file=sys.stderr)
-        return EXIT_REFUSED
-    except TrainingDiverged as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_DIVERGED
-    except SaveError as exc:  # disk full, quota, read-only: one line, the last checkpoint stays
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    return EXIT_STOPPED if summary["status"] == "stopped" else 0
+    def run() -> int:
+        summary = train(config_from_args(argv))
+        return EXIT_STOPPED if summary["status"] == "stopped" else 0
+
+    return run_main(run, refused=(ConfigError, DataError, RunLockedError, RunDirError, file_index.IndexPlaceError,
+                                  staging.StagingError),
+                    statuses={TrainingDiverged: EXIT_DIVERGED, SaveError: EXIT_ERROR})
 
 
 if __name__ == "__main__":

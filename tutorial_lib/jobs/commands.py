@@ -103,14 +103,24 @@ def sbatch_command(spec: JobSpec, after_slurm_id: str | None = None) -> list[str
             + spec.program_args())
 
 
+# Printed into the batch log when a setup line fails; Job.explain() and the pre-flight report quote it.
+SETUP_FAILED = "error: site setup line"
+SETUP_FAILURE_TRAP = (
+    "trap 'tutorial_setup_status=$?; if [[ -n ${TUTORIAL_SETUP_LINE:-} ]]; then echo \"" + SETUP_FAILED
+    + " ${TUTORIAL_SETUP_LINE} failed with exit status ${tutorial_setup_status} (its output is just above). Fix: "
+    "correct that line of the site block (setup:), e.g. a module name that module avail lists.\" >&2; fi' EXIT")
+
+
 def site_section(spec: JobSpec) -> str:
     """The lines train.sbatch's site section gets for ``spec``: the setup lines exactly as the site
     gives them, then its variables, its Python command and its container, quoted."""
     site = spec.site
     lines = [SITE_BEGIN]
     if site.setup:
-        lines += ["set +u  # module load and activate scripts may read unset variables"]
-        lines += list(site.setup) + ["set -u"]
+        lines += ["set +u  # module load and activate scripts may read unset variables", SETUP_FAILURE_TRAP]
+        for number, line in enumerate(site.setup, 1):  # a failing line ends the script (set -e): the trap names it
+            lines += [f"TUTORIAL_SETUP_LINE={shlex.quote(f'{number} ({line})')}", line]
+        lines += ["unset TUTORIAL_SETUP_LINE", "trap - EXIT", "set -u"]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in site.env]
     if site.python:
         lines.append(f"export TUTORIAL_PYTHON={shlex.quote(site.python)}")

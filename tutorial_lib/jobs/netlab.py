@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import secrets
 import shutil
@@ -42,6 +43,17 @@ HOWTO = ("the emulated network needs root and iproute2 (ip, tc): network namespa
          "Fix: run as root (sudo make netlab-up, or sudo .venv/bin/python -m pytest tests/test_netlab.py)")
 
 
+MAX_NODES = 254  # one address per node in SUBNET.0/24 (.1 to .254)
+
+
+class NetlabError(RuntimeError):
+    """A lab cannot be built or removed (one line: the setting or the command that failed, and the fix)."""
+
+
+class LabSettingError(NetlabError, ValueError):
+    """A setting of the lab (nodes, rate_mbit, tag) is refused before anything is created."""
+
+
 def unavailable() -> str | None:
     """Why no lab can be built here (a sentence with the fix), or None when it can."""
     if os.geteuid() != 0:
@@ -55,7 +67,7 @@ def unavailable() -> str | None:
 def _run(*command: str) -> str:
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"netlab: `{' '.join(command)}` failed: {result.stderr.strip() or result.stdout.strip()}")
+        raise NetlabError(f"netlab: `{' '.join(command)}` failed: {result.stderr.strip() or result.stdout.strip()}")
     return result.stdout
 
 
@@ -79,14 +91,17 @@ class Lab:
     """
 
     def __init__(self, nodes: int = 2, rate_mbit: float | None = 200, tag: str | None = None):
-        if nodes < 1:
-            raise ValueError(f"nodes: need at least 1, got {nodes}")
-        if rate_mbit is not None and rate_mbit <= 0:
-            raise ValueError(f"rate_mbit: must be > 0 (or None for no cap), got {rate_mbit}")
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
+            raise LabSettingError(f"nodes: must be a whole number from 1 to {MAX_NODES} (one address each in "
+                                  f"{SUBNET}.0/24), got {nodes!r}. Fix: --nodes 2")
+        if rate_mbit is not None and not (isinstance(rate_mbit, (int, float)) and math.isfinite(rate_mbit)
+                                          and 0 < rate_mbit <= 1e6):
+            raise LabSettingError(f"rate_mbit: must be a number of Mbit/s above 0 and at most 1e6 (or 0/None for "
+                                  f"no cap), got {rate_mbit!r}. Fix: --rate-mbit 200")
         self.nodes, self.rate_mbit = nodes, rate_mbit
         self.tag = tag or f"{PREFIX}{secrets.token_hex(3)}"
         if not self.tag.startswith(PREFIX) or not self.tag.replace("-", "").isalnum():
-            raise ValueError(f"tag: must start with {PREFIX!r} and hold letters, digits, '-', got {self.tag!r}")
+            raise LabSettingError(f"tag: must start with {PREFIX!r} and hold letters, digits, '-', got {self.tag!r}")
         self.switch = f"{self.tag}-sw"
         self.namespaces = [f"{self.tag}-n{i}" for i in range(nodes)]
         self.state_file = STATE_DIR / f"{self.tag}.json"
@@ -110,9 +125,9 @@ class Lab:
         """
         reason = unavailable()
         if reason:
-            raise RuntimeError(reason)
+            raise NetlabError(reason)
         if self.state_file.exists() or {self.switch, *self.namespaces} & _namespaces():
-            raise RuntimeError(f"netlab: a lab named {self.tag} exists already. Fix: python -m "
+            raise NetlabError(f"netlab: a lab named {self.tag} exists already. Fix: python -m "
                                f"tutorial_lib.jobs.netlab down --tag {self.tag}, or use another tag")
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         record = {**self.describe(), "tag": self.tag, "owner_pid": None if persistent else os.getpid()}
@@ -241,30 +256,31 @@ def remove_orphans() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``up`` / ``down`` / ``status`` of a lab from the shell."""
+    """``up`` / ``down`` / ``status`` of a lab from the shell; exit statuses of :mod:`tutorial_lib.exits`."""
+    from tutorial_lib.exits import run_main
+
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.jobs.netlab", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=("up", "down", "status"))
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--rate-mbit", type=float, default=200, help="cap of each node's port; 0 = none")
     parser.add_argument("--tag", default=PREFIX, help=f"lab name, starting with {PREFIX!r}")
-    args = parser.parse_args(argv)
-    try:
-        if args.action == "up":
-            lab = Lab(args.nodes, args.rate_mbit or None, args.tag).up(persistent=True)
-            addresses = ", ".join(map(lab.address, range(lab.nodes)))
-            print(f"netlab {lab.tag}: nodes {', '.join(lab.namespaces)} at {addresses}, port cap "
-                  f"{lab.rate_mbit or 'none'} Mbit/s. Run inside: ip netns exec {lab.namespaces[0]} ...; "
-                  f"remove: make netlab-down")
-        elif args.action == "down":
-            removed = [args.tag] if remove(args.tag) else []
-            removed += remove_orphans()
-            print(f"removed: {', '.join(removed) or 'nothing (no lab recorded under that name)'}")
-        else:
-            for record in recorded():
-                print(json.dumps(record))
-    except (RuntimeError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_main(lambda: _act(parser.parse_args(argv)), refused=(NetlabError,))
+
+
+def _act(args) -> int:
+    if args.action == "up":
+        lab = Lab(args.nodes, args.rate_mbit or None, args.tag).up(persistent=True)
+        addresses = ", ".join(map(lab.address, range(lab.nodes)))
+        print(f"netlab {lab.tag}: nodes {', '.join(lab.namespaces)} at {addresses}, port cap "
+              f"{lab.rate_mbit or 'none'} Mbit/s. Run inside: ip netns exec {lab.namespaces[0]} ...; "
+              f"remove: make netlab-down")
+    elif args.action == "down":
+        removed = [args.tag] if remove(args.tag) else []
+        removed += remove_orphans()
+        print(f"removed: {', '.join(removed) or 'nothing (no lab recorded under that name)'}")
+    else:
+        for record in recorded():
+            print(json.dumps(record))
     return 0
 
 

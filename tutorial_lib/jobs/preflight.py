@@ -178,7 +178,11 @@ def run(config, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto", 
 
 
 def _first_error(job) -> str:
-    lines = [line.strip() for line in job.logs().splitlines() if "Error" in line or "error:" in line]
+    from tutorial_lib.jobs.commands import SETUP_FAILED
+
+    logs = job.logs().splitlines()
+    setup = [line.strip() for line in logs if line.startswith(SETUP_FAILED)]  # the batch script names the line
+    lines = setup or [line.strip() for line in logs if "Error" in line or "error:" in line]
     return f" First error: {lines[0]}" if lines else ""
 
 

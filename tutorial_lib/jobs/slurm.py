@@ -56,6 +56,7 @@ def run_command(command: list[str], what: str, env: dict | None = None) -> str:
 
 def submit_slurm(spec: JobSpec, after_slurm_id: str | None = None) -> str:
     """Write ``spec``'s batch script into its run directory and sbatch it; record the job there; return its id."""
+    check_node_cpus(spec)
     command = sbatch_command(spec, after_slurm_id)
     script = spec.run_dir / JOB_SCRIPT
     script.write_text(batch_script(spec))
@@ -71,6 +72,32 @@ def submit_slurm(spec: JobSpec, after_slurm_id: str | None = None) -> str:
     write_job_file(spec.run_dir, {"backend": "slurm", "id": job_id, "name": spec.config.name,
                                   "spec": spec.to_dict(), "command": command, "submitted": time.time()})
     return job_id
+
+
+def partition_cpus(partition: str | None) -> int | None:
+    """The most CPUs any node of ``partition`` (None: the default one) has, as ``sinfo`` reports; None if unknown."""
+    command = ["sinfo", "-h", "-N", "-o", "%c"] + ([f"--partition={partition}"] if partition else [])
+    try:
+        shown = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    counts = [int(word) for word in shown.stdout.split() if word.isdigit()] if shown.returncode == 0 else []
+    return max(counts) if counts else None
+
+
+def check_node_cpus(spec: JobSpec) -> None:
+    """Refuse, before sbatch, a job asking more CPUs per node than any node of its partition has: sbatch would
+    accept it and it would pend forever (Reason=PartitionConfig) while a pre-flight waits out its timeout."""
+    per_rank = spec.site.cpus_per_rank
+    if not per_rank:
+        return
+    need, most = per_rank * spec.ranks_per_node, partition_cpus(spec.partition)
+    if most is not None and need > most:
+        fit = most // spec.ranks_per_node
+        raise JobError(f"cpus_per_rank: {per_rank} CPUs x {spec.ranks_per_node} rank(s) per node = {need} CPUs per "
+                       f"node, but the nodes of partition {spec.partition or '(default)'} have at most {most} "
+                       f"(sinfo); the job would pend forever. Fix: set the site block's cpus_per_rank to at most "
+                       f"{fit}" + (" or use fewer ranks_per_node" if fit else ", and use fewer ranks_per_node") + ".")
 
 
 def cancel_slurm(job_id: str) -> None:

@@ -220,12 +220,15 @@ def load_site(source=None) -> Site:
     path = source if source is not None else os.environ.get(SITE_ENV)
     if not path:
         return Site()
-    import yaml
+    from tutorial_lib.yamlfile import YamlFileError, read_yaml
 
     where = f"{SITE_ENV}={path}" if source is None else str(path)
     if not Path(path).is_file():
         raise ConfigError(f"site: {where} names no file. Fix: point it at a YAML file with a site: block.")
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    try:
+        data = read_yaml(path, f"site: {where}") or {}
+    except YamlFileError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(data, dict) or not isinstance(data.get("site"), dict):
         raise ConfigError(f"site: {where} holds no site: block. Fix: add one (see README, Bringing the course "
                           "to your cluster).")
@@ -280,6 +283,26 @@ def check_time(value: str | int) -> str:
     return text
 
 
+DEFAULT_WARNING_LEAD_S = 120  # train.sbatch's #SBATCH --signal=B:USR1@120
+
+
+def warning_lead_seconds(sbatch_options) -> int:
+    """Seconds before the time limit at which Slurm warns the batch script (the last ``--signal`` given wins)."""
+    leads = [int(o.rsplit("@", 1)[1]) for o in sbatch_options if re.fullmatch(r"--signal=B:USR1@\d{1,5}", o)]
+    return leads[-1] if leads else DEFAULT_WARNING_LEAD_S
+
+
+def check_time_against_warning(time: str, sbatch_options) -> None:
+    """Refuse a Slurm time limit no longer than the warning lead: the stop warning would come at once, and the
+    job would checkpoint, requeue and start again until it finished in several times the time (seen: 3 requeues)."""
+    limit, lead = time_limit_seconds(time), warning_lead_seconds(sbatch_options)
+    if limit <= lead:
+        raise ConfigError(f"time: {time} ({limit} s) leaves no time to train: Slurm warns the job {lead} s before "
+                          f"its limit (--signal=B:USR1@{lead}), and the job then stops to checkpoint and requeues. "
+                          f"Fix: a time limit well above {lead} s (e.g. '00:{max(10, lead // 60 + 5):02d}:00'), "
+                          "or a shorter warning in sbatch_options ('--signal=B:USR1@30').")
+
+
 def time_limit_seconds(text: str) -> int:
     """Seconds in a Slurm time string (minutes, MM:SS, HH:MM:SS, D-HH:MM:SS)."""
     days = 0
@@ -327,6 +350,19 @@ def _check_sbatch_option(option: str) -> str:
     raise ConfigError(f"sbatch_options: {problem}. Fix: {fix}.")
 
 
+_COUNT_MINIMUM = {"nodes": 1, "ranks_per_node": 1, "max_restarts": 0}
+
+
+def check_counts(**counts) -> None:
+    """Refuse a count (``nodes``, ``ranks_per_node``, ``max_restarts``) that is not a whole number at or above its
+    minimum, naming the parameter the user set (before anything is derived from it, such as a per-rank batch)."""
+    for what, value in counts.items():
+        low = _COUNT_MINIMUM[what]
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{what}: must be an integer >= {low}, got {shorten(value)}. "
+                              f"Fix: pass e.g. {what}={low + 1}.")
+
+
 def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time: str | int | None = None,
               partition: str | None = None, account: str | None = None, sbatch_options=(),
               max_restarts: int = 0, check_data: bool = True, on_cluster: bool = False,
@@ -346,11 +382,7 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
     gpus_elsewhere = True if on_cluster and config.device != "cpu" else None
     validate(config, check_paths=check_data and module == "tutorial_lib.train", cuda_available=gpus_elsewhere)
     validate_name(config.name, "name")
-    for what, value, low in (("nodes", nodes, 1), ("ranks_per_node", ranks_per_node, 1),
-                             ("max_restarts", max_restarts, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(f"{what}: must be an integer >= {low}, got {shorten(value)}. "
-                              f"Fix: pass e.g. {what}={low + 1}.")
+    check_counts(nodes=nodes, ranks_per_node=ranks_per_node, max_restarts=max_restarts)
     odd = next((c for c in config.output_root if c in "%\\" or not c.isprintable()), None)
     if odd is not None:  # Slurm expands % and \\ in --output: the job would fail with no log file
         raise ConfigError(f"output_root: {shorten(config.output_root)} contains {odd!r}, which Slurm treats "
@@ -364,7 +396,10 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
                                                   else [sbatch_options])]
     site = load_site(site) if on_cluster else Site()
     partition, account, time = site.resolve(partition, account, time)
-    return JobSpec(config=config, nodes=nodes, ranks_per_node=ranks_per_node, time=check_time(time),
+    time = check_time(time)
+    if on_cluster:
+        check_time_against_warning(time, [*site.sbatch_options, *options])
+    return JobSpec(config=config, nodes=nodes, ranks_per_node=ranks_per_node, time=time,
                    partition=_check_word("partition", partition), account=_check_word("account", account),
                    sbatch_options=options, max_restarts=max_restarts, module=module,
                    module_args=list(module_args) if module_args is not None else None,
@@ -388,9 +423,21 @@ def write_job_file(run_dir: Path, record: dict) -> None:
 
 
 def read_job_file(run_dir: Path) -> dict:
-    """The job record of a run directory, or JobError naming what is missing."""
+    """The job record of a run directory, or JobError (one line) naming what is missing, unreadable or torn."""
     path = Path(run_dir) / JOB_FILE
     if not path.is_file():
         raise JobError(f"{run_dir} holds no job ({JOB_FILE} missing). Fix: pass the run directory of a job "
                        "submitted with tutorial_lib.jobs.submit (output_root/name).")
-    return json.loads(path.read_text())
+    try:
+        record = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise JobError(f"{path}: cannot be read ({exc.strerror}). Fix: give yourself read permission on it, "
+                       "or pass the run directory of a job you submitted.") from None
+    except ValueError:  # torn (a full disk, a copy cut short), empty, or not JSON at all
+        raise JobError(f"{path} is not a complete job record (torn, empty or not JSON); nothing was read from it. "
+                       "Fix: submit the job again with another name, or with fresh=True.") from None
+    missing = [key for key in ("id", "backend", "name") if not isinstance(record, dict) or key not in record]
+    if missing:
+        raise JobError(f"{path} lacks the job's {', '.join(missing)}: it was not written by tutorial_lib.jobs. "
+                       "Fix: submit the job again with another name, or with fresh=True.")
+    return record

@@ -8,24 +8,25 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tutorial_lib.exits import run_main
 from tutorial_lib.rundir.lock import RunLock, RunLockedError
 from tutorial_lib.rundir.owned import RunDirError, clear_run_dir
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; exit 2 with a one-line message when the folder is refused or in use."""
+    """Entry point; exit 2 with a one-line message when the folder is refused or in use (:mod:`tutorial_lib.exits`)."""
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.rundir", description=__doc__)
     parser.add_argument("command", choices=["fresh"], help="fresh: remove the run's own files (a new start)")
     parser.add_argument("run_dir", help="the run directory (output_root/name)")
-    args = parser.parse_args(argv)
-    try:
+
+    def fresh() -> int:
+        args = parser.parse_args(argv)
         RunLock(args.run_dir).check()
         removed = clear_run_dir(args.run_dir)
-    except (RunDirError, RunLockedError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"removed {len(removed)} file(s) of the run in {args.run_dir}")
-    return 0
+        print(f"removed {len(removed)} file(s) of the run in {args.run_dir}")
+        return 0
+
+    return run_main(fresh, refused=(RunDirError, RunLockedError))
 
 
 if __name__ == "__main__":

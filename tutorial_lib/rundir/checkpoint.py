@@ -112,6 +112,14 @@ def load_weights_only(path: str | os.PathLike, map_location="cpu") -> dict:
                               "loading it could run code, so nothing was loaded or run. Fix: delete it if you did "
                               "not write it (an older tutorial_lib wrote numpy objects: start a new run name, or "
                               "resume with that version).") from None
+    except (EOFError, KeyError, RuntimeError) as exc:  # torch's words for an empty, torn or foreign file
+        if isinstance(exc, RuntimeError) and "PytorchStreamReader" not in str(exc) and "zip" not in str(exc):
+            raise
+        size = os.path.getsize(path) if os.path.exists(path) else 0
+        raise CheckpointError(f"checkpoint: {path} ({size:,} bytes) is not a complete torch file (empty, torn by a "
+                              "full disk or a cut copy, or another format); nothing was loaded. Fix: delete it or "
+                              "restore it, then run again (a run resumes from its last good checkpoint only if "
+                              "that file is whole).") from None
 
 
 def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict | None:

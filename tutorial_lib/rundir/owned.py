@@ -168,10 +168,11 @@ def clear_run_dir(run_dir: str | Path, what: str = "fresh") -> list[Path]:
             "removed. Fix: move them out of the run directory, or choose another run name.")
     for path in ours:
         path.unlink(missing_ok=True)
-    try:
-        run_dir.rmdir()  # refuses if anything appeared meanwhile
-    except OSError:
-        pass
+    if ours:  # an empty folder holds nothing of ours: whoever made it keeps it
+        try:
+            run_dir.rmdir()  # refuses if anything appeared meanwhile
+        except OSError:
+            pass
     return ours
 
 

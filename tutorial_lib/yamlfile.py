@@ -1,0 +1,62 @@
+"""The one way the project reads YAML: PyYAML's safe loader that also refuses a key given twice.
+
+Plain ``yaml.safe_load`` keeps the last of two equal keys without a word (``epochs: 1`` then ``epochs: 90``
+trains 90 epochs). :func:`read_yaml` refuses it naming the key and both lines, and turns every YAML error
+(a bad indentation, a ``!!python/object`` tag, a torn file) into one line naming the file. No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+
+class YamlFileError(ValueError):
+    """A YAML file (or value) the project cannot use: one line naming the file, the place and the fix."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that raises on a mapping holding one key twice."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: SafeLoader's own error names it
+                break
+            if first != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice (lines {first} and {key_node.start_mark.line + 1})",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _UniqueKeyLoader.construct_mapping)
+
+
+def parse_yaml(text: str, where: str):
+    """The value of YAML ``text`` (safe types only, no key twice); YamlFileError names ``where``."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        if "could not determine a constructor" in problem:
+            problem += " (only plain YAML values are read: no Python objects, nothing is run)"
+        raise YamlFileError(f"{where}: not usable YAML{at}: {' '.join(str(problem).split())}. Fix: correct "
+                            "that line (each key once, plain values).") from None
+
+
+def read_yaml(path: str | os.PathLike, what: str):
+    """The value of the YAML file ``path`` (``what`` names the setting it came from in messages)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise YamlFileError(f"{what}: {str(path)!r} is not a UTF-8 text file. Fix: pass a YAML file.") from None
+    return parse_yaml(text, f"{what} {str(path)!r}")
