@@ -10,7 +10,8 @@ Forms (:attr:`Source.form`):
   a ``val.txt`` of ``FILE LABEL`` lines, or the devkit archive);
 * ``folders``: ``train/<class>/`` and ``val/<class>/``: nothing to convert.
 
-The file names of the archives are torchvision's (``torchvision.datasets.imagenet.ARCHIVE_META``).
+The file names of the archives are torchvision's (``torchvision.datasets.imagenet.ARCHIVE_META``, copied in
+:mod:`.names` so that this tool starts without importing torch).
 """
 
 from __future__ import annotations
@@ -23,12 +24,9 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchvision.datasets.folder import IMG_EXTENSIONS
-from torchvision.datasets.imagenet import ARCHIVE_META
-
 from tutorial_lib.data import PREPARE_COMMAND
+from tutorial_lib.data.names import DEVKIT_TAR, TRAIN_TAR, VAL_TAR, is_image
 
-TRAIN_TAR, VAL_TAR, DEVKIT_TAR = (ARCHIVE_META[key][0] for key in ("train", "val", "devkit"))
 KAGGLE_ROOT = Path("ILSVRC/Data/CLS-LOC")
 KAGGLE_SOLUTION, KAGGLE_MAPPING = "LOC_val_solution.csv", "LOC_synset_mapping.txt"
 GROUND_TRUTH_NAMES = (KAGGLE_SOLUTION, "val.txt", "val_labels.txt", DEVKIT_TAR)
@@ -50,11 +48,6 @@ class Source:
     train: Path
     val: Path
     labels: Path | None = None
-
-
-def is_image(name: str) -> bool:
-    """Whether ``name`` has an image suffix that torchvision's ImageFolder reads."""
-    return name.lower().endswith(IMG_EXTENSIONS)
 
 
 def _subdirs(folder: Path) -> list[str]:
