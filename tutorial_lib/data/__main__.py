@@ -32,9 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     except PrepareError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        where = getattr(args, "dest", "nothing")
+        print(f"error: interrupted; {where} is partly prepared. Fix: run the same command again (it resumes "
+              "where it stopped).", file=sys.stderr)
+        return 130
     how = "linked to SOURCE" if summary["made"] == "links" else "extracted"
     print(f"{summary['form']}: {summary['train']:,} training and {summary['val']:,} validation images of "
-          f"{summary['classes']:,} classes {how} in {summary['dest']} ({summary['seconds']:.1f} s). "
+          f"{summary['classes']:,} classes {how} in {summary['dest']} ({summary['seconds']:.1f} s; "
+          f"{summary['skipped']:,} system files such as ._* and .DS_Store skipped). "
           f"Train with --dataset imagefolder --data-dir {summary['dest']}")
     return 0
 
