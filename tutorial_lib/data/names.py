@@ -15,12 +15,14 @@ IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tif
 TRAIN_TAR, VAL_TAR, DEVKIT_TAR = "ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar", "ILSVRC2012_devkit_t12.tar.gz"
 DEVKIT_DIR = "ILSVRC2012_devkit_t12"
 # Finder, Windows Explorer and friends: never images, whatever their suffix
-SYSTEM_FILES = frozenset({".ds_store", "thumbs.db", "desktop.ini", "ehthumbs.db", ".directory", "icon\r"})
+SYSTEM_FILES = frozenset({".ds_store", "thumbs.db", "desktop.ini", "ehthumbs.db", ".directory", "icon\r", "__macosx",
+                          ".spotlight-v100", ".trashes", ".fseventsd", "$recycle.bin"})
 
 
 def is_system_file(name: str | os.PathLike) -> bool:
-    """Whether ``name`` (a file name or path) is litter of an operating system, not data: macOS AppleDouble
-    ``._*`` files and ``.DS_Store``, Windows ``Thumbs.db``/``desktop.ini``, KDE ``.directory``."""
+    """Whether ``name`` (a file or folder name, or a path) is litter of an operating system, not data: macOS
+    AppleDouble ``._*`` files, ``.DS_Store`` and ``__MACOSX/``, Windows ``Thumbs.db``/``desktop.ini``, KDE
+    ``.directory``. Such a folder is never a class; such a file never an image."""
     base = os.path.basename(os.fspath(name))
     return base.startswith("._") or base.lower() in SYSTEM_FILES
 

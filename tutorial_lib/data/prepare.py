@@ -126,7 +126,9 @@ def plan(found: Source, dest: Path) -> dict:
         return {}
     if found.form == "archives":
         with tarfile.open(found.train) as outer:
-            members = [m for m in outer.getmembers() if not m.isdir() and not is_system_file(m.name)]
+            members = [m for m in outer.getmembers() if not m.isdir()]
+        top_skipped = sum(is_system_file(m.name) for m in members)
+        members = [m for m in members if not is_system_file(m.name)]
         names = [member_name(m, str(found.train)) for m in members]
         check_unique(names, str(found.train))
         classes = sorted(Path(n).stem for n in names)
@@ -138,13 +140,16 @@ def plan(found: Source, dest: Path) -> dict:
         check_unique(val_names, str(found.val))
         stems = [Path(n).stem for n in val_names]
     else:
-        classes = sorted(e for e in os.listdir(found.train) if (found.train / e).is_dir())
+        entries = os.listdir(found.train)
+        top_skipped = sum(map(is_system_file, entries))
+        classes = sorted(e for e in entries if (found.train / e).is_dir() and not is_system_file(e))
         val_names, val_skipped = _list_images(found.val)
         stems = [Path(n).stem for n in val_names]
         check_unique(stems, str(found.val))
     labels = val_labels(found.labels, classes)
     _check_labels(stems, labels, classes, found)
-    result = {"classes": classes, "labels": labels, "val_names": val_names, "val_skipped": val_skipped}
+    result = {"classes": classes, "labels": labels, "val_names": val_names,
+              "skipped": val_skipped + top_skipped}
     if found.form == "archives":
         needed = sum(m.size for m in members if not (dest / "train" / Path(m.name).stem).is_dir())
         needed += sum(m.size for m, n in zip(val, val_names, strict=True)
@@ -213,7 +218,9 @@ def _count(split: Path) -> tuple[dict[str, int], int]:
     """Images per class folder of ``split`` as they are on disk now (links followed), and system files seen."""
     counts, skipped = {}, 0
     for name in sorted(os.listdir(split)):
-        if (split / name).is_dir():
+        if is_system_file(name):
+            skipped += 1
+        elif (split / name).is_dir():
             images, junk = _list_images(split / name)
             counts[name], skipped = len(images), skipped + junk
     return counts, skipped
@@ -287,7 +294,7 @@ def _run(found: Source, dest: Path, todo: dict, subset: bool, progress: bool, st
         (dest / "val" / wnid).mkdir(parents=True, exist_ok=True)
     (train, train_skipped), (val, val_skipped) = _count(dest / "train"), _count(dest / "val")
     totals = check_counts({"train": train, "val": val}, found, subset)
-    skipped = train_skipped + val_skipped + todo.get("val_skipped", 0) + sum(state.get("skipped_train", {}).values())
+    skipped = train_skipped + val_skipped + todo.get("skipped", 0) + sum(state.get("skipped_train", {}).values())
     state.update(complete=True, totals=totals, skipped=skipped)
     _write_state(dest, state)
     return {"form": found.form, "made": "extracted" if found.form == "archives" else "links", "dest": str(dest),
