@@ -28,3 +28,12 @@ def test_the_copied_constants_are_torchvisions():
     assert names.IMG_EXTENSIONS == IMG_EXTENSIONS
     assert (names.TRAIN_TAR, names.VAL_TAR, names.DEVKIT_TAR) == tuple(ARCHIVE_META[k][0]
                                                                          for k in ("train", "val", "devkit"))
+
+
+def test_the_packages_the_data_tool_imports_lazily_are_declared():
+    import tomllib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    declared = {Requirement(text).name for text in project["dependencies"]}
+    assert {"scipy", "tqdm"} <= declared  # scipy reads the devkit's meta.mat, tqdm draws the progress bars
