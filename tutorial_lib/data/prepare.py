@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from tutorial_lib.data import PREPARE_COMMAND
-from tutorial_lib.data.extract import BROKEN, check_unique, extract_class, extract_file, member_name
+from tutorial_lib.data.extract import check_unique, extract_class, extract_val, member_name
 from tutorial_lib.data.layouts import FULL_SET, PrepareError, Source, detect, val_labels
 from tutorial_lib.data.links import MARK, make_link
 from tutorial_lib.data.names import is_image, is_system_file
@@ -187,31 +187,24 @@ def _extract_train(found: Source, dest: Path, todo: dict, state: dict, show: boo
     train = dest / "train"
     train.mkdir(parents=True, exist_ok=True)
     skipped = state.setdefault("skipped_train", {})
-    with tarfile.open(found.train) as outer, _bar(sum(m.size for m in todo["members"]), "train: extracting",
-                                                   show, "B") as bar:
-        for member in todo["members"]:
+    members = [m for m in todo["members"] if not (train / Path(m.name).stem).is_dir()]
+    with tarfile.open(found.train) as outer, open(found.train, "rb") as raw, \
+            _bar(sum(m.size for m in members), "train: extracting", show, "B") as bar:
+        for done, member in enumerate(members, 1):
             wnid = Path(member.name).stem
-            if not (train / wnid).is_dir():
-                label = f"{found.train}:{member.name}"
-                try:
-                    handle = outer.extractfile(member)
-                except BROKEN as exc:
-                    raise PrepareError(f"SOURCE: {found.train} is corrupt or truncated at {member.name!r} ({exc})."
-                                       " Fix: download it again (the run resumes where it stopped).") from None
-                skipped[wnid] = extract_class(handle, train / f".part-{wnid}", train / wnid, label)
-                _write_state(dest, state)
-            bar.update(member.size)
+            skipped[wnid] = extract_class(outer, raw.fileno(), member, train / f".part-{wnid}", train / wnid,
+                                          f"{found.train}:{member.name}", bar)
+            _write_state(dest, state)
+            bar.set_postfix_str(f"{done:,}/{len(members):,} classes", refresh=False)
 
 
 def _extract_val(found: Source, dest: Path, todo: dict, show: bool) -> None:
-    with tarfile.open(found.val) as tar, _bar(len(todo["val_members"]), "val: extracting into class folders",
-                                              show) as bar:
-        for member, name in zip(todo["val_members"], todo["val_names"], strict=True):
-            target = dest / "val" / todo["labels"][Path(name).stem] / name
-            if not os.path.lexists(target):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                extract_file(tar, member, target, str(found.val))
-            bar.update(1)
+    pairs = [(m, dest / "val" / todo["labels"][Path(n).stem] / n)
+             for m, n in zip(todo["val_members"], todo["val_names"], strict=True)]
+    pairs = [(m, t) for m, t in pairs if not os.path.lexists(t)]
+    if pairs:
+        with _bar(found.val.stat().st_size, f"val: extracting {len(pairs):,} images", show, "B") as bar:
+            extract_val(found.val, *map(list, zip(*pairs, strict=True)), dest / "val" / ".part-flat", bar)
 
 
 def _count(split: Path) -> tuple[dict[str, int], int]:
