@@ -89,10 +89,10 @@ def _check_written(part: Path, expected: set[str], label: str) -> None:
 
 
 def extract_class(outer: tarfile.TarFile, fd: int, member: tarfile.TarInfo, part: Path, folder: Path,
-                  label: str, bar) -> int:
+                  label: str, bar) -> tuple[int, int]:
     """One class tar (``member`` of ``outer``, whose file is open as ``fd``) into ``part`` by GNU tar, then renamed
-    to ``folder``; returns the system files skipped. Its listing is checked first (regular files, base names,
-    no name twice); ``part`` is removed if anything goes wrong."""
+    to ``folder``; returns (images written, system files skipped). Its listing is checked first (regular files,
+    base names, no name twice); ``part`` is removed if anything goes wrong."""
     shutil.rmtree(part, ignore_errors=True)  # an interrupted extraction of our own
     part.mkdir()
     try:
@@ -113,7 +113,7 @@ def extract_class(outer: tarfile.TarFile, fd: int, member: tarfile.TarInfo, part
         shutil.rmtree(part, ignore_errors=True)
         raise
     os.replace(part, folder)
-    return len(skipped)
+    return len(names) - len(skipped), len(skipped)
 
 
 def extract_val(archive: Path, members: list[tarfile.TarInfo], targets: list[Path], part: Path, bar) -> None:

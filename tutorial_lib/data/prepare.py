@@ -190,12 +190,14 @@ def _extract_train(found: Source, dest: Path, todo: dict, state: dict, show: boo
     members = [m for m in todo["members"] if not (train / Path(m.name).stem).is_dir()]
     with tarfile.open(found.train) as outer, open(found.train, "rb") as raw, \
             _bar(sum(m.size for m in members), "train: extracting", show, "B") as bar:
+        files = 0
         for done, member in enumerate(members, 1):
             wnid = Path(member.name).stem
-            skipped[wnid] = extract_class(outer, raw.fileno(), member, train / f".part-{wnid}", train / wnid,
-                                          f"{found.train}:{member.name}", bar)
+            written, skipped[wnid] = extract_class(outer, raw.fileno(), member, train / f".part-{wnid}",
+                                                   train / wnid, f"{found.train}:{member.name}", bar)
+            files += written
             _write_state(dest, state)
-            bar.set_postfix_str(f"{done:,}/{len(members):,} classes", refresh=False)
+            bar.set_postfix_str(f"{files:,} files, {done:,}/{len(members):,} classes", refresh=False)
 
 
 def _extract_val(found: Source, dest: Path, todo: dict, show: bool) -> None:
