@@ -269,3 +269,13 @@ def test_a_moved_source_is_named_and_preparing_again_points_the_links_there(sour
     dest.rename(together / "dest")
     assert all(p.exists() for p in (together / "dest").rglob("*"))
     check_imagefolder(together / "dest")
+
+
+def test_a_truncated_validation_archive_is_named_before_writing(sources, tmp_path):
+    source = _copy(sources["archives"], tmp_path)
+    val = source / "ILSVRC2012_img_val.tar"
+    val.write_bytes(val.read_bytes()[:1200])
+    with pytest.raises(PrepareError, match="ILSVRC2012_img_val.tar is corrupt or truncated") as error:
+        prepare(source, tmp_path / "dest", progress=False)
+    _one_line(error)
+    assert not (tmp_path / "dest").exists()

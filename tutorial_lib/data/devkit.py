@@ -18,6 +18,7 @@ import tarfile
 from pathlib import Path
 
 from tutorial_lib.data import PrepareError
+from tutorial_lib.data.extract import why
 from tutorial_lib.data.names import DEVKIT_DIR, DEVKIT_TAR
 
 GROUND_TRUTH = "ILSVRC2012_validation_ground_truth.txt"
@@ -48,7 +49,7 @@ def _read_files(path: Path) -> dict[str, bytes]:
                 if member.isfile() and name in (META, GROUND_TRUTH):
                     files[name] = tar.extractfile(member).read()
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise PrepareError(f"{path} is not a readable devkit archive ({exc}). Fix: pass the original "
+        raise PrepareError(f"{path} is not a readable devkit archive ({why(exc)}). Fix: pass the original "
                           f"{DEVKIT_TAR} (download it again if it is truncated).") from None
     return files
 

@@ -25,6 +25,12 @@ from tutorial_lib.data.names import is_system_file
 BROKEN = (tarfile.TarError, EOFError, zlib.error)  # what reading a truncated or corrupt archive raises
 
 
+def why(exc: BaseException) -> str:
+    """The last line of ``exc``'s message (tarfile's "r:*" lists every method it tried, one per line)."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    return lines[-1].strip(" -")
+
+
 def member_name(member: tarfile.TarInfo, archive: str) -> str:
     """The base name ``member`` is written under; PrepareError unless it is a regular file with a usable name."""
     name = member.name.rsplit("/", 1)[-1]
@@ -100,7 +106,7 @@ def extract_class(outer: tarfile.TarFile, fd: int, member: tarfile.TarInfo, part
             with tarfile.open(fileobj=outer.extractfile(member)) as inner:
                 listed = [m for m in inner.getmembers() if not m.isdir()]
         except BROKEN as exc:
-            raise PrepareError(f"SOURCE: {label} is corrupt or truncated ({exc}). Fix: download the archive again "
+            raise PrepareError(f"SOURCE: {label} is corrupt or truncated ({why(exc)}). Fix: download the archive again "
                                "(the run resumes where it stopped).") from None
         names = [member_name(m, label) for m in listed]
         check_unique(names, label)

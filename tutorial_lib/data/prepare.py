@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from tutorial_lib.data import PREPARE_COMMAND
-from tutorial_lib.data.extract import check_unique, extract_class, extract_val, member_name
+from tutorial_lib.data.extract import BROKEN, check_unique, extract_class, extract_val, member_name, why
 from tutorial_lib.data.layouts import FULL_SET, PrepareError, Source, detect, val_labels
 from tutorial_lib.data.links import MARK, make_link
 from tutorial_lib.data.names import is_image, is_system_file
@@ -119,21 +119,28 @@ def _free(dest: Path) -> int:
     return shutil.disk_usage(existing).free
 
 
+def _listing(archive: Path) -> list[tarfile.TarInfo]:
+    """The members of ``archive`` (headers only); PrepareError naming it when it is corrupt or truncated."""
+    try:
+        with tarfile.open(archive) as tar:
+            return tar.getmembers()
+    except BROKEN as exc:
+        raise PrepareError(f"SOURCE: {archive} is corrupt or truncated ({why(exc)}). Fix: download it again.") from None
+
+
 def plan(found: Source, dest: Path) -> dict:
     """Everything read and checked before DEST is written: the classes, the validation ground truth against the
     validation listing, names used twice, and (archives) the free space DEST needs. PrepareError otherwise."""
     if found.form == "folders":
         return {}
     if found.form == "archives":
-        with tarfile.open(found.train) as outer:
-            members = [m for m in outer.getmembers() if not m.isdir()]
+        members = [m for m in _listing(found.train) if not m.isdir()]
         top_skipped = sum(is_system_file(m.name) for m in members)
         members = [m for m in members if not is_system_file(m.name)]
         names = [member_name(m, str(found.train)) for m in members]
         check_unique(names, str(found.train))
         classes = sorted(Path(n).stem for n in names)
-        with tarfile.open(found.val) as tar:
-            val = [m for m in tar.getmembers() if not m.isdir()]
+        val = [m for m in _listing(found.val) if not m.isdir()]
         val_skipped = sum(is_system_file(m.name) for m in val)
         val = [m for m in val if not is_system_file(m.name)]
         val_names = [member_name(m, str(found.val)) for m in val]
