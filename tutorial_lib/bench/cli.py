@@ -38,6 +38,8 @@ USAGE = """examples:
         --master-addr 10.77.0.1 -m tutorial_lib.bench allreduce --algorithm flat,hierarchical --links
     python -m tutorial_lib.bench prepare --out results/prepare.jsonl   # the data-prepare command on each form
     python -m tutorial_lib.bench scan --ranks 4 --out results/scan.jsonl   # one file list per job vs per rank
+    python -m tutorial_lib.bench extract --out results/extract.jsonl   # prepare vs GNU tar on the archives, to disk
+    python -m tutorial_lib.bench scale --files 10k --out results/scale.jsonl   # the data path at 10k/100k/full
     python -m tutorial_lib.bench staging --out results/staging.jsonl   # copy to node-local disk, read from each
     python -m tutorial_lib.bench matmul                      # dense matrix-product rate of this device
     python -m tutorial_lib.bench table results/train.jsonl   # markdown tables of result files
@@ -95,6 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--classes", type=int, default=20)
     prep.add_argument("--per-class", type=int, default=100)
     prep.add_argument("--val-per-class", type=int, default=10)
+    ext = sub.add_parser("extract", parents=[common], help="`prepare` on the original archives against GNU tar "
+                         "doing the same work, timed until on disk (sync), in interleaved rounds")
+    ext.add_argument("--classes", type=int, default=20)
+    ext.add_argument("--per-class", type=int, default=100)
+    ext.add_argument("--val-per-class", type=int, default=10)
+    ext.add_argument("--rounds", type=int, default=3)
+    ext.add_argument("--work-dir", help="where the archives and both extractions go (default: the temporary folder)")
+    scale = sub.add_parser("scale", parents=[common], help="the data path at 10k, 100k or ImageNet's 1,331,167 "
+                           "files: prepare of each form and the job's one scan (empty files, real wnids)")
+    scale.add_argument("--files", default="10k", help="10k, 100k or full (1,281,167 train + 50,000 val)")
+    scale.add_argument("--work-dir", default="data/scale", help="where the trees are made (kept between runs)")
+    scale.add_argument("--forms", default="kaggle,flat_val,folders,archives", type=_parse_list)
     stage = sub.add_parser("staging", parents=[common], help="copy the fake ImageNet to a node-local folder "
                            "(stage_to), then read every image from where it is and from the copy, in rounds")
     stage.add_argument("--data-dir", default="data/fake_imagenet", help="generated here unless it is a real set")
@@ -277,6 +291,17 @@ def _main(argv: list[str] | None) -> int:
         from tutorial_lib.bench.prepare import measure_prepare
 
         _emit(measure_prepare(classes=args.classes, per_class=args.per_class, val_per_class=args.val_per_class), args)
+        return 0
+    if args.command == "extract":
+        from tutorial_lib.bench.extract import measure_extract
+
+        _emit(measure_extract(args.classes, args.per_class, args.val_per_class, args.rounds,
+                              work_dir=args.work_dir), args)
+        return 0
+    if args.command == "scale":
+        from tutorial_lib.bench.scale import measure_scale
+
+        _emit(measure_scale(args.files, args.work_dir, tuple(args.forms)), args)
         return 0
     if args.command == "staging":
         from tutorial_lib.bench.staging import measure_staging

@@ -62,7 +62,9 @@ def describe(record: dict) -> str:
             "allreduce": "{backend} x{world_size}", "matmul": "{device}",
             "loader": "{recipe} workers={workers} b={batch_size} {image_size}px",
             "loader_ratio": "workers={workers} b={batch_size} {image_size}px",
-            "staging": "{mode} round {round}: {images} files"}.get(kind, "{kind}")
+            "staging": "{mode} round {round}: {images} files",
+            "extract": "{side} round {round}: {files} files, {bytes} bytes, {seconds_to_disk} s to disk",
+            "scale": "{step} {form} at {files} files: {seconds} s"}.get(kind, "{kind}")
     text = f"{kind}: " + head.format_map({k: _fmt(v) for k, v in record.items()})
     if status != "ok":
         return f"{text}: {status} ({record.get('reason', '')})"

@@ -12,3 +12,7 @@ imports nothing else from the project.
 """
 
 PREPARE_COMMAND = "python -m tutorial_lib.data prepare SOURCE DEST"
+
+
+class PrepareError(ValueError):
+    """A source or destination folder that cannot be prepared; the message names the field and the fix."""

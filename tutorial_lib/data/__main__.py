@@ -36,7 +36,8 @@ def _main(argv: list[str] | None) -> int:
     summary = prepare(args.source, args.dest, args.val_labels, args.subset, not args.no_progress)
     how = "linked to SOURCE" if summary["made"] == "links" else "extracted"
     print(f"{summary['form']}: {summary['train']:,} training and {summary['val']:,} validation images of "
-          f"{summary['classes']:,} classes {how} in {summary['dest']} ({summary['seconds']:.1f} s). "
+          f"{summary['classes']:,} classes {how} in {summary['dest']} ({summary['seconds']:.1f} s; "
+          f"{summary['skipped']:,} system files such as ._* and .DS_Store skipped). "
           f"Train with --dataset imagefolder --data-dir {summary['dest']}")
     return 0
 

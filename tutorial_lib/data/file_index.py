@@ -5,8 +5,9 @@ entries; 64 ranks read 85 million directory entries from the shared file system)
 walks the tree once (:func:`build`) and writes ``file_index.json`` in the run directory; every rank
 (:func:`use`) then reads that one file instead of the folders. Nothing is written into the data folders.
 
-The walk is torchvision's (``os.walk`` with ``followlinks=True``, sorted), so the list is exactly the
-one ``ImageFolder`` would make. An index is used only for the root it was made for.
+The walk is torchvision's (``os.walk`` with ``followlinks=True``, sorted) with the project's one rule of
+which files are images (:func:`tutorial_lib.data.names.is_image`: system files such as ``._x.JPEG`` are not),
+so the list is exactly the one the trainer's ImageFolder makes. An index is used only for the root it was made for.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import json
 import os
 from pathlib import Path
 
-from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
-
+from tutorial_lib.data.names import is_image, is_system_file
 from tutorial_lib.rundir.layout import INDEX_FILE
 from tutorial_lib.rundir.owned import is_index_file
 
@@ -27,13 +27,13 @@ def scan(root: str | os.PathLike) -> dict:
     """``{"classes": [...], "files": [[file paths relative to root, class 0], ...]}`` of an ImageFolder split."""
     root = Path(root)
     with os.scandir(root) as entries:
-        classes = sorted(e.name for e in entries if e.is_dir())
+        classes = sorted(e.name for e in entries if e.is_dir() and not is_system_file(e.name))
     files = []
     for name in classes:
         found = []
         for folder, _, names in sorted(os.walk(root / name, followlinks=True)):
             rel = os.path.relpath(folder, root)
-            found += [os.path.join(rel, f) for f in sorted(names) if has_file_allowed_extension(f, IMG_EXTENSIONS)]
+            found += [os.path.join(rel, f) for f in sorted(names) if is_image(f)]
         files.append(found)
     return {"classes": classes, "files": files}
 

@@ -10,7 +10,8 @@ Forms (:attr:`Source.form`):
   a ``val.txt`` of ``FILE LABEL`` lines, or the devkit archive);
 * ``folders``: ``train/<class>/`` and ``val/<class>/``: nothing to convert.
 
-The file names of the archives are torchvision's (``torchvision.datasets.imagenet.ARCHIVE_META``).
+The file names of the archives are torchvision's (``torchvision.datasets.imagenet.ARCHIVE_META``, copied in
+:mod:`.names` so that this tool starts without importing torch).
 """
 
 from __future__ import annotations
@@ -19,25 +20,21 @@ import csv
 import io
 import os
 import re
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchvision.datasets.folder import IMG_EXTENSIONS
-from torchvision.datasets.imagenet import ARCHIVE_META
+from tutorial_lib.data import PREPARE_COMMAND, PrepareError
+from tutorial_lib.data.devkit import FORMS_TEXT, devkit_labels, is_devkit
+from tutorial_lib.data.names import DEVKIT_DIR, DEVKIT_TAR, TRAIN_TAR, VAL_TAR, is_image, is_system_file
 
-from tutorial_lib.data import PREPARE_COMMAND
+__all__ = ["PrepareError", "Source", "detect", "is_image", "val_labels"]
 
-TRAIN_TAR, VAL_TAR, DEVKIT_TAR = (ARCHIVE_META[key][0] for key in ("train", "val", "devkit"))
 KAGGLE_ROOT = Path("ILSVRC/Data/CLS-LOC")
 KAGGLE_SOLUTION, KAGGLE_MAPPING = "LOC_val_solution.csv", "LOC_synset_mapping.txt"
-GROUND_TRUTH_NAMES = (KAGGLE_SOLUTION, "val.txt", "val_labels.txt", DEVKIT_TAR)
+GROUND_TRUTH_NAMES = (KAGGLE_SOLUTION, "val.txt", "val_labels.txt", DEVKIT_TAR, DEVKIT_DIR)
+LABELS_TEXT = f"LOC_val_solution.csv, a val.txt of 'FILE LABEL' lines, or the devkit ({FORMS_TEXT})"
 FULL_SET = {"train": 1_281_167, "val": 50_000, "classes": 1_000}
 _WNID = re.compile(r"^n\d{8}$")
-
-
-class PrepareError(ValueError):
-    """A source or destination folder that cannot be prepared; the message names the field and the fix."""
 
 
 @dataclass(frozen=True)
@@ -52,14 +49,9 @@ class Source:
     labels: Path | None = None
 
 
-def is_image(name: str) -> bool:
-    """Whether ``name`` has an image suffix that torchvision's ImageFolder reads."""
-    return name.lower().endswith(IMG_EXTENSIONS)
-
-
 def _subdirs(folder: Path) -> list[str]:
     with os.scandir(folder) as entries:
-        return sorted(e.name for e in entries if e.is_dir())
+        return sorted(e.name for e in entries if e.is_dir() and not is_system_file(e.name))
 
 
 def _has_images(folder: Path) -> bool:
@@ -75,12 +67,11 @@ def detect(root: str | os.PathLike, val_labels: str | os.PathLike | None = None)
         raise PrepareError(f"SOURCE: {root} is not a folder. Fix: pass the folder that holds your ImageNet "
                            f"(the archives, the Kaggle download or train/ and val/) to {PREPARE_COMMAND}.")
     labels = Path(val_labels).expanduser().absolute() if val_labels else None
-    if labels is not None and not labels.is_file():
-        raise PrepareError(f"--val-labels: {labels} is not a file. Fix: pass LOC_val_solution.csv, a val.txt "
-                           f"of 'FILE LABEL' lines or {DEVKIT_TAR}.")
+    if labels is not None and not (labels.is_file() or labels.is_dir() and is_devkit(labels)):
+        raise PrepareError(f"--val-labels: {labels} is not a file. Fix: pass {LABELS_TEXT}.")
     if (root / TRAIN_TAR).is_file() or (root / VAL_TAR).is_file():
         missing = [name for name in (TRAIN_TAR, VAL_TAR) if not (root / name).is_file()]
-        labels = labels or _existing(root / DEVKIT_TAR)
+        labels = labels or _existing(root / DEVKIT_TAR) or _existing(root / DEVKIT_DIR)
         if missing or labels is None:
             missing += [] if labels else [DEVKIT_TAR]
             raise PrepareError(f"SOURCE: {root} holds ImageNet archives but not {', '.join(missing)}. Fix: put "
@@ -104,47 +95,75 @@ def detect(root: str | os.PathLike, val_labels: str | os.PathLike | None = None)
     if labels is None:
         raise PrepareError(f"SOURCE: {val} holds its images flat, and no ground-truth file says their classes "
                            f"(looked for {', '.join(GROUND_TRUTH_NAMES)} in {root}). Fix: run {PREPARE_COMMAND} "
-                           "--val-labels FILE with LOC_val_solution.csv, a val.txt of 'FILE LABEL' lines or "
-                           f"{DEVKIT_TAR}.")
+                           f"--val-labels FILE with {LABELS_TEXT}.")
     return Source("flat_val", root, train, val, labels)
 
 
 def _existing(path: Path) -> Path | None:
-    return path if path.is_file() else None
+    return path if path.is_file() or path.is_dir() and is_devkit(path) else None
 
 
 def val_labels(path: Path, class_names: list[str]) -> dict[str, str]:
     """The validation ground truth in ``path`` as ``{image stem: wnid}``.
 
-    ``path`` is ``LOC_val_solution.csv`` (Kaggle), the devkit archive, or a text file of
-    ``FILE LABEL`` lines where LABEL is a wnid or a class index into the sorted ``class_names``
-    (the common ``val.txt``).
+    ``path`` is ``LOC_val_solution.csv`` (Kaggle), a devkit form (:mod:`.devkit`), or a text file of
+    ``FILE LABEL`` lines where LABEL is a wnid or a number. A number has one meaning: the 0-based index of the
+    class in the sorted wnids of train/ (``class_names``; 0 is n01440764 in ImageNet), as in the common
+    ``val.txt``. Numbers that cannot mean that (negative, or not below the number of classes, as the devkit's
+    1-based ILSVRC2012_IDs are) are refused; an image named twice is refused, naming both lines.
     """
-    if path.name.endswith(".tar.gz") or path.name.endswith(".tgz"):
-        return _devkit_labels(path)
+    if is_devkit(path):
+        return devkit_labels(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        text = "\0"
+    if "\0" in text:
+        raise PrepareError(f"--val-labels: {path} is not a text file. Fix: pass {LABELS_TEXT}.")
     if path.suffix == ".csv":
-        with open(path, newline="") as handle:
-            rows = list(csv.reader(handle))
-        if not rows or rows[0][:2] != ["ImageId", "PredictionString"]:
-            raise PrepareError(f"--val-labels: {path} is not Kaggle's {KAGGLE_SOLUTION} (its first line must be "
-                               "'ImageId,PredictionString'). Fix: pass the file from the Kaggle download.")
-        return {row[0]: _checked_wnid(row[1].split()[0] if row[1].split() else "", path, number)
-                for number, row in enumerate(rows[1:], 2) if row}
-    labels = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+        return _kaggle_labels(path, text)
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         if not parts:
             continue
         if len(parts) != 2:
             raise PrepareError(f"--val-labels: line {number} of {path} is not 'FILE LABEL'. Fix: one image "
                                "name and its wnid or class index per line.")
-        name, label = parts
-        if label.isdigit():
-            if int(label) >= len(class_names):
-                raise PrepareError(f"--val-labels: line {number} of {path} names class {label}, but train/ has "
-                                   f"{len(class_names)} classes. Fix: pass the ground truth of this data set.")
-            label = class_names[int(label)]
-        labels[Path(name).stem] = _checked_wnid(label, path, number)
+        rows.append((number, *parts))
+    numbers = [(number, label) for number, _, label in rows if not _WNID.match(label)]
+    bad = next(((n, label) for n, label in numbers if not label.isdigit() or int(label) >= len(class_names)), None)
+    if bad is not None:
+        used = [int(label) for _, label in numbers if label.isdigit()]
+        hint = (f" Its numbers run {min(used)}..{max(used)}: the devkit's 1-based ILSVRC2012_IDs are not class "
+                "indices, pass the devkit itself" if used and min(used) >= 1 and max(used) == len(class_names)
+                else " Pass the ground truth of this data set")
+        raise PrepareError(f"--val-labels: line {bad[0]} of {path} has {bad[1]!r}; a number is the 0-based index "
+                           f"of the class among the {len(class_names)} sorted class folders of train/ "
+                           f"(0..{len(class_names) - 1}), or a wnid (n01440764). Fix:{hint}.")
+    return _unique(path, ((number, name, class_names[int(label)] if label.isdigit() else label)
+                          for number, name, label in rows))
+
+
+def _kaggle_labels(path: Path, text: str) -> dict[str, str]:
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or rows[0][:2] != ["ImageId", "PredictionString"]:
+        raise PrepareError(f"--val-labels: {path} is not Kaggle's {KAGGLE_SOLUTION} (its first line must be "
+                           "'ImageId,PredictionString'). Fix: pass the file from the Kaggle download.")
+    return _unique(path, ((number, row[0], (row[1].split() or [""])[0] if len(row) > 1 else "")
+                          for number, row in enumerate(rows[1:], 2) if row))
+
+
+def _unique(path: Path, rows) -> dict[str, str]:
+    """``{image stem: wnid}`` of ``(line number, image name, wnid)`` rows; PrepareError for a bad wnid or an
+    image named on two lines (both named)."""
+    labels, lines = {}, {}
+    for number, name, wnid in rows:
+        stem = Path(name).stem
+        if stem in labels:
+            raise PrepareError(f"--val-labels: {path} names image {stem} twice, on lines {lines[stem]} "
+                               f"({labels[stem]}) and {number} ({wnid}). Fix: keep the one correct line.")
+        labels[stem], lines[stem] = _checked_wnid(wnid, path, number), number
     return labels
 
 
@@ -153,38 +172,3 @@ def _checked_wnid(label: str, path: Path, number: int) -> str:
         raise PrepareError(f"--val-labels: line {number} of {path} has {label!r} where a wnid (n01440764) "
                            "belongs. Fix: pass the ground truth of this data set.")
     return label
-
-
-def devkit_meta(path: Path) -> tuple[dict[int, str], list[int]]:
-    """``({ILSVRC2012_ID: wnid} of the leaf synsets, the validation ground truth IDs in image order)``
-    read from the devkit archive in memory.
-
-    torchvision's ``parse_devkit_archive`` does the same, but it checks the MD5 of the real archive
-    and writes ``meta.bin`` beside it (SOURCE must not change), and its parsers are inner functions;
-    this follows its reading of ``meta.mat`` (scipy) and of the ground-truth text.
-    """
-    import scipy.io
-
-    files = {}
-    with tarfile.open(path) as tar:
-        for member in tar:
-            name = member.name.rsplit("/", 1)[-1]
-            if member.isfile() and name in ("meta.mat", "ILSVRC2012_validation_ground_truth.txt"):
-                files[name] = tar.extractfile(member).read()
-    if len(files) != 2:
-        raise PrepareError(f"{path} holds no data/meta.mat or data/ILSVRC2012_validation_ground_truth.txt. "
-                           f"Fix: pass the original {DEVKIT_TAR}.")
-    synsets = scipy.io.loadmat(io.BytesIO(files["meta.mat"]), squeeze_me=True)["synsets"]
-    leaves = [s for s in synsets if int(s[4]) == 0]  # field 4: num_children; leaves are the classes
-    ids = {int(s[0]): str(s[1]) for s in leaves}
-    truth = [int(line) for line in files["ILSVRC2012_validation_ground_truth.txt"].decode().split()]
-    return ids, truth
-
-
-def _devkit_labels(path: Path) -> dict[str, str]:
-    ids, truth = devkit_meta(path)
-    unknown = sorted(set(truth) - set(ids))
-    if unknown:
-        raise PrepareError(f"{path}: the ground truth names class IDs {unknown[:5]} that meta.mat does not have. "
-                           f"Fix: pass the original {DEVKIT_TAR}.")
-    return {f"ILSVRC2012_val_{number:08d}": ids[label] for number, label in enumerate(truth, 1)}

@@ -1,9 +1,13 @@
 """``prepare(SOURCE, DEST)``: any form of ImageNet (see :mod:`.layouts`) as ``DEST/{train,val}/<wnid>/``.
 
-Nothing under SOURCE is moved, renamed or changed. Unpacked sources become links (one per training
-class folder, one per validation image); archives are extracted, one class (train) or one image (val)
-at a time through a temporary name, so an interrupted run resumes where it stopped. DEST must be new,
-empty, or a folder this command started (it holds :data:`MARK`, which names its SOURCE).
+Nothing under SOURCE is moved, renamed or changed. Unpacked sources become relative links (one per training
+class folder, one per validation image; :mod:`.links`); archives are extracted (:mod:`.extract`), one class
+(train) or one image (val) at a time through a temporary name, so an interrupted run resumes where it stopped.
+
+Everything that can be checked is checked before the first file is written (:func:`plan`): the class list, the
+validation listing against its ground truth, the devkit, names used twice, the free space DEST needs. DEST must
+be new, empty, or a folder this command started (it holds :data:`MARK`, which names its SOURCE); one run at a
+time writes into a DEST (a lock), and a file in DEST that this command did not write is never replaced.
 
 torchvision's ``parse_train_archive``/``parse_val_archive`` extract into the archive's own folder and
 delete the inner tars, and check the MD5 of the full archives, so they do not fit; the archive names
@@ -12,6 +16,9 @@ and the devkit reading follow them.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
 import shutil
@@ -20,30 +27,59 @@ import time
 from pathlib import Path
 
 from tutorial_lib.data import PREPARE_COMMAND
-from tutorial_lib.data.layouts import FULL_SET, PrepareError, Source, detect, is_image, val_labels
+from tutorial_lib.data.extract import BROKEN, check_unique, extract_class, extract_val, member_name, why
+from tutorial_lib.data.layouts import FULL_SET, PrepareError, Source, detect, val_labels
+from tutorial_lib.data.links import MARK, make_link
+from tutorial_lib.data.names import is_image, is_system_file
 
-MARK = ".tutorial_prepared.json"
+LOCK = ".tutorial_prepare.lock"  # flock'ed while a run writes into DEST (stays, empty, afterwards)
 
 
 def check_destination(dest: Path, source: Source) -> dict:
     """The state of an earlier prepare of ``source`` into ``dest`` ({} if new); PrepareError unless DEST is
-    absent, empty, or started by this command from the same SOURCE (never overwrite user files)."""
-    if dest == source.root or source.root in dest.parents or dest in source.root.parents:
-        raise PrepareError(f"DEST: {dest} overlaps SOURCE {source.root}, and SOURCE must stay unchanged. "
-                           "Fix: pass a DEST outside SOURCE (and not a folder holding it).")
+    absent, empty, or started by this command from the same SOURCE (never overwrite user files). Paths are
+    compared resolved, so a link into SOURCE (or to it) is seen for what it is. A DEST whose SOURCE is gone
+    (moved) may be prepared again from the new place: its links are pointed there."""
+    real_dest, real_source = dest.resolve(), source.root.resolve()
+    if real_dest == real_source or real_source in real_dest.parents or real_dest in real_source.parents:
+        raise PrepareError(f"DEST: {dest} overlaps SOURCE {source.root} (resolved: {real_dest} and {real_source}), "
+                           "and SOURCE must stay unchanged. Fix: pass a DEST outside SOURCE (and not a folder "
+                           "holding it).")
     if dest.exists() and not dest.is_dir():
         raise PrepareError(f"DEST: {dest} is not a folder. Fix: pass a new or empty folder to {PREPARE_COMMAND}.")
-    if not dest.is_dir() or not any(dest.iterdir()):
+    if not dest.is_dir() or not any(e.name != LOCK for e in dest.iterdir()):
         return {}
     mark = dest / MARK
     if not mark.is_file():
         raise PrepareError(f"DEST: {dest} already holds files that {PREPARE_COMMAND} did not write; refusing to "
                            "write into it. Fix: pass a new or empty folder.")
-    state = json.loads(mark.read_text())
-    if state.get("source") != str(source.root):
-        raise PrepareError(f"DEST: {dest} was prepared from {state.get('source')}, not {source.root}. Fix: pass "
-                           "a new or empty folder, or the SOURCE it was prepared from.")
+    try:
+        state = json.loads(mark.read_text())
+        recorded = state["source"]
+    except (ValueError, KeyError, TypeError):
+        raise PrepareError(f"DEST: {mark} is torn or not this command's (not its JSON). Fix: pass a new or empty "
+                           f"folder; or, if DEST is a prepare of yours, delete {mark.name} and run again "
+                           "(it resumes).") from None
+    if recorded != str(source.root) and recorded != str(real_source):
+        if Path(recorded).exists() or state.get("form") != source.form:
+            raise PrepareError(f"DEST: {dest} was prepared from {recorded}, not {source.root}. Fix: pass a new "
+                               "or empty folder, or the SOURCE it was prepared from.")
+        state["moved_from"] = recorded
     return state
+
+
+@contextlib.contextmanager
+def _locked(dest: Path):
+    fd = os.open(dest / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PrepareError(f"DEST: another {PREPARE_COMMAND} is writing into {dest} now. Fix: wait for it "
+                               "to finish (running it again afterwards resumes or finds it done).") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def _write_state(dest: Path, state: dict) -> None:
@@ -58,128 +94,138 @@ def _bar(total: int, desc: str, show: bool, unit: str = "it"):
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "B", disable=not show, leave=False)
 
 
-def _list_images(folder: Path) -> list[str]:
+def _list_images(folder: Path) -> tuple[list[str], int]:
+    """The image files of ``folder`` (sorted) and how many system files (``._*``, ``.DS_Store``) it holds."""
     with os.scandir(folder) as entries:
-        return sorted(e.name for e in entries if is_image(e.name) and not e.is_dir())
+        files = [e.name for e in entries if not e.is_dir()]
+    return sorted(n for n in files if is_image(n)), sum(map(is_system_file, files))
 
 
-def _link(target: Path, link: Path) -> None:
-    if link.is_symlink() and os.readlink(link) == str(target):
-        return
-    if link.is_symlink():
-        link.unlink()  # a link of ours to another target (a resumed run after the source changed)
-    tmp = link.with_name(f".{link.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(target)
-    os.replace(tmp, link)
-
-
-def _link_train(source: Source, dest: Path, show: bool) -> dict[str, int]:
-    """One directory link per class; returns images per class (as ImageFolder will count them)."""
-    counts = {}
-    classes = [e for e in sorted(os.listdir(source.train)) if (source.train / e).is_dir()]
-    (dest / "train").mkdir(parents=True, exist_ok=True)
-    with _bar(len(classes), "train: linking class folders", show) as bar:
-        for name in classes:
-            counts[name] = len(_list_images(source.train / name))
-            _link(source.train / name, dest / "train" / name)
-            bar.update(1)
-    return counts
-
-
-def _link_val(source: Source, dest: Path, labels: dict[str, str], show: bool) -> dict[str, int]:
-    """One link per validation image, in the folder of its class; returns images per class."""
-    images = _list_images(source.val)
-    _check_labels([Path(n).stem for n in images], labels, source)
-    counts: dict[str, int] = {}
-    with _bar(len(images), "val: linking images into class folders", show) as bar:
-        for name in images:
-            wnid = labels[Path(name).stem]
-            folder = dest / "val" / wnid
-            if wnid not in counts:
-                folder.mkdir(parents=True, exist_ok=True)
-                counts[wnid] = 0
-            counts[wnid] += 1
-            _link(source.val / name, folder / name)
-            bar.update(1)
-    return counts
-
-
-def _check_labels(stems: list[str], labels: dict[str, str], source: Source) -> None:
+def _check_labels(stems: list[str], labels: dict[str, str], classes: list[str], source: Source) -> None:
     unlabelled = [s for s in stems if s not in labels]
     absent = sorted(set(labels) - set(stems))
     if unlabelled or absent:
         raise PrepareError(f"SOURCE: {len(stems)} validation images and {len(labels)} labels in {source.labels} do "
                            f"not match (no label: {unlabelled[:3] or 'none'}; label but no image: "
                            f"{absent[:3] or 'none'}). Fix: pass the complete validation set and its own ground truth.")
+    unknown = sorted(set(labels.values()) - set(classes))
+    if unknown:
+        raise PrepareError(f"SOURCE: the ground truth {source.labels} names classes that the training set does not "
+                           f"have: {unknown[:5]}. Fix: pass the training set and the ground truth of one data set.")
 
 
-def _safe_name(member: tarfile.TarInfo, archive: Path) -> str:
-    name = member.name.rsplit("/", 1)[-1]
-    if name in ("", ".", "..") or not member.isfile():
-        raise PrepareError(f"SOURCE: {archive} holds {member.name!r}, which is not an image file. "
-                           "Fix: pass the original ImageNet archives.")
-    return name
+def _free(dest: Path) -> int:
+    existing = next(p for p in (dest, *dest.parents) if p.exists())
+    return shutil.disk_usage(existing).free
 
 
-def _extract_file(handle, target: Path) -> None:
-    tmp = target.with_name(f".{target.name}.tmp")
-    with open(tmp, "wb") as out:
-        shutil.copyfileobj(handle, out, 1 << 20)
-    os.replace(tmp, target)
+def _listing(archive: Path) -> list[tarfile.TarInfo]:
+    """The members of ``archive`` (headers only); PrepareError naming it when it is corrupt or truncated."""
+    try:
+        with tarfile.open(archive) as tar:
+            return tar.getmembers()
+    except BROKEN as exc:
+        raise PrepareError(f"SOURCE: {archive} is corrupt or truncated ({why(exc)}). Fix: download it again.") from None
 
 
-def _check_space(dest: Path, needed: int) -> None:
-    free = shutil.disk_usage(dest).free
-    if needed > free:
-        raise PrepareError(f"DEST: extracting needs {needed / 1e9:.1f} GB more, {dest} has {free / 1e9:.1f} GB "
-                           "free. Fix: free space or pass a DEST on a larger disk (the run resumes where it stopped).")
+def plan(found: Source, dest: Path) -> dict:
+    """Everything read and checked before DEST is written: the classes, the validation ground truth against the
+    validation listing, names used twice, and (archives) the free space DEST needs. PrepareError otherwise."""
+    if found.form == "folders":
+        return {}
+    if found.form == "archives":
+        members = [m for m in _listing(found.train) if not m.isdir()]
+        top_skipped = sum(is_system_file(m.name) for m in members)
+        members = [m for m in members if not is_system_file(m.name)]
+        names = [member_name(m, str(found.train)) for m in members]
+        check_unique(names, str(found.train))
+        classes = sorted(Path(n).stem for n in names)
+        val = [m for m in _listing(found.val) if not m.isdir()]
+        val_skipped = sum(is_system_file(m.name) for m in val)
+        val = [m for m in val if not is_system_file(m.name)]
+        val_names = [member_name(m, str(found.val)) for m in val]
+        check_unique(val_names, str(found.val))
+        stems = [Path(n).stem for n in val_names]
+    else:
+        entries = os.listdir(found.train)
+        top_skipped = sum(map(is_system_file, entries))
+        classes = sorted(e for e in entries if (found.train / e).is_dir() and not is_system_file(e))
+        val_names, val_skipped = _list_images(found.val)
+        stems = [Path(n).stem for n in val_names]
+        check_unique(stems, str(found.val))
+    labels = val_labels(found.labels, classes)
+    _check_labels(stems, labels, classes, found)
+    result = {"classes": classes, "labels": labels, "val_names": val_names,
+              "skipped": val_skipped + top_skipped}
+    if found.form == "archives":
+        needed = sum(m.size for m in members if not (dest / "train" / Path(m.name).stem).is_dir())
+        needed += sum(m.size for m, n in zip(val, val_names, strict=True)
+                      if not (dest / "val" / labels[Path(n).stem] / n).exists())
+        free = _free(dest)
+        if needed > free:
+            raise PrepareError(f"DEST: extracting needs {needed / 1e9:.1f} GB more, {dest} has {free / 1e9:.1f} GB "
+                               "free. Fix: free space or pass a DEST on a larger disk (the run resumes where it "
+                               "stopped).")
+        result.update(members=members, val_members=val)
+    return result
 
 
-def _extract_train(source: Source, dest: Path, show: bool) -> dict[str, int]:
-    """Each inner ``<wnid>.tar`` into ``DEST/train/<wnid>/`` (through a temporary folder, so a finished
-    class is never extracted twice); returns images per class."""
+def _link_train(found: Source, dest: Path, sources: list[Path], classes: list[str], show: bool) -> None:
+    (dest / "train").mkdir(parents=True, exist_ok=True)
+    with _bar(len(classes), "train: linking class folders", show) as bar:
+        for name in classes:
+            make_link(found.train / name, dest / "train" / name, sources)
+            bar.update(1)
+
+
+def _link_val(found: Source, dest: Path, sources: list[Path], todo: dict, show: bool) -> None:
+    made = set()
+    with _bar(len(todo["val_names"]), "val: linking images into class folders", show) as bar:
+        for name in todo["val_names"]:
+            folder = dest / "val" / todo["labels"][Path(name).stem]
+            if folder not in made:
+                folder.mkdir(parents=True, exist_ok=True)
+                made.add(folder)
+            make_link(found.val / name, folder / name, sources)
+            bar.update(1)
+
+
+def _extract_train(found: Source, dest: Path, todo: dict, state: dict, show: bool) -> None:
     train = dest / "train"
     train.mkdir(parents=True, exist_ok=True)
-    counts = {}
-    with tarfile.open(source.train) as outer:
-        members = [m for m in outer.getmembers() if m.isfile()]
-        todo = {m.name for m in members if not (train / Path(m.name).stem).is_dir()}
-        _check_space(dest, sum(m.size for m in members if m.name in todo))
-        with _bar(sum(m.size for m in members), "train: extracting", show, "B") as bar:
-            for member in members:
-                wnid = Path(_safe_name(member, source.train)).stem
-                if member.name in todo:
-                    part = train / f".part-{wnid}"
-                    shutil.rmtree(part, ignore_errors=True)  # an interrupted extraction of our own
-                    part.mkdir()
-                    with tarfile.open(fileobj=outer.extractfile(member), mode="r|") as inner:
-                        for image in inner:
-                            _extract_file(inner.extractfile(image), part / _safe_name(image, source.train))
-                    os.replace(part, train / wnid)
-                counts[wnid] = len(_list_images(train / wnid))
-                bar.update(member.size)
-    return counts
+    skipped = state.setdefault("skipped_train", {})
+    members = [m for m in todo["members"] if not (train / Path(m.name).stem).is_dir()]
+    with tarfile.open(found.train) as outer, open(found.train, "rb") as raw, \
+            _bar(sum(m.size for m in members), "train: extracting", show, "B") as bar:
+        files = 0
+        for done, member in enumerate(members, 1):
+            wnid = Path(member.name).stem
+            written, skipped[wnid] = extract_class(outer, raw.fileno(), member, train / f".part-{wnid}",
+                                                   train / wnid, f"{found.train}:{member.name}", bar)
+            files += written
+            _write_state(dest, state)
+            bar.set_postfix_str(f"{files:,} files, {done:,}/{len(members):,} classes", refresh=False)
 
 
-def _extract_val(source: Source, dest: Path, labels: dict[str, str], show: bool) -> dict[str, int]:
-    """Each validation image into ``DEST/val/<wnid>/``; an image already there (same size) is skipped."""
-    counts: dict[str, int] = {}
-    with tarfile.open(source.val) as tar:
-        members = [m for m in tar.getmembers() if m.isfile()]
-        _check_labels([Path(m.name).stem for m in members], labels, source)
-        targets = [dest / "val" / labels[Path(m.name).stem] / _safe_name(m, source.val) for m in members]
-        todo = {m.name for m, t in zip(members, targets, strict=True)
-                if not (t.is_file() and t.stat().st_size == m.size)}
-        _check_space(dest, sum(m.size for m in members if m.name in todo))
-        with _bar(len(members), "val: extracting into class folders", show) as bar:
-            for member, target in zip(members, targets, strict=True):
-                if member.name in todo:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    _extract_file(tar.extractfile(member), target)
-                counts[target.parent.name] = counts.get(target.parent.name, 0) + 1
-                bar.update(1)
-    return counts
+def _extract_val(found: Source, dest: Path, todo: dict, show: bool) -> None:
+    pairs = [(m, dest / "val" / todo["labels"][Path(n).stem] / n)
+             for m, n in zip(todo["val_members"], todo["val_names"], strict=True)]
+    pairs = [(m, t) for m, t in pairs if not os.path.lexists(t)]
+    if pairs:
+        with _bar(found.val.stat().st_size, f"val: extracting {len(pairs):,} images", show, "B") as bar:
+            extract_val(found.val, *map(list, zip(*pairs, strict=True)), dest / "val" / ".part-flat", bar)
+
+
+def _count(split: Path) -> tuple[dict[str, int], int]:
+    """Images per class folder of ``split`` as they are on disk now (links followed), and system files seen."""
+    counts, skipped = {}, 0
+    for name in sorted(os.listdir(split)):
+        if is_system_file(name):
+            skipped += 1
+        elif (split / name).is_dir():
+            images, junk = _list_images(split / name)
+            counts[name], skipped = len(images), skipped + junk
+    return counts, skipped
 
 
 def check_counts(counts: dict[str, dict[str, int]], source: Source, subset: bool = False) -> dict:
@@ -199,41 +245,59 @@ def check_counts(counts: dict[str, dict[str, int]], source: Source, subset: bool
     return totals
 
 
+def _named(exc: OSError, source: Source, dest: Path) -> PrepareError:
+    """One line for a fault of the file system (permissions, a full disk), naming the path and the fix."""
+    path = str(exc.filename or "")
+    field = "DEST" if path.startswith(str(dest)) else "SOURCE"
+    fix = ("free space on DEST's disk or pass a DEST on a larger one" if exc.errno == errno.ENOSPC
+           else "make it readable (and DEST writable) for you")
+    return PrepareError(f"{field}: cannot read or write {path or source.root}: {exc.strerror or exc}. Fix: {fix}, "
+                        "then run the same command again (it resumes).")
+
+
 def prepare(source: str | os.PathLike, dest: str | os.PathLike, val_labels_file: str | os.PathLike | None = None,
             subset: bool = False, progress: bool = True) -> dict:
     """Make ``dest`` a class-folder ImageNet (``train/<wnid>/``, ``val/<wnid>/``) from ``source``.
 
-    Returns a summary: the form, how DEST was made (``links``/``extracted``), image and class counts,
-    seconds taken. Raises PrepareError (one line naming SOURCE, DEST or the option, and the fix) before
-    writing anything when the input is wrong; a run that stopped is resumed by running it again.
+    Returns a summary: the form, how DEST was made (``links``/``extracted``), image and class counts as DEST
+    holds them, the system files skipped, seconds taken. Raises PrepareError (one line naming SOURCE, DEST or
+    the option, and the fix) before writing anything when the input is wrong; a run that stopped (an error,
+    Ctrl-C) is resumed by running it again.
     """
     started = time.perf_counter()
     found = detect(source, val_labels_file)
     dest = Path(dest).expanduser().absolute()
-    state = check_destination(dest, found)
-    dest.mkdir(parents=True, exist_ok=True)
-    state = {"made_by": PREPARE_COMMAND, "source": str(found.root), "form": found.form,
-             "complete": False, **{k: v for k, v in state.items() if k == "totals"}}
+    try:
+        check_destination(dest, found)
+        todo = plan(found, dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        with _locked(dest):
+            return _run(found, dest, todo, subset, progress, started)
+    except OSError as exc:
+        raise _named(exc, found, dest) from None
+
+
+def _run(found: Source, dest: Path, todo: dict, subset: bool, progress: bool, started: float) -> dict:
+    old = check_destination(dest, found)  # again, under the lock: another run may have finished meanwhile
+    sources = [found.root] + ([Path(old["moved_from"])] if "moved_from" in old else [])
+    state = {"made_by": PREPARE_COMMAND, "source": str(found.root), "form": found.form, "complete": False,
+             **{k: v for k, v in old.items() if k in ("totals", "skipped_train")}}
     _write_state(dest, state)
     if found.form == "folders":
         for split in ("train", "val"):
-            _link(getattr(found, split), dest / split)
-        counts = {split: {c: len(_list_images(getattr(found, split) / c)) for c in sorted(os.listdir(
-            getattr(found, split))) if (getattr(found, split) / c).is_dir()} for split in ("train", "val")}
+            make_link(getattr(found, split), dest / split, sources)
+    elif found.form == "archives":
+        _extract_train(found, dest, todo, state, progress)
+        _extract_val(found, dest, todo, progress)
     else:
-        if found.form == "archives":
-            counts = {"train": _extract_train(found, dest, progress)}
-        else:
-            counts = {"train": _link_train(found, dest, progress)}
-        labels = val_labels(found.labels, sorted(counts["train"]))
-        if found.form == "archives":
-            counts["val"] = _extract_val(found, dest, labels, progress)
-        else:
-            counts["val"] = _link_val(found, dest, labels, progress)
-        for wnid in counts["train"]:  # a class without validation images keeps its label (same folders)
-            (dest / "val" / wnid).mkdir(parents=True, exist_ok=True)
-    totals = check_counts(counts, found, subset)
-    state.update(complete=True, totals=totals)
+        _link_train(found, dest, sources, todo["classes"], progress)
+        _link_val(found, dest, sources, todo, progress)
+    for wnid in todo.get("classes", ()):  # a class without validation images keeps its label (same folders)
+        (dest / "val" / wnid).mkdir(parents=True, exist_ok=True)
+    (train, train_skipped), (val, val_skipped) = _count(dest / "train"), _count(dest / "val")
+    totals = check_counts({"train": train, "val": val}, found, subset)
+    skipped = train_skipped + val_skipped + todo.get("skipped", 0) + sum(state.get("skipped_train", {}).values())
+    state.update(complete=True, totals=totals, skipped=skipped)
     _write_state(dest, state)
     return {"form": found.form, "made": "extracted" if found.form == "archives" else "links", "dest": str(dest),
-            **totals, "seconds": time.perf_counter() - started}
+            **totals, "skipped": skipped, "seconds": time.perf_counter() - started}

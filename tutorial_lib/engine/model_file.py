@@ -20,6 +20,8 @@ import torch
 from torch.utils.data import DataLoader
 from torchvision.datasets.folder import find_classes
 
+from tutorial_lib.data import PREPARE_COMMAND
+from tutorial_lib.data.links import moved_source
 from tutorial_lib.engine import distributed as dist_utils
 from tutorial_lib.engine.evaluate import evaluate
 from tutorial_lib.engine.input.cpu import CountingImageFolder, NormalizedBatches, collate_skipping, val_transform
@@ -75,9 +77,12 @@ def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_
         raise CheckpointError(f"RUN_DIR: {run_dir} has no {MODEL_FILE} (the run did not finish, or it was "
                               f"trained before runs wrote one). Fix: pass the run directory of a finished run.")
     val_dir = Path(data_dir) / "val"
-    if not val_dir.is_dir():
-        raise DataError(f"--data-dir: {data_dir} has no val/ folder. Fix: pass a folder with val/<class>/ "
-                        "(`python -m tutorial_lib.data prepare SOURCE DEST` makes one).")
+    moved = moved_source(data_dir)
+    if moved is not None:
+        raise DataError(moved)
+    if not val_dir.is_dir() or not any(entry.is_dir() for entry in os.scandir(val_dir)):
+        raise DataError(f"--data-dir: {data_dir} has no val/ folder with class folders in it (a flat val/ needs "
+                        f"its ground truth). Fix: pass a folder with val/<class>/ (`{PREPARE_COMMAND}` makes one).")
     _, _, local_rank, _ = dist_utils.env_rank_info()
     target = dist_utils.pick_device(device, local_rank)
     info = dist_utils.init_distributed(target)

@@ -30,6 +30,7 @@ from torchvision import datasets
 from torchvision.io import ImageReadMode, decode_jpeg
 
 from tutorial_lib.data import file_index
+from tutorial_lib.data.names import is_image, is_system_file
 from tutorial_lib.engine.input.folders import DataError
 from tutorial_lib.engine.input.jpeg import is_complete_jpeg, read_header
 
@@ -109,14 +110,14 @@ class ImageFiles(datasets.ImageFolder):
     """
 
     def __init__(self, root: str | os.PathLike, transform=None, bad_data: str = "skip"):
-        super().__init__(str(root), transform=transform, allow_empty=True)
+        super().__init__(str(root), transform=transform, is_valid_file=is_image, allow_empty=True)
         self.bad_data = bad_data
 
     def find_classes(self, directory: str) -> tuple[list[str], dict[str, int]]:
         """The class folders from the job's file index (:mod:`tutorial_lib.data.file_index`), else a scan."""
         known = file_index.classes(directory)
         if known is None:
-            return super().find_classes(directory)
+            known = [name for name in super().find_classes(directory)[0] if not is_system_file(name)]
         return known, {name: label for label, name in enumerate(known)}
 
     @staticmethod

@@ -13,6 +13,7 @@ import torch
 from PIL import Image
 
 from tutorial_lib.data import PREPARE_COMMAND
+from tutorial_lib.data.links import moved_source
 from tutorial_lib.rundir.owned import describe, foreign_tree_files
 
 _DIGITS_MARKER = "digits_export.json"
@@ -118,6 +119,9 @@ def check_imagefolder(data_dir: str | os.PathLike) -> Path:
     if not root.is_dir():
         raise DataError(f"data_dir: {root} does not exist. Fix: pass --data-dir with the folder that holds "
                         f"train/ and val/ (ImageNet layout; {PREPARE_FIX}), or use --dataset digits or synthetic.")
+    moved = moved_source(root)
+    if moved is not None:
+        raise DataError(moved)
     for split in ("train", "val"):
         split_dir = root / split
         if not split_dir.is_dir():

@@ -1,0 +1,140 @@
+"""`prepare` checks everything it can before writing; every devkit form; one meaning of numeric labels; system
+files (``._*``, ``.DS_Store``) ignored alike by prepare, the file index and training, and counted."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tutorial_lib.bench.fake_forms import make_fake_source
+from tutorial_lib.data import file_index
+from tutorial_lib.data.layouts import PrepareError, detect
+from tutorial_lib.data.prepare import prepare
+
+SETTINGS = dict(classes=3, per_class=4, val_per_class=2)
+DEVKIT = "ILSVRC2012_devkit_t12.tar.gz"
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    base = tmp_path_factory.mktemp("checks")
+    out = {}
+    for form in ("archives", "kaggle", "flat_val"):
+        out[form] = base / form
+        out[f"{form}-truth"] = make_fake_source(out[form], form, **SETTINGS)
+    return out
+
+
+def _copy(source: Path, tmp_path: Path, name: str = "copy") -> Path:
+    copy = tmp_path / name
+    shutil.copytree(source, copy, symlinks=True)
+    return copy
+
+
+def _val_by_class(dest: Path) -> dict[str, str]:
+    return {name: wnid for wnid in os.listdir(dest / "val") for name in os.listdir(dest / "val" / wnid)}
+
+
+def _extract_devkit(archive: Path, into: Path) -> Path:
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    return into / "ILSVRC2012_devkit_t12"
+
+
+def test_a_validation_set_that_does_not_match_its_labels_is_refused_before_any_extraction(sources, tmp_path):
+    source = _copy(sources["archives"], tmp_path)
+    devkit = _extract_devkit(source / DEVKIT, tmp_path / "kit")
+    truth = devkit / "data" / "ILSVRC2012_validation_ground_truth.txt"
+    truth.write_text("\n".join(truth.read_text().split()[:-1]) + "\n")  # one label short
+    with pytest.raises(PrepareError, match="6 validation images and 5 labels .* do not match"):
+        prepare(source, tmp_path / "dest", val_labels_file=devkit, progress=False)
+    assert not (tmp_path / "dest").exists()
+
+
+def test_too_little_free_space_is_refused_before_writing(sources, tmp_path, monkeypatch):
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**6, 10**6 - 100, 100))
+    with pytest.raises(PrepareError, match="extracting needs .* GB more") as error:
+        prepare(sources["archives"], tmp_path / "dest", progress=False)
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "dest").exists()
+
+
+def test_labels_naming_a_class_train_does_not_have_are_refused_before_writing(sources, tmp_path):
+    source = _copy(sources["flat_val"], tmp_path)
+    lines = (source / "val.txt").read_text().splitlines()
+    (source / "val.txt").write_text("\n".join([lines[0].split()[0] + " n09999999", *lines[1:]]) + "\n")
+    with pytest.raises(PrepareError, match="names classes that the training set does not have: \\['n09999999'\\]"):
+        prepare(source, tmp_path / "dest", progress=False)
+    assert not (tmp_path / "dest").exists()
+
+
+@pytest.mark.parametrize("devkit_form", ["folder in SOURCE", "folder", "ground truth beside meta.mat"])
+def test_every_devkit_form_gives_the_same_labels(sources, tmp_path, devkit_form):
+    source = _copy(sources["archives"], tmp_path)
+    archive = source / DEVKIT
+    kit = _extract_devkit(archive, source if devkit_form == "folder in SOURCE" else tmp_path / "kit")
+    archive.unlink()
+    labels = {"folder in SOURCE": None, "folder": kit,
+              "ground truth beside meta.mat": kit / "data" / "ILSVRC2012_validation_ground_truth.txt"}[devkit_form]
+    assert detect(source, labels).form == "archives"
+    prepare(source, tmp_path / "dest", val_labels_file=labels, progress=False)
+    assert _val_by_class(tmp_path / "dest") == sources["archives-truth"]["val"]
+
+
+def test_the_ground_truth_without_meta_mat_is_refused_naming_meta_mat(sources, tmp_path):
+    kit = _extract_devkit(sources["archives"] / DEVKIT, tmp_path / "kit")
+    (kit / "data" / "meta.mat").unlink()
+    with pytest.raises(PrepareError, match="holds no meta.mat: the ground truth's numbers are ILSVRC2012_IDs"):
+        prepare(sources["flat_val"], tmp_path / "dest", progress=False,
+                val_labels_file=kit / "data" / "ILSVRC2012_validation_ground_truth.txt")
+
+
+def test_numeric_labels_mean_the_0_based_sorted_class_index_and_impossible_numbers_are_refused(sources, tmp_path):
+    source = _copy(sources["flat_val"], tmp_path)
+    prepare(source, tmp_path / "ok", progress=False)  # val.txt holds 0-based indices into the sorted wnids
+    assert _val_by_class(tmp_path / "ok") == sources["flat_val-truth"]["val"]
+    lines = [line.split() for line in (source / "val.txt").read_text().splitlines()]
+    for numbers, expected in ((lambda n: n + 1, "run 1..3: the devkit's 1-based ILSVRC2012_IDs are not class"),
+                              (lambda n: -1 if n == 0 else n, "has '-1'; a number is the 0-based index")):
+        (source / "val.txt").write_text("".join(f"{name} {numbers(int(label))}\n" for name, label in lines))
+        with pytest.raises(PrepareError, match=expected):
+            prepare(source, tmp_path / "dest", progress=False)
+        assert not (tmp_path / "dest").exists()
+
+
+def test_system_files_are_ignored_by_prepare_the_index_and_training_and_counted(sources, tmp_path):
+    from tutorial_lib.engine.input.cpu import CountingImageFolder
+
+    source = _copy(sources["kaggle"], tmp_path)
+    base = source / "ILSVRC" / "Data" / "CLS-LOC"
+    (base / "val" / "._ILSVRC2012_val_00000001.JPEG").write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+    (base / "val" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    (base / "train" / "n01440764" / "._n01440764_1.JPEG").write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+    (base / "train" / "n01440764" / "Thumbs.db").write_bytes(b"thumbs")
+    (base / "train" / "__MACOSX").mkdir()
+    summary = prepare(source, tmp_path / "dest", progress=False)
+    assert (summary["train"], summary["val"], summary["classes"], summary["skipped"]) == (12, 6, 3, 5)
+    train = tmp_path / "dest" / "train"
+    walked = CountingImageFolder(train)
+    assert len(walked) == 12 and "__MACOSX" not in walked.classes
+    assert not any(Path(p).name.startswith("._") for p, _ in walked.samples)
+    listed = file_index.scan(train)
+    assert listed["classes"] == walked.classes and sum(map(len, listed["files"])) == 12
+
+
+def test_the_extraction_benchmark_gets_the_same_files_from_prepare_and_gnu_tar(tmp_path):
+    from tutorial_lib.bench.extract import measure_extract
+    from tutorial_lib.bench.scale import SIZES, split_counts
+
+    records = measure_extract(classes=2, per_class=3, val_per_class=1, rounds=2, size=(20, 15), work_dir=tmp_path)
+    assert [(r["side"], r["round"]) for r in records] == [("gnu_tar", 0), ("prepare", 0), ("prepare", 1),
+                                                          ("gnu_tar", 1)]
+    by_side = {r["side"]: r for r in records}
+    # prepare writes its mark and its lock file beside the same images
+    assert by_side["prepare"]["files"] == by_side["gnu_tar"]["files"] + 2 == 2 * 3 + 2 * 1 + 2
+    assert all(r["seconds_to_disk"] > 0 and "GNU tar" in r["tar"] for r in records)
+    assert split_counts(SIZES["full"]) == (1_281_167, 50_000)

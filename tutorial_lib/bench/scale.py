@@ -1,0 +1,166 @@
+"""The data path at ImageNet's size on this disk: ``prepare`` of each form and the job's one scan, at 10k, 100k
+or the full 1,331,167 files (1,281,167 training and 50,000 validation images in 1,000 classes).
+
+Each image is the same 2-pixel JPEG (the file count is measured, not the bytes), named as in ImageNet
+(``<wnid>_<n>.JPEG``, ``ILSVRC2012_val_<n>.JPEG``; the wnids are the scan tree's, in ImageNet's ``n0...`` form).
+The tree of each size is built once under ``work_dir`` (``base-<size>/``: ``train/<wnid>/`` and a flat ``val/``)
+and kept; the forms are hard links to it (``kaggle``, ``flat_val`` with a wnid ``val.txt``, ``folders``) or
+archives made from it. Every DEST is new and removed after its measurement.
+
+Not measured here (see the report of issue 35): a 4-rank job's time from launch to its first step, and staging.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tarfile
+import time
+from pathlib import Path
+
+from tutorial_lib.data.names import DEVKIT_TAR, TRAIN_TAR, VAL_TAR
+
+SIZES = {"10k": 10_000, "100k": 100_000, "full": 1_331_167}
+FULL_TRAIN, FULL_VAL, CLASSES = 1_281_167, 50_000, 1_000
+
+
+def _tiny_jpeg() -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (2, 2), (120, 60, 30)).save(out, "JPEG")
+    return out.getvalue()
+
+
+def split_counts(files: int) -> tuple[int, int]:
+    """(training, validation) images of a tree of ``files`` images, in ImageNet's proportion."""
+    val = max(CLASSES, round(files * FULL_VAL / (FULL_TRAIN + FULL_VAL)))
+    return files - val, val
+
+
+def wnids() -> list[str]:
+    """1,000 wnids in ImageNet's form (``n01440764`` first), sorted."""
+    return [f"n{1440764 + label * 37:08d}" for label in range(CLASSES)]
+
+
+def build_base(root: Path, files: int) -> dict:
+    """``root/train/<wnid>/`` and flat ``root/val/`` with ``files`` images (reused when built before); returns
+    ``{"val": {file name: wnid}}``."""
+    marker = root / "scale_tree.json"
+    if marker.is_file() and json.loads(marker.read_text())["files"] == files:
+        return json.loads(marker.read_text())
+    if root.exists():
+        shutil.rmtree(root)
+    data, classes = _tiny_jpeg(), wnids()
+    train, val = split_counts(files)
+    for label, wnid in enumerate(classes):
+        folder = root / "train" / wnid
+        folder.mkdir(parents=True)
+        for index in range(train // CLASSES + (label < train % CLASSES)):
+            (folder / f"{wnid}_{index + 1}.JPEG").write_bytes(data)
+    (root / "val").mkdir()
+    truth = {}
+    for number in range(1, val + 1):
+        name = f"ILSVRC2012_val_{number:08d}.JPEG"
+        (root / "val" / name).write_bytes(data)
+        truth[name] = classes[(number * 7919) % CLASSES]  # not in class order, as in ImageNet
+    state = {"files": files, "val": truth}
+    marker.write_text(json.dumps(state))
+    return state
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst, copy_function=os.link)
+
+
+def make_form(base: Path, state: dict, form: str, root: Path) -> Path:
+    """SOURCE of ``form`` under ``root`` from the base tree (hard links, or archives); reused if there."""
+    if root.is_dir():
+        return root
+    tmp = root.with_name(f".{root.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    if form == "kaggle":
+        data = tmp / "ILSVRC" / "Data" / "CLS-LOC"
+        data.mkdir(parents=True)
+        _link_tree(base / "train", data / "train")
+        _link_tree(base / "val", data / "val")
+        (tmp / "LOC_val_solution.csv").write_text("ImageId,PredictionString\n" + "".join(
+            f"{Path(n).stem},{w} 1 1 2 2\n" for n, w in sorted(state["val"].items())))
+    elif form == "flat_val":
+        _link_tree(base / "train", tmp / "train")
+        _link_tree(base / "val", tmp / "val")
+        (tmp / "val.txt").write_text("".join(f"{n} {w}\n" for n, w in sorted(state["val"].items())))
+    elif form == "folders":
+        _link_tree(base / "train", tmp / "train")
+        for name, wnid in state["val"].items():
+            (tmp / "val" / wnid).mkdir(parents=True, exist_ok=True)
+            os.link(base / "val" / name, tmp / "val" / wnid / name)
+    else:
+        _archives(base, state, tmp)
+    os.replace(tmp, root)
+    return root
+
+
+def _archives(base: Path, state: dict, root: Path) -> None:
+    from tutorial_lib.bench.fake_forms import _add_bytes, _meta_mat
+
+    classes = wnids()
+    inner = root / ".inner"
+    inner.mkdir()
+    with tarfile.open(root / TRAIN_TAR, "w") as outer:
+        for wnid in classes:
+            with tarfile.open(inner / f"{wnid}.tar", "w") as tar:
+                for path in sorted((base / "train" / wnid).iterdir()):
+                    tar.add(path, arcname=path.name)
+            outer.add(inner / f"{wnid}.tar", arcname=f"{wnid}.tar")
+            (inner / f"{wnid}.tar").unlink()
+    inner.rmdir()
+    with tarfile.open(root / VAL_TAR, "w") as tar:
+        for name in sorted(state["val"]):
+            tar.add(base / "val" / name, arcname=name)
+    ids = {wnid: i + 1 for i, wnid in enumerate(classes)}
+    truth = "".join(f"{ids[state['val'][n]]}\n" for n in sorted(state["val"]))
+    with tarfile.open(root / DEVKIT_TAR, "w:gz") as tar:
+        _add_bytes(tar, "ILSVRC2012_devkit_t12/data/meta.mat", _meta_mat(classes, {w: w for w in classes}, ids))
+        _add_bytes(tar, "ILSVRC2012_devkit_t12/data/ILSVRC2012_validation_ground_truth.txt", truth.encode())
+
+
+def _record(step: str, form: str, files: int, seconds: float, load: float, **extra) -> dict:
+    return {"kind": "scale", "status": "ok", "step": step, "form": form, "files": files, "seconds": seconds,
+            "files_per_sec": files / seconds if seconds else None, "load_average_1m": load, "device": "cpu",
+            "cpus": os.cpu_count(), "timestamp": time.time(), **extra}
+
+
+def measure_scale(size: str = "10k", work_dir: str | os.PathLike = "data/scale",
+                  forms=("kaggle", "flat_val", "folders", "archives")) -> list[dict]:
+    """For each form: ``prepare`` (seconds, to disk with sync), then the job's one scan of the prepared DEST
+    (:func:`tutorial_lib.data.file_index.build`). ``size`` is 10k, 100k or full."""
+    from tutorial_lib.data import file_index
+    from tutorial_lib.data.prepare import prepare
+
+    if size not in SIZES:
+        raise ValueError(f"files: {size!r} is not one of {', '.join(SIZES)}. Fix: pass one of them.")
+    files, work = SIZES[size], Path(work_dir)
+    started = time.perf_counter()
+    state = build_base(work / f"base-{size}", files)
+    records = [_record("build", "base", files, time.perf_counter() - started, os.getloadavg()[0])]
+    for form in forms:
+        source = make_form(work / f"base-{size}", state, form, work / f"{form}-{size}")
+        dest = work / f"dest-{form}-{size}"
+        shutil.rmtree(dest, ignore_errors=True)
+        os.sync()
+        load, began = os.getloadavg()[0], time.perf_counter()
+        summary = prepare(source, dest, progress=False, subset=True)
+        os.sync()
+        records.append(_record("prepare", form, files, time.perf_counter() - began, load, made=summary["made"],
+                               train_images=summary["train"], val_images=summary["val"]))
+        load, began = os.getloadavg()[0], time.perf_counter()
+        index = file_index.build(dest, work / f"run-{form}-{size}")
+        records.append(_record("scan", form, files, time.perf_counter() - began, load,
+                               index_bytes=index.stat().st_size))
+        shutil.rmtree(work / f"run-{form}-{size}")
+        shutil.rmtree(dest)
+    return records

@@ -1,0 +1,143 @@
+"""Extraction of the original archives into DEST by GNU tar, one class at a time (train), then the validation
+images sorted into their class folders.
+
+Path safety (the listing is read and checked in Python before tar runs, and what tar wrote is checked after):
+only regular-file members are written, under their base name, into a folder ``prepare`` chose; a symlink,
+hard link or device member, or two members of one name, is refused in one line naming it (and the class's
+temporary ``.part-<wnid>`` folder is removed). tar gets the bytes through a pipe (``sendfile``), so the
+command that stops it is ours, and a progress bar counts bytes and files. System files (``._*``, ``.DS_Store``; see
+:mod:`.names`) are skipped and counted. A finished file or class is never written again, and a file that is
+already there (a user's) is never replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import zlib
+from pathlib import Path
+
+from tutorial_lib.data import PrepareError
+from tutorial_lib.data.names import is_system_file
+
+BROKEN = (tarfile.TarError, EOFError, zlib.error)  # what reading a truncated or corrupt archive raises
+
+
+def why(exc: BaseException) -> str:
+    """The last line of ``exc``'s message (tarfile's "r:*" lists every method it tried, one per line)."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    return lines[-1].strip(" -")
+
+
+def member_name(member: tarfile.TarInfo, archive: str) -> str:
+    """The base name ``member`` is written under; PrepareError unless it is a regular file with a usable name."""
+    name = member.name.rsplit("/", 1)[-1]
+    if name in ("", ".", "..") or not member.isfile():
+        kind = "a symlink" if member.issym() else "a hard link" if member.islnk() else "not a regular file"
+        raise PrepareError(f"SOURCE: {archive} holds {member.name!r}, which is {kind}; only image files are "
+                           "extracted. Fix: pass the original ImageNet archives.")
+    return name
+
+
+def check_unique(names: list[str], archive: str) -> None:
+    """PrepareError naming both members when two members of ``archive`` would be written under one name."""
+    seen: dict[str, int] = {}
+    for position, name in enumerate(names, 1):
+        if name in seen:
+            raise PrepareError(f"SOURCE: {archive} holds two members named {name!r} (members {seen[name]} and "
+                               f"{position}); one would replace the other. Fix: pass the original archive.")
+        seen[name] = position
+
+
+TAR_SAFETY = ["--no-same-owner", "--no-same-permissions", "--keep-old-files",
+              "--transform=s,.*/,,"]  # base names only, as member_name() says; nothing existing replaced
+
+
+def _feed_tar(fd: int, offset: int, size: int, part: Path, options: list[str], label: str, bar) -> None:
+    """Run GNU tar in ``part`` on ``size`` bytes of ``fd`` from ``offset`` (sent through a pipe by the kernel:
+    ``sendfile``), updating ``bar`` by bytes; PrepareError naming ``label`` if tar fails."""
+    proc = subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(part), *TAR_SAFETY, *options],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        sent, end = 0, offset + size
+        try:
+            while offset < end:
+                sent = os.sendfile(proc.stdin.fileno(), fd, offset, min(end - offset, 1 << 26))
+                if sent == 0:
+                    break
+                offset += sent
+                bar.update(sent)
+        except BrokenPipeError:
+            pass  # tar stopped early: its status and message say why
+        proc.stdin.close()
+        error = proc.stderr.read().decode(errors="replace").strip().splitlines()
+        if proc.wait() != 0 or offset < end:
+            said = error[0].removeprefix("tar: ") if error else "it ended early"
+            raise PrepareError(f"SOURCE: {label} is corrupt or truncated (tar: {said}). Fix: download the archive "
+                               "again (the run resumes where it stopped).")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+def _check_written(part: Path, expected: set[str], label: str) -> None:
+    """PrepareError unless ``part`` holds exactly the ``expected`` names, each a regular file (tar wrote what
+    the listing said, nothing else)."""
+    with os.scandir(part) as entries:
+        found = {e.name: e.is_file(follow_symlinks=False) for e in entries}
+    if set(found) != expected or not all(found.values()):
+        odd = sorted(set(found) ^ expected) or [n for n, regular in found.items() if not regular]
+        raise PrepareError(f"SOURCE: {label} did not extract as listed ({odd[:3]}). Fix: download the archive "
+                           "again (the run resumes where it stopped).")
+
+
+def extract_class(outer: tarfile.TarFile, fd: int, member: tarfile.TarInfo, part: Path, folder: Path,
+                  label: str, bar) -> tuple[int, int]:
+    """One class tar (``member`` of ``outer``, whose file is open as ``fd``) into ``part`` by GNU tar, then renamed
+    to ``folder``; returns (images written, system files skipped). Its listing is checked first (regular files,
+    base names, no name twice); ``part`` is removed if anything goes wrong."""
+    shutil.rmtree(part, ignore_errors=True)  # an interrupted extraction of our own
+    part.mkdir()
+    try:
+        try:
+            with tarfile.open(fileobj=outer.extractfile(member)) as inner:
+                listed = [m for m in inner.getmembers() if not m.isdir()]
+        except BROKEN as exc:
+            raise PrepareError(f"SOURCE: {label} is corrupt or truncated ({why(exc)}). Fix: download the archive again "
+                               "(the run resumes where it stopped).") from None
+        names = [member_name(m, label) for m in listed]
+        check_unique(names, label)
+        _feed_tar(fd, member.offset_data, member.size, part, [], label, bar)
+        _check_written(part, set(names), label)
+        skipped = [n for n in names if is_system_file(n)]
+        for name in skipped:
+            (part / name).unlink()
+    except BaseException:
+        shutil.rmtree(part, ignore_errors=True)
+        raise
+    os.replace(part, folder)
+    return len(names) - len(skipped), len(skipped)
+
+
+def extract_val(archive: Path, members: list[tarfile.TarInfo], targets: list[Path], part: Path, bar) -> None:
+    """The validation images ``members`` of ``archive`` into their ``targets`` (class folders) by GNU tar: all
+    into ``part``, then each renamed into place (a file already at a target is never replaced)."""
+    shutil.rmtree(part, ignore_errors=True)
+    part.mkdir(parents=True)
+    listing = part.with_name(f"{part.name}.list")
+    try:
+        listing.write_bytes(b"".join(m.name.encode() + b"\0" for m in members))
+        with open(archive, "rb") as raw:
+            _feed_tar(raw.fileno(), 0, os.fstat(raw.fileno()).st_size, part,
+                      ["--null", "--verbatim-files-from", f"--files-from={listing}"], str(archive), bar)
+        _check_written(part, {t.name for t in targets}, str(archive))
+        for target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not os.path.lexists(target):
+                os.rename(part / target.name, target)
+    finally:
+        listing.unlink(missing_ok=True)
+        shutil.rmtree(part, ignore_errors=True)

@@ -1,0 +1,77 @@
+"""The links ``prepare`` makes from DEST into an unpacked SOURCE, and what a moved SOURCE does to them.
+
+Links are relative (``../../../imagenet/val/ILSVRC2012_val_00000001.JPEG``): SOURCE and DEST moved together keep
+working, and a short target fits in the link's inode (ext4 stores up to 59 bytes there; a longer one takes a
+4 KiB block). A SOURCE moved alone leaves them dangling; :func:`moved_source` says so in one line, and
+``prepare NEW_SOURCE DEST`` points them at the new place (it replaces only links of its own).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from tutorial_lib.data import PREPARE_COMMAND
+
+MARK = ".tutorial_prepared.json"
+
+
+def _target(link: Path) -> str:
+    """Where ``link`` points, as a normalised absolute path (not resolved: a dangling link has one too)."""
+    return os.path.normpath(os.path.join(link.parent, os.readlink(link)))
+
+
+def is_ours(link: Path, sources: list[Path]) -> bool:
+    """Whether ``link`` is a symlink prepare made: it points into one of ``sources`` (this run's SOURCE, or
+    the one DEST was prepared from before it moved)."""
+    if not link.is_symlink():
+        return False
+    target = _target(link)
+    return any(target == str(root) or target.startswith(str(root) + os.sep) for root in sources)
+
+
+def make_link(target: Path, link: Path, sources: list[Path]) -> bool:
+    """Make ``link`` a relative link to ``target``; replace only a link of ours (see :func:`is_ours`). Returns
+    False, changing nothing, when ``link`` is something else (a user's file): it is never replaced."""
+    relative = os.path.relpath(target, link.parent)
+    if link.is_symlink() and os.readlink(link) == relative:
+        return True
+    if os.path.lexists(link) and not is_ours(link, sources):
+        return False
+    tmp = link.with_name(f".{link.name}.tmp")
+    if tmp.is_symlink():
+        tmp.unlink()  # our own leftover of an interrupted run (a file of that name is left alone: rename fails)
+    tmp.symlink_to(relative)
+    os.replace(tmp, link)
+    return True
+
+
+def _dangling(root: Path) -> bool:
+    """Whether the first link of ``root``'s splits leads nowhere (the links hold together or not at all)."""
+    for split in ("train", "val"):
+        first = root / split
+        while first.is_dir() and not first.is_symlink():
+            with os.scandir(first) as entries:
+                names = sorted(e.name for e in entries)
+            if not names:
+                break
+            first = first / names[0]
+        if first.is_symlink():
+            return not first.exists()
+    return False
+
+
+def moved_source(data_dir: str | os.PathLike) -> str | None:
+    """One line saying that the SOURCE a prepared ``data_dir`` links to is gone and how to fix it, or None."""
+    root = Path(data_dir)
+    try:
+        state = json.loads((root / MARK).read_text())
+    except (OSError, ValueError):
+        return None
+    source = state.get("source") if isinstance(state, dict) else None
+    if state.get("form") == "archives" or not source or Path(source).exists() or not _dangling(root):
+        return None
+    return (f"data_dir: {root} was prepared from {source}, which is gone (moved or removed), so its links lead "
+            f"nowhere. Fix: run `{PREPARE_COMMAND.replace('SOURCE DEST', f'NEW_SOURCE {root}')}` with the place "
+            "it moved to (only the links are rewritten).")
