@@ -78,9 +78,9 @@ def test_digits_into_a_home_folder_given_as_tilde_is_one_line_and_writes_nothing
 @pytest.mark.parametrize("text, key", [("epochs: 1\nbase_lr: 0.1\nepochs: 90\n", "epochs"),
                                        ("site:\n  python: a\n  python: b\n", "python")])
 def test_a_key_given_twice_is_refused_in_every_yaml_the_project_reads(text, key, tmp_path):
+    from tutorial_lib.course import main as course_main
     from tutorial_lib.engine.trainer import main as train_main
     from tutorial_lib.jobs.spec import load_site
-    from tutorial_lib.lessons.course import main as course_main
 
     path = tmp_path / "file.yaml"
     path.write_text(text)
@@ -98,7 +98,7 @@ def test_a_key_given_twice_is_refused_in_every_yaml_the_project_reads(text, key,
 
 
 def test_a_python_tag_in_params_is_one_line_and_never_run(tmp_path):
-    from tutorial_lib.lessons.course import main
+    from tutorial_lib.course import main
 
     witness = tmp_path / "ran"
     path = tmp_path / "params.yaml"
@@ -111,7 +111,7 @@ def test_a_python_tag_in_params_is_one_line_and_never_run(tmp_path):
 
 
 def test_only_prefixes_that_name_no_notebook_are_refused(tmp_path):
-    from tutorial_lib.lessons.course import main
+    from tutorial_lib.course import main
 
     status, err = _run(main, ["--only", "99", "--out", str(tmp_path / "out")])
     assert status == 2 and "--only" in _one_line(err) and not (tmp_path / "out").exists()
@@ -128,7 +128,7 @@ def _notebook_parameters(prefix: str) -> dict:
 
 @pytest.mark.parametrize("name, value", [("ranks_per_node", -1), ("nodes", 0), ("ranks_per_node", 1.5)])
 def test_notebook_04s_plan_names_the_parameter_the_user_set(name, value):
-    from tutorial_lib.lessons import plans
+    from tutorial_lib.course import plans
 
     given = _notebook_parameters("04")
     wanted = ("profile", "output_root", "dataset", "data_dir", "arch", "image_size", "nodes", "ranks_per_node",

@@ -243,7 +243,7 @@ def test_rundir_fresh_never_removes_what_the_project_did_not_write(run_dir):
 @CASES
 @given(params=YAML, name=TEXT, value=YAML, out=PATH)
 def test_the_course_runner_keeps_the_contract(params, name, value, out):
-    from tutorial_lib.lessons.course import main
+    from tutorial_lib.course import main
 
     with _sandbox() as box:
         (box.root / "params.yaml").write_text(params)
