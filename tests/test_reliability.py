@@ -4,15 +4,16 @@ Each test makes a real fault happen to real processes (Slurm's warning signal an
 rank, SIGKILL in the middle of a checkpoint save, a second trainer) and checks that no finished work is
 lost: the run resumes from its last checkpoint and ends where an uninterrupted run ends.
 
-The time-limit job is submitted by the first test and finishes in the background while the other tests run;
-the last test of the module checks it (this keeps the module to a few minutes on a loaded 2-core machine).
+Slurm's time-limit warning is sent on purpose (``scancel --signal=USR1 --batch``, the signal that
+``--signal=B:USR1@...`` sends near the limit) once the trainer has made a given number of steps, and every wait
+is for an event (a job state, a metrics event, a process) under a generous ceiling: no verdict depends on how
+fast this machine is at the moment.
 Measurements are printed (``pytest -s``); the README's Reliability section quotes them.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -22,7 +23,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.conftest import REPO_ROOT, subprocess_env
 from tutorial_lib import jobs
@@ -96,37 +96,18 @@ def assert_each_epoch_once(run_dir: Path, epochs: int) -> None:
     assert len(events(run_dir, "end")) == 1 and (run_dir / DONE_FILE).is_file()
 
 
-def trainer_step_seconds(runs) -> float:
-    """Median time of one step of the real trainer here and now, on one thread as a job's rank runs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        runs.in_process(runs.config("calibration", epochs=1, max_steps_per_epoch=12, checkpoint=False, **TINY))
-    finally:
-        torch.set_num_threads(threads)
-    times = [e["time"] for e in events(runs.run_dir("calibration"), "step")]
-    gaps = sorted(later - earlier for earlier, later in zip(times, times[1:], strict=False))
-    return gaps[len(gaps) // 2]
-
-
 # ------------------------------------------------------------------ 1. time limits, preemption and requeue
-TIME_LIMIT = "2"  # minutes
-WARNING_S = 85  # --signal=B:USR1@85: slurmctld checks every 30 s, so the signal comes 5-35 s after the start
-WORK_S = 60  # training time (at the rate measured just before) > what two runs of < 35 s minus start-up can do
-MIN_EPOCHS = 12  # 1,068 steps: > two such runs even if the machine gets much faster after the measurement
+TIME_LIMIT = "20"  # minutes: never reached; the warnings are sent on purpose, as Slurm sends them near the limit
+LIMITED = dict(TINY, epochs=3, max_steps_per_epoch=60)  # 180 steps: the signals come after step 10 of a run
+WARNED_AFTER = 10  # steps a run has made (after its start or resume) when the test sends it the warning
 
 
 class SlurmWatch:
-    """Follows a Slurm job from two threads: one blocks in ``Job.wait()``, one records every state change.
+    """Follows a Slurm job from two threads: one blocks in ``Job.wait()``, one records every state change."""
 
-    Once the job has been requeued twice its time limit is raised, so the third run finishes the work
-    instead of being requeued again and again (which only makes the test longer, not stronger).
-    """
-
-    def __init__(self, job, extend_after: int = 2):
-        self.job, self.extend_after = job, extend_after
+    def __init__(self, job):
+        self.job = job
         self.history: list[tuple[float, str, str, int]] = []  # (time, Job.state, JobState, Restarts)
-        self.extended_at: float | None = None
         self.outcome: dict = {}
         self.done = threading.Event()
         self.waiter = threading.Thread(target=self._wait, daemon=True)
@@ -136,7 +117,7 @@ class SlurmWatch:
 
     def _wait(self) -> None:
         try:
-            self.outcome["state"] = self.job.wait(timeout=600, poll=1.0)
+            self.outcome["state"] = self.job.wait(timeout=900, poll=1.0)
         except Exception as exc:  # noqa: BLE001 - reported by the test
             self.outcome["error"] = exc
         self.outcome["returned"] = time.time()
@@ -148,39 +129,84 @@ class SlurmWatch:
             entry = (status["state"], fields.get("JobState", "?"), int(fields.get("Restarts", 0)))
             if not self.history or self.history[-1][1:] != entry:
                 self.history.append((time.time(), *entry))
-            if entry[2] >= self.extend_after and self.extended_at is None:
-                update = subprocess.run(["scontrol", "update", f"JobId={self.job.id}", "TimeLimit=15"],
-                                        capture_output=True, text=True, timeout=30)
-                self.extended_at = time.time()
-                self.outcome["extend"] = (update.returncode, update.stderr.strip())
-            time.sleep(1.0)
+            time.sleep(0.5)
 
 
-@pytest.fixture(scope="module")
-def time_limited(make_runs, slurm):
-    """A Slurm job whose work outlasts its time limit, plus the same run straight through (local backend)."""
-    runs = make_runs()
-    step_s = trainer_step_seconds(runs)
-    per_epoch_s = 89 * step_s  # digits: 1,438 training images = 89 batches of 16
-    epochs = max(MIN_EPOCHS, math.ceil(WORK_S / per_epoch_s))
-    settings = dict(TINY, epochs=epochs)
-    job = jobs.submit(runs.config("preempted", **settings), backend="slurm", time=TIME_LIMIT,
-                      sbatch_options=[f"--signal=B:USR1@{WARNING_S}"], verbose=False)
-    watch = SlurmWatch(job)
-    reference = jobs.submit(runs.config("straight", **settings), backend="local", verbose=False)
-    yield {"job": job, "watch": watch, "reference": reference, "epochs": epochs, "runs": runs,
-           "submitted": time.time(), "step_s": step_s}
-    for handle in (job, reference):
-        if not handle.done():
-            handle.cancel()
+def warn_of_time_limit(job, after_step: int) -> float:
+    """Once the job's trainer has logged ``after_step``, send the batch script the time-limit warning (SIGUSR1,
+    what ``--signal=B:USR1@...`` sends near the limit); wait for the checkpointed stop it asks for."""
+    wait_until(lambda: any(e["step"] >= after_step for e in events(job.run_dir, "step")), 300,
+               f"step {after_step}", job)
+    stops = len(events(job.run_dir, "stop"))
+    sent = time.time()
+    signalled = subprocess.run(["scancel", "--signal=USR1", "--batch", job.id], capture_output=True, text=True,
+                               timeout=60)
+    assert signalled.returncode == 0, signalled.stderr
+    wait_until(lambda: len(events(job.run_dir, "stop")) > stops, 300, "the stop that the warning asked for", job)
+    return sent
 
 
 @pytest.mark.slurm
-def test_time_limited_job_is_submitted_with_an_early_warning(time_limited):
-    fields = scontrol(time_limited["job"].id)
-    assert fields["TimeLimit"] == "00:02:00"
-    assert fields["Requeue"] == "1"  # train.sbatch's --requeue: the job may go back to the queue
-    assert time_limited["job"].state in ("PENDING", "RUNNING", "COMPLETED")
+def test_time_limit_warning_checkpoints_requeues_and_resumes_exactly(runs, slurm):
+    """Two time-limit warnings, each mid-epoch: each becomes a checkpointed stop and a requeue, the next run
+    resumes exactly there, and the job ends with the weights of the same run made straight through."""
+    job = jobs.submit(runs.config("preempted", **LIMITED), backend="slurm", time=TIME_LIMIT, verbose=False)
+    watch = SlurmWatch(job)
+    reference = jobs.submit(runs.config("straight", **LIMITED), backend="local", verbose=False)
+    try:
+        fields = scontrol(job.id)
+        assert fields["TimeLimit"] == "00:20:00"
+        assert fields["Requeue"] == "1"  # train.sbatch's --requeue: the job may go back to the queue
+        warned = [warn_of_time_limit(job, WARNED_AFTER)]
+        wait_until(lambda: events(job.run_dir, "resume"), 600, "the requeued job's resume")
+        resumed_at = events(job.run_dir, "resume")[0]["global_step"]
+        warned.append(warn_of_time_limit(job, resumed_at + WARNED_AFTER))
+        assert watch.done.wait(timeout=900), f"job still {job.state} after 15 minutes:\n{job.logs(tail=30)}"
+    finally:
+        for handle in (job, reference):
+            if not handle.done():
+                handle.cancel()
+    assert "error" not in watch.outcome, watch.outcome.get("error")
+    assert watch.outcome["state"] == "COMPLETED", job.explain()
+    fields = scontrol(job.id)
+    assert (int(fields["Restarts"]), fields["JobState"], fields["ExitCode"]) == (2, "COMPLETED", "0:0")
+
+    # wait() kept waiting across the requeues: it saw RUNNING, then PENDING again, and returned at the end
+    states = [state for _, state, _, _ in watch.history]
+    collapsed = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
+    assert collapsed.count("RUNNING") >= 3, watch.history
+    assert collapsed[collapsed.index("RUNNING"):].count("PENDING") >= 2, watch.history
+    run_dir = job.run_dir
+    assert watch.outcome["returned"] >= events(run_dir, "end")[0]["time"]
+    log = job.logs()
+    assert log.count("SIGUSR1: time limit") == 2 and log.count("training not finished: requeueing") == 2, log
+
+    # every warning became a checkpointed stop, and the next run resumed exactly there
+    stops, resumes = events(run_dir, "stop"), events(run_dir, "resume")
+    assert len(stops) == len(resumes) == 2
+    assert all(s["reason"] == "STOP file" for s in stops)
+    kinds = [e["event"] for e in events(run_dir) if e["event"] in ("start", "stop", "resume", "end")]
+    assert kinds == ["start", "stop", "resume", "stop", "resume", "end"]
+    assert [position(r) for r in resumes] == [position(s) for s in stops]
+    assert all(s["step_in_epoch"] > 0 for s in stops), stops  # stopped mid-epoch: the hard case for resuming
+    steps_per_epoch = events(run_dir, "start")[0]["steps_per_epoch"]
+    epochs = LIMITED["epochs"]
+    assert [e["step"] for e in events(run_dir, "step")] == list(range(1, epochs * steps_per_epoch + 1))  # none lost
+    assert_each_epoch_once(run_dir, epochs)
+
+    # the same weights as the same config run straight through
+    assert reference.wait(timeout=600) == "COMPLETED", reference.explain()
+    difference = runs.max_difference(runs.weights(reference.run_dir), runs.weights(run_dir))
+    runs.assert_same_weights(runs.weights(reference.run_dir), runs.weights(run_dir), atol=1e-6)
+    final, straight = events(run_dir, "epoch")[-1], events(reference.run_dir, "epoch")[-1]
+    assert final["top1"] == pytest.approx(straight["top1"])
+
+    # measurements for the README (printed with pytest -s)
+    delays = [round(s["time"] - sent, 1) for sent, s in zip(warned, stops, strict=True)]
+    gaps = [round(r["time"] - s["time"]) for s, r in zip(stops, resumes, strict=True)]
+    print(f"\n[slurm time-limit warning] 2 requeues, {epochs} epochs x {steps_per_epoch} steps; warning sent -> "
+          f"checkpointed stop {delays} s; stop -> resumed {gaps} s; work lost 0 steps; "
+          f"max |w - w_straight| = {difference:.1e}")
 
 
 # ------------------------------------------------------------------------------------- 2. killed ranks
@@ -336,59 +362,3 @@ def test_stop_requested_by_the_launcher_before_the_trainer_started_is_honoured(r
     stop, = events(run_dir, "stop")
     assert (stop["step_in_epoch"], stop["reason"]) == (1, "STOP file")
     assert checkpoint_progress(run_dir) == (0, 1, 1)
-
-
-# ------------------------------------------------------------- 1 (end). the time-limited job, checked last
-@pytest.mark.slurm
-def test_time_limited_job_completes_through_requeues_exactly(time_limited):
-    job, watch, epochs = time_limited["job"], time_limited["watch"], time_limited["epochs"]
-    assert watch.done.wait(timeout=540), f"job still {job.state} after 9 minutes:\n{job.logs(tail=30)}"
-    assert "error" not in watch.outcome, watch.outcome.get("error")
-    assert watch.outcome["state"] == "COMPLETED"
-    fields = scontrol(job.id)
-    restarts = int(fields["Restarts"])
-    assert restarts >= 2 and fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0"
-
-    # wait() kept waiting across the requeues: it saw RUNNING, then PENDING again, and returned at the end
-    states = [state for _, state, _, _ in watch.history]
-    collapsed = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
-    assert collapsed.count("RUNNING") >= restarts + 1, watch.history
-    assert collapsed[collapsed.index("RUNNING"):].count("PENDING") >= restarts, watch.history
-    run_dir = job.run_dir
-    assert watch.outcome["returned"] >= events(run_dir, "end")[0]["time"]
-
-    # every time-limit warning became a checkpointed stop, and the next run resumed exactly there
-    stops, resumes = events(run_dir, "stop"), events(run_dir, "resume")
-    assert len(stops) == len(resumes) == restarts
-    assert all(s["reason"] == "STOP file" for s in stops)
-    kinds = [e["event"] for e in events(run_dir) if e["event"] in ("start", "stop", "resume", "end")]
-    assert kinds == ["start"] + ["stop", "resume"] * restarts + ["end"]
-    assert [position(r) for r in resumes] == [position(s) for s in stops]
-    steps_per_epoch = events(run_dir, "start")[0]["steps_per_epoch"]
-    assert [e["step"] for e in events(run_dir, "step")] == list(range(1, epochs * steps_per_epoch + 1))  # none lost
-    assert_each_epoch_once(run_dir, epochs)
-
-    # the same weights as the same config run straight through
-    reference = time_limited["reference"]
-    assert reference.wait(timeout=300) == "COMPLETED", reference.explain()
-    runs = time_limited["runs"]
-    difference = runs.max_difference(runs.weights(reference.run_dir), runs.weights(run_dir))
-    runs.assert_same_weights(runs.weights(reference.run_dir), runs.weights(run_dir), atol=1e-6)
-    final, straight = events(run_dir, "epoch")[-1], events(reference.run_dir, "epoch")[-1]
-    assert final["top1"] == pytest.approx(straight["top1"])
-
-    # measurements for the README
-    log = job.logs()
-    warnings = [line.split()[0] for line in log.splitlines() if "SIGUSR1: time limit" in line]
-    delays = []
-    for warned, stop in zip(warnings, stops, strict=False):
-        h, m, s = (int(x) for x in warned.split(":"))
-        stopped = time.localtime(stop["time"])
-        delays.append((stopped.tm_hour * 3600 + stopped.tm_min * 60 + stopped.tm_sec - (h * 3600 + m * 60 + s))
-                      % 86400)
-    gaps = [r["time"] - s["time"] for s, r in zip(stops, resumes, strict=True)]
-    print(f"\n[slurm time limit] {restarts} requeues, {epochs} epochs x {steps_per_epoch} steps "
-          f"(step {time_limited['step_s']:.3f} s when submitted); warning -> "
-          f"checkpointed stop {delays} s; stop -> resumed {[round(g) for g in gaps]} s; work lost 0 steps; "
-          f"max |w - w_straight| = {difference:.1e}; total {time.time() - time_limited['submitted']:.0f} s")
-    assert len(delays) == restarts and all(d <= 60 for d in delays)
