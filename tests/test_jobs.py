@@ -21,14 +21,10 @@ SMALL = dict(dataset="digits", image_size=32, arch="resnet18", epochs=1, max_ste
              progress=False, workers=0, device="cpu")
 
 
-
-
-@pytest.fixture(scope="session")
-def shared_data(tmp_path_factory):
-    """One digits export shared by every job in this module."""
-    from tutorial_lib.engine.input.folders import export_digits
-
-    return str(export_digits(tmp_path_factory.mktemp("data") / "digits", image_size=32))
+@pytest.fixture
+def shared_data(digits_dir) -> str:
+    """The session's digits export (conftest's ``digits_dir``), shared by every job of the session."""
+    return str(digits_dir)
 
 
 def small_config(tmp_path, shared_data, name, **overrides):

@@ -210,10 +210,19 @@ def test_time_limit_warning_checkpoints_requeues_and_resumes_exactly(runs, slurm
 
 
 # ------------------------------------------------------------------------------------- 2. killed ranks
+KILL_EPOCH_STEPS = 8  # steps per epoch of the killed-rank runs: epoch 1 is checkpointed before the kill
+KILL_AFTER = KILL_EPOCH_STEPS + 2  # the global step after which the rank is killed (6 steps before the end)
+
+
 def _kill_rank_mid_epoch(job, name: str, rank: int) -> dict:
-    """SIGKILL ``rank`` five steps into epoch 2 (epoch 1 is checkpointed); measure how the job ends."""
-    wait_until(lambda: any(e["step"] >= 25 for e in events(job.run_dir, "step")), 240, "step 25", job)
-    victim = wait_until(lambda: rank_pids(name).get(rank), 30, f"rank {rank}'s process", job)
+    """SIGKILL ``rank`` two steps into epoch 2 (epoch 1 is checkpointed); measure how the job ends.
+
+    The victim's pid is found once the ranks run, so the kill follows the awaited step at once (polled every
+    50 ms): the run then cannot go on, as the other rank waits for the dead one in the next all-reduce."""
+    wait_until(lambda: events(job.run_dir, "step"), 300, "the first step", job)
+    victim = wait_until(lambda: rank_pids(name).get(rank), 60, f"rank {rank}'s process", job)
+    wait_until(lambda: any(e["step"] >= KILL_AFTER for e in events(job.run_dir, "step")), 300, f"step {KILL_AFTER}",
+               job, poll=0.05)
     killed, killed_at = time.monotonic(), time.time()
     os.kill(victim, signal.SIGKILL)
     while not job.done() and time.monotonic() - killed < 300:
@@ -221,7 +230,7 @@ def _kill_rank_mid_epoch(job, name: str, rank: int) -> dict:
     detect = time.monotonic() - killed
     last_step = max(e["step"] for e in events(job.run_dir, "step") if e["time"] < killed_at)
     print(f"\n[{job.backend}] rank {rank} of 2 SIGKILLed after global step {last_step}: job {job.state} "
-          f"{detect:.1f} s later; work lost {last_step - 20} steps (those since the epoch-1 checkpoint)")
+          f"{detect:.1f} s later; work lost {last_step - KILL_EPOCH_STEPS} steps (those since the epoch-1 checkpoint)")
     return {"detect_s": detect, "killed_at": killed_at, "pid": victim, "state": job.state}
 
 
@@ -229,14 +238,14 @@ def test_killed_rank_fails_the_job_fast_and_resubmission_resumes(runs, backend):
     """Locally rank 1 dies (rank 0 then waits for it in an all-reduce); under Slurm rank 0, the lock holder."""
     rank = 0 if backend == "slurm" else 1
     name = f"kill-{backend}"
-    cfg = runs.config(name, epochs=2, max_steps_per_epoch=20, **TINY)
+    cfg = runs.config(name, epochs=2, max_steps_per_epoch=KILL_EPOCH_STEPS, **TINY)
     job = jobs.submit(cfg, backend=backend, ranks_per_node=2, verbose=False)
     run_dir = job.run_dir
     outcome = _kill_rank_mid_epoch(job, name, rank)
     assert outcome["state"] == "FAILED", job.explain()
     assert outcome["detect_s"] < DETECT_BOUND_S  # ended, not hanging in a collective
     wait_until(lambda: not rank_pids(name), 30, "the surviving rank to exit")
-    assert checkpoint_progress(run_dir) == (1, 0, 20)  # the epoch-1 checkpoint survived the crash
+    assert checkpoint_progress(run_dir) == (1, 0, KILL_EPOCH_STEPS)  # the epoch-1 checkpoint survived the crash
     if rank == 0:  # the killed rank 0 could not release the run lock: the next job must take it over
         lock = json.loads((run_dir / LOCK_FILE).read_text())
         assert (lock["pid"], lock["slurm_job_id"]) == (outcome["pid"], job.id)
@@ -244,27 +253,28 @@ def test_killed_rank_fails_the_job_fast_and_resubmission_resumes(runs, backend):
     again = jobs.submit(cfg, backend=backend, ranks_per_node=2, verbose=False)  # the same run directory
     assert again.wait(timeout=300) == "COMPLETED", again.explain()
     resume, = events(run_dir, "resume")
-    assert position(resume) == (1, 0, 20)  # exactly where the last complete checkpoint was
+    assert position(resume) == (1, 0, KILL_EPOCH_STEPS)  # exactly where the last complete checkpoint was
     assert_each_epoch_once(run_dir, epochs=2)
-    assert events(run_dir, "end")[0]["global_step"] == 40 and len(events(run_dir, "start")) == 1
+    assert events(run_dir, "end")[0]["global_step"] == 2 * KILL_EPOCH_STEPS and len(events(run_dir, "start")) == 1
 
 
 def test_max_restarts_recovers_a_killed_rank_by_itself(runs, backend):
     """Both backends pass max_restarts to torchrun (Slurm through train.sbatch and jobs.launch)."""
     name = f"kill-restart-{backend}"
-    cfg = runs.config(name, epochs=2, max_steps_per_epoch=20, **TINY)
+    cfg = runs.config(name, epochs=2, max_steps_per_epoch=KILL_EPOCH_STEPS, **TINY)
     runs.run_dir(name).mkdir(parents=True)
     (runs.run_dir(name) / STOP_FILE).touch()  # stale, from an earlier run: the launcher must clear it
     job = jobs.submit(cfg, backend=backend, ranks_per_node=2, max_restarts=1, verbose=False)
     outcome = _kill_rank_mid_epoch(job, name, rank=1)
     assert outcome["state"] == "COMPLETED", job.explain()  # torchrun restarted both ranks
     resume, = events(job.run_dir, "resume")
-    assert position(resume) == (1, 0, 20)  # ...and they resumed from the checkpoint
+    assert position(resume) == (1, 0, KILL_EPOCH_STEPS)  # ...and they resumed from the checkpoint
     print(f"  restarted ranks resumed {resume['time'] - outcome['killed_at']:.1f} s after the kill")
     assert resume["time"] - outcome["killed_at"] < DETECT_BOUND_S + 60  # detect, restart, start up, resume
     assert not events(job.run_dir, "stop")
     assert_each_epoch_once(job.run_dir, epochs=2)
-    assert events(job.run_dir, "end")[0]["global_step"] == 40 and len(events(job.run_dir, "start")) == 1
+    assert events(job.run_dir, "end")[0]["global_step"] == 2 * KILL_EPOCH_STEPS
+    assert len(events(job.run_dir, "start")) == 1
 
 
 # ------------------------------------------------------------------------------ 3. interrupted checkpoint
