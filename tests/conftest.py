@@ -47,6 +47,8 @@ def pytest_sessionfinish(session):
     """Delete the checkpoints of the finished runs that the notebooks wrote under nbval in this session
     (``tests/notebook_checks.py`` sends them to build/test-runs): 86 MB each, never resumed. Append the
     durations record, if one is kept."""
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: the controller cleans up once every worker has finished
     from notebook_checks import TEST_OUTPUT_ROOT
 
     from tutorial_lib.lessons.course import drop_finished_checkpoints

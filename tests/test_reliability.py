@@ -146,67 +146,45 @@ def warn_of_time_limit(job, after_step: int) -> float:
     return sent
 
 
-@pytest.mark.slurm
-def test_time_limit_warning_checkpoints_requeues_and_resumes_exactly(runs, slurm):
-    """Two time-limit warnings, each mid-epoch: each becomes a checkpointed stop and a requeue, the next run
-    resumes exactly there, and the job ends with the weights of the same run made straight through."""
+class TimeLimitDriver:
+    """Sends a job its two time-limit warnings from a background thread, while the module's other tests run:
+    the first once the job has made WARNED_AFTER steps, the second WARNED_AFTER steps after its resume."""
+
+    def __init__(self, job):
+        self.job, self.warned, self.error = job, [], None
+        self.thread = threading.Thread(target=self._drive, daemon=True)
+        self.thread.start()
+
+    def _drive(self) -> None:
+        try:
+            self.warned.append(warn_of_time_limit(self.job, WARNED_AFTER))
+            wait_until(lambda: events(self.job.run_dir, "resume"), 600, "the requeued job's resume", self.job)
+            resumed_at = events(self.job.run_dir, "resume")[0]["global_step"]
+            self.warned.append(warn_of_time_limit(self.job, resumed_at + WARNED_AFTER))
+        except BaseException as exc:  # noqa: BLE001 - pytest.fail's exception too; reported by the last test
+            self.error = exc
+
+
+@pytest.fixture(scope="module")
+def time_limited(make_runs, slurm):
+    """A Slurm job warned of its time limit twice (in the background), and the same run straight through
+    (local backend); the first test of the module starts them, the last one checks them."""
+    runs = make_runs()
     job = jobs.submit(runs.config("preempted", **LIMITED), backend="slurm", time=TIME_LIMIT, verbose=False)
-    watch = SlurmWatch(job)
+    watch, driver = SlurmWatch(job), TimeLimitDriver(job)
     reference = jobs.submit(runs.config("straight", **LIMITED), backend="local", verbose=False)
-    try:
-        fields = scontrol(job.id)
-        assert fields["TimeLimit"] == "00:20:00"
-        assert fields["Requeue"] == "1"  # train.sbatch's --requeue: the job may go back to the queue
-        warned = [warn_of_time_limit(job, WARNED_AFTER)]
-        wait_until(lambda: events(job.run_dir, "resume"), 600, "the requeued job's resume")
-        resumed_at = events(job.run_dir, "resume")[0]["global_step"]
-        warned.append(warn_of_time_limit(job, resumed_at + WARNED_AFTER))
-        assert watch.done.wait(timeout=900), f"job still {job.state} after 15 minutes:\n{job.logs(tail=30)}"
-    finally:
-        for handle in (job, reference):
-            if not handle.done():
-                handle.cancel()
-    assert "error" not in watch.outcome, watch.outcome.get("error")
-    assert watch.outcome["state"] == "COMPLETED", job.explain()
-    fields = scontrol(job.id)
-    assert (int(fields["Restarts"]), fields["JobState"], fields["ExitCode"]) == (2, "COMPLETED", "0:0")
+    yield {"job": job, "watch": watch, "driver": driver, "reference": reference, "runs": runs}
+    for handle in (job, reference):
+        if not handle.done():
+            handle.cancel()
 
-    # wait() kept waiting across the requeues: it saw RUNNING, then PENDING again, and returned at the end
-    states = [state for _, state, _, _ in watch.history]
-    collapsed = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
-    assert collapsed.count("RUNNING") >= 3, watch.history
-    assert collapsed[collapsed.index("RUNNING"):].count("PENDING") >= 2, watch.history
-    run_dir = job.run_dir
-    assert watch.outcome["returned"] >= events(run_dir, "end")[0]["time"]
-    log = job.logs()
-    assert log.count("SIGUSR1: time limit") == 2 and log.count("training not finished: requeueing") == 2, log
 
-    # every warning became a checkpointed stop, and the next run resumed exactly there
-    stops, resumes = events(run_dir, "stop"), events(run_dir, "resume")
-    assert len(stops) == len(resumes) == 2
-    assert all(s["reason"] == "STOP file" for s in stops)
-    kinds = [e["event"] for e in events(run_dir) if e["event"] in ("start", "stop", "resume", "end")]
-    assert kinds == ["start", "stop", "resume", "stop", "resume", "end"]
-    assert [position(r) for r in resumes] == [position(s) for s in stops]
-    assert all(s["step_in_epoch"] > 0 for s in stops), stops  # stopped mid-epoch: the hard case for resuming
-    steps_per_epoch = events(run_dir, "start")[0]["steps_per_epoch"]
-    epochs = LIMITED["epochs"]
-    assert [e["step"] for e in events(run_dir, "step")] == list(range(1, epochs * steps_per_epoch + 1))  # none lost
-    assert_each_epoch_once(run_dir, epochs)
-
-    # the same weights as the same config run straight through
-    assert reference.wait(timeout=600) == "COMPLETED", reference.explain()
-    difference = runs.max_difference(runs.weights(reference.run_dir), runs.weights(run_dir))
-    runs.assert_same_weights(runs.weights(reference.run_dir), runs.weights(run_dir), atol=1e-6)
-    final, straight = events(run_dir, "epoch")[-1], events(reference.run_dir, "epoch")[-1]
-    assert final["top1"] == pytest.approx(straight["top1"])
-
-    # measurements for the README (printed with pytest -s)
-    delays = [round(s["time"] - sent, 1) for sent, s in zip(warned, stops, strict=True)]
-    gaps = [round(r["time"] - s["time"]) for s, r in zip(stops, resumes, strict=True)]
-    print(f"\n[slurm time-limit warning] 2 requeues, {epochs} epochs x {steps_per_epoch} steps; warning sent -> "
-          f"checkpointed stop {delays} s; stop -> resumed {gaps} s; work lost 0 steps; "
-          f"max |w - w_straight| = {difference:.1e}")
+@pytest.mark.slurm
+def test_time_limited_job_is_submitted_requeueable(time_limited):
+    fields = scontrol(time_limited["job"].id)
+    assert fields["TimeLimit"] == "00:20:00"
+    assert fields["Requeue"] == "1"  # train.sbatch's --requeue: the job may go back to the queue
+    assert time_limited["job"].state in ("PENDING", "RUNNING")
 
 
 # ------------------------------------------------------------------------------------- 2. killed ranks
@@ -372,3 +350,57 @@ def test_stop_requested_by_the_launcher_before_the_trainer_started_is_honoured(r
     stop, = events(run_dir, "stop")
     assert (stop["step_in_epoch"], stop["reason"]) == (1, "STOP file")
     assert checkpoint_progress(run_dir) == (0, 1, 1)
+
+
+# ------------------------------------------------------------- 1 (end). the time-limited job, checked last
+@pytest.mark.slurm
+def test_time_limit_warnings_checkpoint_requeue_and_resume_exactly(time_limited):
+    """Two time-limit warnings, each mid-epoch: each becomes a checkpointed stop and a requeue, the next run
+    resumes exactly there, and the job ends with the weights of the same run made straight through."""
+    job, watch, driver = time_limited["job"], time_limited["watch"], time_limited["driver"]
+    driver.thread.join(timeout=900)
+    assert not driver.thread.is_alive(), f"the warnings were not all sent after 15 minutes:\n{job.logs(tail=30)}"
+    assert driver.error is None, driver.error
+    assert watch.done.wait(timeout=900), f"job still {job.state} after 15 minutes:\n{job.logs(tail=30)}"
+    assert "error" not in watch.outcome, watch.outcome.get("error")
+    assert watch.outcome["state"] == "COMPLETED", job.explain()
+    fields = scontrol(job.id)
+    assert (int(fields["Restarts"]), fields["JobState"], fields["ExitCode"]) == (2, "COMPLETED", "0:0")
+
+    # wait() kept waiting across the requeues: it saw RUNNING, then PENDING again, and returned at the end
+    states = [state for _, state, _, _ in watch.history]
+    collapsed = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
+    assert collapsed.count("RUNNING") >= 3, watch.history
+    assert collapsed[collapsed.index("RUNNING"):].count("PENDING") >= 2, watch.history
+    run_dir = job.run_dir
+    assert watch.outcome["returned"] >= events(run_dir, "end")[0]["time"]
+    log = job.logs()
+    assert log.count("SIGUSR1: time limit") == 2 and log.count("training not finished: requeueing") == 2, log
+
+    # every warning became a checkpointed stop, and the next run resumed exactly there
+    stops, resumes = events(run_dir, "stop"), events(run_dir, "resume")
+    assert len(stops) == len(resumes) == 2
+    assert all(s["reason"] == "STOP file" for s in stops)
+    kinds = [e["event"] for e in events(run_dir) if e["event"] in ("start", "stop", "resume", "end")]
+    assert kinds == ["start", "stop", "resume", "stop", "resume", "end"]
+    assert [position(r) for r in resumes] == [position(s) for s in stops]
+    assert all(s["step_in_epoch"] > 0 for s in stops), stops  # stopped mid-epoch: the hard case for resuming
+    steps_per_epoch = events(run_dir, "start")[0]["steps_per_epoch"]
+    epochs = LIMITED["epochs"]
+    assert [e["step"] for e in events(run_dir, "step")] == list(range(1, epochs * steps_per_epoch + 1))  # none lost
+    assert_each_epoch_once(run_dir, epochs)
+
+    # the same weights as the same config run straight through
+    reference, runs = time_limited["reference"], time_limited["runs"]
+    assert reference.wait(timeout=600) == "COMPLETED", reference.explain()
+    difference = runs.max_difference(runs.weights(reference.run_dir), runs.weights(run_dir))
+    runs.assert_same_weights(runs.weights(reference.run_dir), runs.weights(run_dir), atol=1e-6)
+    final, straight = events(run_dir, "epoch")[-1], events(reference.run_dir, "epoch")[-1]
+    assert final["top1"] == pytest.approx(straight["top1"])
+
+    # measurements for the README (printed with pytest -s)
+    delays = [round(s["time"] - sent, 1) for sent, s in zip(driver.warned, stops, strict=True)]
+    gaps = [round(r["time"] - s["time"]) for s, r in zip(stops, resumes, strict=True)]
+    print(f"\n[slurm time-limit warning] 2 requeues, {epochs} epochs x {steps_per_epoch} steps; warning sent -> "
+          f"checkpointed stop {delays} s; stop -> resumed {gaps} s; work lost 0 steps; "
+          f"max |w - w_straight| = {difference:.1e}")
