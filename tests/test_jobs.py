@@ -84,7 +84,7 @@ def test_two_node_job_runs_on_two_nodes(tmp_path, shared_data, backend):
 def test_unusable_stage_to_fails_the_job_in_one_line_before_training(tmp_path, shared_data):
     cfg = small_config(tmp_path, shared_data, "stage-absent", dataset="imagefolder", stage_to=str(tmp_path / "no"))
     job = jobs.submit(cfg, nodes=1, ranks_per_node=1, backend="local", verbose=False)
-    assert job.wait(timeout=120, check=False) == "FAILED"
+    assert job.wait(timeout=600, check=False) == "FAILED"
     assert f"stage_to: {tmp_path / 'no'} is not a folder on node" in job.explain()
     assert not (job.run_dir / CONFIG_FILE).exists() and not (tmp_path / "no").exists()
 

@@ -222,7 +222,7 @@ def test_killed_rank_fails_the_job_fast_and_resubmission_resumes(runs, backend):
     outcome = _kill_rank_mid_epoch(job, name, rank)
     assert outcome["state"] == "FAILED", job.explain()
     assert outcome["detect_s"] < DETECT_BOUND_S  # ended, not hanging in a collective
-    wait_until(lambda: not rank_pids(name), 30, "the surviving rank to exit")
+    wait_until(lambda: not rank_pids(name), 120, "the surviving rank to exit")
     assert checkpoint_progress(run_dir) == (1, 0, KILL_EPOCH_STEPS)  # the epoch-1 checkpoint survived the crash
     if rank == 0:  # the killed rank 0 could not release the run lock: the next job must take it over
         lock = json.loads((run_dir / LOCK_FILE).read_text())
@@ -319,18 +319,18 @@ def test_second_trainer_on_a_live_run_directory_is_refused(runs):
     first = subprocess.Popen([sys.executable, "-m", "tutorial_lib.train", *flags], env=subprocess_env(),
                              cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: events(run_dir, "step"), 120, "the first trainer's first step")
+        wait_until(lambda: events(run_dir, "step"), 300, "the first trainer's first step")
         second = runs.module(flags)
         assert second.returncode == 2, second.stderr
         assert f"in use by pid {first.pid}" in second.stderr and "Fix" in second.stderr
         assert "Traceback" not in second.stderr
         assert first.poll() is None  # the first trainer goes on, undisturbed
         steps_then = len(events(run_dir, "step"))
-        wait_until(lambda: len(events(run_dir, "step")) > steps_then, 60, "another step of the first trainer")
+        wait_until(lambda: len(events(run_dir, "step")) > steps_then, 300, "another step of the first trainer")
         assert len(events(run_dir, "start")) == 1 and not events(run_dir, "resume")
         assert json.loads((run_dir / LOCK_FILE).read_text())["pid"] == first.pid
         first.send_signal(signal.SIGTERM)  # graceful: finish the step, checkpoint, exit "stopped"
-        assert first.wait(timeout=120) == EXIT_STOPPED
+        assert first.wait(timeout=600) == EXIT_STOPPED
     finally:
         first.kill()
         first.wait()

@@ -160,7 +160,7 @@ def test_a_fifo_named_like_an_image_is_skipped_and_named(runs, fifo_tree, pipeli
     dataset = folder_class(fifo_tree / "train", bad_data="skip")
     index = [str(p) for p, _ in dataset.samples].index(str(fifo))
     result = runs.module(runs.flags(f"fifo-{pipeline}", data_dir=str(fifo_tree), input_pipeline=pipeline, **TINY),
-                         timeout=120)
+                         timeout=600)
     assert result.returncode == 0, result.stderr
     assert f"skipping unreadable image {fifo}" in result.stderr and "not a regular file" in result.stderr
     assert runs.events(runs.run_dir(f"fifo-{pipeline}"), "epoch")[0]["skipped_images"] == 1
