@@ -249,6 +249,7 @@ def test_live_frontend_detection(monkeypatch, env, launcher, kernel, expected):
     for key in [k for k in os.environ if k.startswith(("JPY_", "PAPERMILL")) or k == monitor.CONTROLS_ENV]:
         monkeypatch.delenv(key)
     monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this test may itself run in an xdist worker
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(monitor, "_kernel_shell", lambda: FakeShell() if kernel else None)
