@@ -16,25 +16,45 @@ import sys
 import time
 from pathlib import Path
 
+import durations_record
 import pytest
 import torch
 
 from tutorial_lib import REPO_ROOT, free_port
 
+_CONFIG: list = []  # the session's pytest config, for the report hook (which is not given it)
+
 
 def pytest_sessionstart(session):
-    """Remember when the session started: only runs made after it have their checkpoints removed."""
+    """Remember when the session started: only runs made after it have their checkpoints removed. With
+    TUTORIAL_DURATIONS=FILE, start a durations record (``tests/durations_record.py``)."""
     session.config.started_at = time.time()
+    durations_record.start(session.config, REPO_ROOT)
+
+
+def pytest_runtest_logreport(report):
+    """Count each test phase's seconds in the durations record, if one is kept."""
+    if _CONFIG:
+        durations_record.add(_CONFIG[0], report)
+
+
+def pytest_configure(config):
+    """Keep the config for :func:`pytest_runtest_logreport`."""
+    _CONFIG[:] = [config]
 
 
 def pytest_sessionfinish(session):
     """Delete the checkpoints of the finished runs that the notebooks wrote under nbval in this session
-    (``tests/notebook_checks.py`` sends them to build/test-runs): 86 MB each, never resumed."""
+    (``tests/notebook_checks.py`` sends them to build/test-runs): 86 MB each, never resumed. Append the
+    durations record, if one is kept."""
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: the controller cleans up once every worker has finished
     from notebook_checks import TEST_OUTPUT_ROOT
 
     from tutorial_lib.course import drop_finished_checkpoints
 
     drop_finished_checkpoints(REPO_ROOT / TEST_OUTPUT_ROOT, getattr(session.config, "started_at", 0.0))
+    durations_record.finish(session.config)
 
 
 # Settings every quick test run shares (tiny, CPU, no progress bar, no worker processes).

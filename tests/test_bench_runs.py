@@ -66,7 +66,7 @@ def test_runs_without_a_steady_window_or_a_run_dir(tmp_path, two_runs, capsys):
     assert error.count("\n") == 0 and "config.json" in error and "Fix:" in error
 
 
-def _script(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
+def _script(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=full_env,
                           timeout=timeout)

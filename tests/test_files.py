@@ -149,3 +149,14 @@ def test_release_leaves_someone_elses_lock(tmp_path, monkeypatch):
     _write_lock(tmp_path, host="some-other-node", pid=os.getpid(), slurm_job_id=None)
     RunLock(tmp_path).release()
     assert (tmp_path / LOCK_FILE).exists()
+
+
+def test_a_reused_digits_export_does_not_import_scikit_learn(digits_dir, child_env):
+    """Every rank of a digits job calls export_digits: importing scikit-learn only to find the export in place
+    cost each rank seconds of start-up (tens of seconds on a loaded machine)."""
+    check = ("import sys; from tutorial_lib.engine.input.folders import export_digits; "
+             f"assert export_digits({str(digits_dir)!r}, image_size=32).name == 'digits'; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))")
+    shown = subprocess.run([sys.executable, "-c", check], env=child_env, capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == "[]"

@@ -21,14 +21,10 @@ SMALL = dict(dataset="digits", image_size=32, arch="resnet18", epochs=1, max_ste
              progress=False, workers=0, device="cpu")
 
 
-
-
-@pytest.fixture(scope="session")
-def shared_data(tmp_path_factory):
-    """One digits export shared by every job in this module."""
-    from tutorial_lib.engine.input.folders import export_digits
-
-    return str(export_digits(tmp_path_factory.mktemp("data") / "digits", image_size=32))
+@pytest.fixture
+def shared_data(digits_dir) -> str:
+    """The session's digits export (conftest's ``digits_dir``), shared by every job of the session."""
+    return str(digits_dir)
 
 
 def small_config(tmp_path, shared_data, name, **overrides):
@@ -88,7 +84,7 @@ def test_two_node_job_runs_on_two_nodes(tmp_path, shared_data, backend):
 def test_unusable_stage_to_fails_the_job_in_one_line_before_training(tmp_path, shared_data):
     cfg = small_config(tmp_path, shared_data, "stage-absent", dataset="imagefolder", stage_to=str(tmp_path / "no"))
     job = jobs.submit(cfg, nodes=1, ranks_per_node=1, backend="local", verbose=False)
-    assert job.wait(timeout=120, check=False) == "FAILED"
+    assert job.wait(timeout=600, check=False) == "FAILED"
     assert f"stage_to: {tmp_path / 'no'} is not a folder on node" in job.explain()
     assert not (job.run_dir / CONFIG_FILE).exists() and not (tmp_path / "no").exists()
 

@@ -115,7 +115,7 @@ def test_a_live_holder_refuses_every_other_taker(tmp_path, child_env):
             with pytest.raises(RunLockedError):
                 RunLock(tmp_path).acquire()
         other = subprocess.run([sys.executable, "-c", TRY_LOCK, str(tmp_path), "20"], env=child_env,
-                               capture_output=True, text=True, timeout=120)
+                               capture_output=True, text=True, timeout=600)
         assert other.stdout.split() == ["refused"] * 20, other.stderr  # ... and from another one
         assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == holder.pid
         RunLock(tmp_path).release()  # not ours: left alone

@@ -66,7 +66,7 @@ def test_evaluate_refuses_a_data_set_with_other_classes(finished, tmp_path):
     (tmp_path / "val" / "n01440764").mkdir(parents=True)
     result = subprocess.run([sys.executable, "-m", "tutorial_lib.evaluate", str(finished[1]), "--data-dir",
                              str(tmp_path)], env=subprocess_env(), cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=120)
+                            timeout=600)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: --data-dir:") and "not the 10 classes" in result.stderr
 
@@ -123,5 +123,5 @@ def test_a_crafted_pickle_checkpoint_is_refused_and_runs_nothing(runs, tmp_path)
         pickle.dump({"format": 1, "state_dict": _Planted(marker)}, handle)
     done = subprocess.run([sys.executable, "-m", "tutorial_lib.evaluate", str(run_dir), "--data-dir",
                            str(runs.data_dir)], env=subprocess_env(), cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=600)
     assert done.returncode == 2 and done.stderr.startswith("error: checkpoint:") and not marker.exists()

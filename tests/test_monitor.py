@@ -80,8 +80,8 @@ def test_watch_returns_final_table_when_all_jobs_have_ended(tmp_path, capsys):
     jobs = [make_job(tmp_path, "a", "COMPLETED", top1s=(12.5, 31.0), world_size=4),
             make_job(tmp_path, "b", "FAILED", top1s=(8.0,), world_size=1)]
     started = time.monotonic()
-    table = monitor.watch(jobs, timeout=30, refresh=0.05)
-    assert time.monotonic() - started < 5
+    table = monitor.watch(jobs, timeout=60, refresh=0.05)
+    assert time.monotonic() - started < 50  # returned when the jobs had ended, not at its timeout
     assert list(table["name"]) == ["a", "b"]
     assert list(table["id"]) == ["local-a", "local-b"]
     assert list(table["state"]) == ["COMPLETED", "FAILED"]
@@ -102,7 +102,7 @@ def test_watch_returns_on_timeout_while_a_job_runs(tmp_path, capsys):
     started = time.monotonic()
     table = monitor.watch(job, timeout=1.0, refresh=0.2)
     elapsed = time.monotonic() - started
-    assert 0.9 <= elapsed < 3.0
+    assert 0.9 <= elapsed < 60  # at its timeout, not at the job's end (it never ends): a generous ceiling
     assert list(table["state"]) == ["RUNNING"]
     assert table.loc[0, "top1"] == 5.0
     out = capsys.readouterr().out
@@ -249,6 +249,7 @@ def test_live_frontend_detection(monkeypatch, env, launcher, kernel, expected):
     for key in [k for k in os.environ if k.startswith(("JPY_", "PAPERMILL")) or k == monitor.CONTROLS_ENV]:
         monkeypatch.delenv(key)
     monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this test may itself run in an xdist worker
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(monitor, "_kernel_shell", lambda: FakeShell() if kernel else None)

@@ -52,7 +52,7 @@ def test_cli_writes_jsonl(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "tutorial_lib.param_server", "--workers", "2", "--staleness", "0",
          "1", "--steps", "5", "--json", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=True)
     assert "ps_s1" in done.stdout and "max |weights(ps_s0) - weights(allreduce)|" in done.stdout
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert {line["run"] for line in lines} == {"ps_s0", "ps_s1", "allreduce"}

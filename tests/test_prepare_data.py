@@ -45,7 +45,7 @@ def prepared(tmp_path_factory):
         before = _snapshot(source)
         if form == "kaggle":
             result = subprocess.run([sys.executable, "-m", "tutorial_lib.data", "prepare", str(source), str(dest)],
-                                    env=subprocess_env(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+                                    env=subprocess_env(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
             assert result.returncode == 0, result.stderr
             assert "12 training and 6 validation images of 3 classes linked" in result.stdout
             summary = None
@@ -133,7 +133,7 @@ def test_an_interrupted_extraction_resumes_and_redoes_only_what_is_missing(prepa
 
 def _cli(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tutorial_lib.data", *map(str, args)], env=subprocess_env(),
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
 
 
 def test_a_destination_with_user_files_is_refused_and_left_alone(prepared, tmp_path):

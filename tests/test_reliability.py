@@ -4,15 +4,16 @@ Each test makes a real fault happen to real processes (Slurm's warning signal an
 rank, SIGKILL in the middle of a checkpoint save, a second trainer) and checks that no finished work is
 lost: the run resumes from its last checkpoint and ends where an uninterrupted run ends.
 
-The time-limit job is submitted by the first test and finishes in the background while the other tests run;
-the last test of the module checks it (this keeps the module to a few minutes on a loaded 2-core machine).
+Slurm's time-limit warning is sent on purpose (``scancel --signal=USR1 --batch``, the signal that
+``--signal=B:USR1@...`` sends near the limit) once the trainer has made a given number of steps, and every wait
+is for an event (a job state, a metrics event, a process) under a generous ceiling: no verdict depends on how
+fast this machine is at the moment.
 Measurements are printed (``pytest -s``); docs/reliability.md quotes them.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -22,7 +23,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.conftest import REPO_ROOT, subprocess_env
 from tutorial_lib import jobs
@@ -96,37 +96,18 @@ def assert_each_epoch_once(run_dir: Path, epochs: int) -> None:
     assert len(events(run_dir, "end")) == 1 and (run_dir / DONE_FILE).is_file()
 
 
-def trainer_step_seconds(runs) -> float:
-    """Median time of one step of the real trainer here and now, on one thread as a job's rank runs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        runs.in_process(runs.config("calibration", epochs=1, max_steps_per_epoch=12, checkpoint=False, **TINY))
-    finally:
-        torch.set_num_threads(threads)
-    times = [e["time"] for e in events(runs.run_dir("calibration"), "step")]
-    gaps = sorted(later - earlier for earlier, later in zip(times, times[1:], strict=False))
-    return gaps[len(gaps) // 2]
-
-
 # ------------------------------------------------------------------ 1. time limits, preemption and requeue
-TIME_LIMIT = "2"  # minutes
-WARNING_S = 85  # --signal=B:USR1@85: slurmctld checks every 30 s, so the signal comes 5-35 s after the start
-WORK_S = 60  # training time (at the rate measured just before) > what two runs of < 35 s minus start-up can do
-MIN_EPOCHS = 12  # 1,068 steps: > two such runs even if the machine gets much faster after the measurement
+TIME_LIMIT = "20"  # minutes: never reached; the warnings are sent on purpose, as Slurm sends them near the limit
+LIMITED = dict(TINY, epochs=3, max_steps_per_epoch=60)  # 180 steps: the signals come after step 10 of a run
+WARNED_AFTER = 10  # steps a run has made (after its start or resume) when the test sends it the warning
 
 
 class SlurmWatch:
-    """Follows a Slurm job from two threads: one blocks in ``Job.wait()``, one records every state change.
+    """Follows a Slurm job from two threads: one blocks in ``Job.wait()``, one records every state change."""
 
-    Once the job has been requeued twice its time limit is raised, so the third run finishes the work
-    instead of being requeued again and again (which only makes the test longer, not stronger).
-    """
-
-    def __init__(self, job, extend_after: int = 2):
-        self.job, self.extend_after = job, extend_after
+    def __init__(self, job):
+        self.job = job
         self.history: list[tuple[float, str, str, int]] = []  # (time, Job.state, JobState, Restarts)
-        self.extended_at: float | None = None
         self.outcome: dict = {}
         self.done = threading.Event()
         self.waiter = threading.Thread(target=self._wait, daemon=True)
@@ -136,7 +117,7 @@ class SlurmWatch:
 
     def _wait(self) -> None:
         try:
-            self.outcome["state"] = self.job.wait(timeout=600, poll=1.0)
+            self.outcome["state"] = self.job.wait(timeout=900, poll=1.0)
         except Exception as exc:  # noqa: BLE001 - reported by the test
             self.outcome["error"] = exc
         self.outcome["returned"] = time.time()
@@ -148,46 +129,78 @@ class SlurmWatch:
             entry = (status["state"], fields.get("JobState", "?"), int(fields.get("Restarts", 0)))
             if not self.history or self.history[-1][1:] != entry:
                 self.history.append((time.time(), *entry))
-            if entry[2] >= self.extend_after and self.extended_at is None:
-                update = subprocess.run(["scontrol", "update", f"JobId={self.job.id}", "TimeLimit=15"],
-                                        capture_output=True, text=True, timeout=30)
-                self.extended_at = time.time()
-                self.outcome["extend"] = (update.returncode, update.stderr.strip())
-            time.sleep(1.0)
+            time.sleep(0.5)
+
+
+def warn_of_time_limit(job, after_step: int) -> float:
+    """Once the job's trainer has logged ``after_step``, send the batch script the time-limit warning (SIGUSR1,
+    what ``--signal=B:USR1@...`` sends near the limit); wait for the checkpointed stop it asks for."""
+    wait_until(lambda: any(e["step"] >= after_step for e in events(job.run_dir, "step")), 300,
+               f"step {after_step}", job)
+    stops = len(events(job.run_dir, "stop"))
+    sent = time.time()
+    signalled = subprocess.run(["scancel", "--signal=USR1", "--batch", job.id], capture_output=True, text=True,
+                               timeout=60)
+    assert signalled.returncode == 0, signalled.stderr
+    wait_until(lambda: len(events(job.run_dir, "stop")) > stops, 300, "the stop that the warning asked for", job)
+    return sent
+
+
+class TimeLimitDriver:
+    """Sends a job its two time-limit warnings from a background thread, while the module's other tests run:
+    the first once the job has made WARNED_AFTER steps, the second WARNED_AFTER steps after its resume."""
+
+    def __init__(self, job):
+        self.job, self.warned, self.error = job, [], None
+        self.thread = threading.Thread(target=self._drive, daemon=True)
+        self.thread.start()
+
+    def _drive(self) -> None:
+        try:
+            self.warned.append(warn_of_time_limit(self.job, WARNED_AFTER))
+            wait_until(lambda: events(self.job.run_dir, "resume"), 600, "the requeued job's resume", self.job)
+            resumed_at = events(self.job.run_dir, "resume")[0]["global_step"]
+            self.warned.append(warn_of_time_limit(self.job, resumed_at + WARNED_AFTER))
+        except BaseException as exc:  # noqa: BLE001 - pytest.fail's exception too; reported by the last test
+            self.error = exc
 
 
 @pytest.fixture(scope="module")
 def time_limited(make_runs, slurm):
-    """A Slurm job whose work outlasts its time limit, plus the same run straight through (local backend)."""
+    """A Slurm job warned of its time limit twice (in the background), and the same run straight through
+    (local backend); the first test of the module starts them, the last one checks them."""
     runs = make_runs()
-    step_s = trainer_step_seconds(runs)
-    per_epoch_s = 89 * step_s  # digits: 1,438 training images = 89 batches of 16
-    epochs = max(MIN_EPOCHS, math.ceil(WORK_S / per_epoch_s))
-    settings = dict(TINY, epochs=epochs)
-    job = jobs.submit(runs.config("preempted", **settings), backend="slurm", time=TIME_LIMIT,
-                      sbatch_options=[f"--signal=B:USR1@{WARNING_S}"], verbose=False)
-    watch = SlurmWatch(job)
-    reference = jobs.submit(runs.config("straight", **settings), backend="local", verbose=False)
-    yield {"job": job, "watch": watch, "reference": reference, "epochs": epochs, "runs": runs,
-           "submitted": time.time(), "step_s": step_s}
+    job = jobs.submit(runs.config("preempted", **LIMITED), backend="slurm", time=TIME_LIMIT, verbose=False)
+    watch, driver = SlurmWatch(job), TimeLimitDriver(job)
+    reference = jobs.submit(runs.config("straight", **LIMITED), backend="local", verbose=False)
+    yield {"job": job, "watch": watch, "driver": driver, "reference": reference, "runs": runs}
     for handle in (job, reference):
         if not handle.done():
             handle.cancel()
 
 
 @pytest.mark.slurm
-def test_time_limited_job_is_submitted_with_an_early_warning(time_limited):
+def test_time_limited_job_is_submitted_requeueable(time_limited):
     fields = scontrol(time_limited["job"].id)
-    assert fields["TimeLimit"] == "00:02:00"
+    assert fields["TimeLimit"] == "00:20:00"
     assert fields["Requeue"] == "1"  # train.sbatch's --requeue: the job may go back to the queue
-    assert time_limited["job"].state in ("PENDING", "RUNNING", "COMPLETED")
+    assert time_limited["job"].state in ("PENDING", "RUNNING")
 
 
 # ------------------------------------------------------------------------------------- 2. killed ranks
+KILL_EPOCH_STEPS = 8  # steps per epoch of the killed-rank runs: epoch 1 is checkpointed before the kill
+KILL_AFTER = KILL_EPOCH_STEPS + 2  # the global step after which the rank is killed (6 steps before the end)
+
+
 def _kill_rank_mid_epoch(job, name: str, rank: int) -> dict:
-    """SIGKILL ``rank`` five steps into epoch 2 (epoch 1 is checkpointed); measure how the job ends."""
-    wait_until(lambda: any(e["step"] >= 25 for e in events(job.run_dir, "step")), 240, "step 25", job)
-    victim = wait_until(lambda: rank_pids(name).get(rank), 30, f"rank {rank}'s process", job)
+    """SIGKILL ``rank`` two steps into epoch 2 (epoch 1 is checkpointed); measure how the job ends.
+
+    The victim's pid is found once the ranks run, so the kill follows the awaited step at once (polled every
+    50 ms): the run then cannot go on, as the other rank waits for the dead one in the next all-reduce."""
+    wait_until(lambda: events(job.run_dir, "step"), 300, "the first step", job)
+    victim = wait_until(lambda: rank_pids(name).get(rank), 60, f"rank {rank}'s process", job)
+    wait_until(lambda: any(e["step"] >= KILL_AFTER for e in events(job.run_dir, "step")), 300, f"step {KILL_AFTER}",
+               job, poll=0.05)
     killed, killed_at = time.monotonic(), time.time()
     os.kill(victim, signal.SIGKILL)
     while not job.done() and time.monotonic() - killed < 300:
@@ -195,7 +208,7 @@ def _kill_rank_mid_epoch(job, name: str, rank: int) -> dict:
     detect = time.monotonic() - killed
     last_step = max(e["step"] for e in events(job.run_dir, "step") if e["time"] < killed_at)
     print(f"\n[{job.backend}] rank {rank} of 2 SIGKILLed after global step {last_step}: job {job.state} "
-          f"{detect:.1f} s later; work lost {last_step - 20} steps (those since the epoch-1 checkpoint)")
+          f"{detect:.1f} s later; work lost {last_step - KILL_EPOCH_STEPS} steps (those since the epoch-1 checkpoint)")
     return {"detect_s": detect, "killed_at": killed_at, "pid": victim, "state": job.state}
 
 
@@ -203,14 +216,14 @@ def test_killed_rank_fails_the_job_fast_and_resubmission_resumes(runs, backend):
     """Locally rank 1 dies (rank 0 then waits for it in an all-reduce); under Slurm rank 0, the lock holder."""
     rank = 0 if backend == "slurm" else 1
     name = f"kill-{backend}"
-    cfg = runs.config(name, epochs=2, max_steps_per_epoch=20, **TINY)
+    cfg = runs.config(name, epochs=2, max_steps_per_epoch=KILL_EPOCH_STEPS, **TINY)
     job = jobs.submit(cfg, backend=backend, ranks_per_node=2, verbose=False)
     run_dir = job.run_dir
     outcome = _kill_rank_mid_epoch(job, name, rank)
     assert outcome["state"] == "FAILED", job.explain()
     assert outcome["detect_s"] < DETECT_BOUND_S  # ended, not hanging in a collective
-    wait_until(lambda: not rank_pids(name), 30, "the surviving rank to exit")
-    assert checkpoint_progress(run_dir) == (1, 0, 20)  # the epoch-1 checkpoint survived the crash
+    wait_until(lambda: not rank_pids(name), 120, "the surviving rank to exit")
+    assert checkpoint_progress(run_dir) == (1, 0, KILL_EPOCH_STEPS)  # the epoch-1 checkpoint survived the crash
     if rank == 0:  # the killed rank 0 could not release the run lock: the next job must take it over
         lock = json.loads((run_dir / LOCK_FILE).read_text())
         assert (lock["pid"], lock["slurm_job_id"]) == (outcome["pid"], job.id)
@@ -218,27 +231,28 @@ def test_killed_rank_fails_the_job_fast_and_resubmission_resumes(runs, backend):
     again = jobs.submit(cfg, backend=backend, ranks_per_node=2, verbose=False)  # the same run directory
     assert again.wait(timeout=300) == "COMPLETED", again.explain()
     resume, = events(run_dir, "resume")
-    assert position(resume) == (1, 0, 20)  # exactly where the last complete checkpoint was
+    assert position(resume) == (1, 0, KILL_EPOCH_STEPS)  # exactly where the last complete checkpoint was
     assert_each_epoch_once(run_dir, epochs=2)
-    assert events(run_dir, "end")[0]["global_step"] == 40 and len(events(run_dir, "start")) == 1
+    assert events(run_dir, "end")[0]["global_step"] == 2 * KILL_EPOCH_STEPS and len(events(run_dir, "start")) == 1
 
 
 def test_max_restarts_recovers_a_killed_rank_by_itself(runs, backend):
     """Both backends pass max_restarts to torchrun (Slurm through train.sbatch and jobs.launch)."""
     name = f"kill-restart-{backend}"
-    cfg = runs.config(name, epochs=2, max_steps_per_epoch=20, **TINY)
+    cfg = runs.config(name, epochs=2, max_steps_per_epoch=KILL_EPOCH_STEPS, **TINY)
     runs.run_dir(name).mkdir(parents=True)
     (runs.run_dir(name) / STOP_FILE).touch()  # stale, from an earlier run: the launcher must clear it
     job = jobs.submit(cfg, backend=backend, ranks_per_node=2, max_restarts=1, verbose=False)
     outcome = _kill_rank_mid_epoch(job, name, rank=1)
     assert outcome["state"] == "COMPLETED", job.explain()  # torchrun restarted both ranks
     resume, = events(job.run_dir, "resume")
-    assert position(resume) == (1, 0, 20)  # ...and they resumed from the checkpoint
+    assert position(resume) == (1, 0, KILL_EPOCH_STEPS)  # ...and they resumed from the checkpoint
     print(f"  restarted ranks resumed {resume['time'] - outcome['killed_at']:.1f} s after the kill")
     assert resume["time"] - outcome["killed_at"] < DETECT_BOUND_S + 60  # detect, restart, start up, resume
     assert not events(job.run_dir, "stop")
     assert_each_epoch_once(job.run_dir, epochs=2)
-    assert events(job.run_dir, "end")[0]["global_step"] == 40 and len(events(job.run_dir, "start")) == 1
+    assert events(job.run_dir, "end")[0]["global_step"] == 2 * KILL_EPOCH_STEPS
+    assert len(events(job.run_dir, "start")) == 1
 
 
 # ------------------------------------------------------------------------------ 3. interrupted checkpoint
@@ -305,18 +319,18 @@ def test_second_trainer_on_a_live_run_directory_is_refused(runs):
     first = subprocess.Popen([sys.executable, "-m", "tutorial_lib.train", *flags], env=subprocess_env(),
                              cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: events(run_dir, "step"), 120, "the first trainer's first step")
+        wait_until(lambda: events(run_dir, "step"), 300, "the first trainer's first step")
         second = runs.module(flags)
         assert second.returncode == 2, second.stderr
         assert f"in use by pid {first.pid}" in second.stderr and "Fix" in second.stderr
         assert "Traceback" not in second.stderr
         assert first.poll() is None  # the first trainer goes on, undisturbed
         steps_then = len(events(run_dir, "step"))
-        wait_until(lambda: len(events(run_dir, "step")) > steps_then, 60, "another step of the first trainer")
+        wait_until(lambda: len(events(run_dir, "step")) > steps_then, 300, "another step of the first trainer")
         assert len(events(run_dir, "start")) == 1 and not events(run_dir, "resume")
         assert json.loads((run_dir / LOCK_FILE).read_text())["pid"] == first.pid
         first.send_signal(signal.SIGTERM)  # graceful: finish the step, checkpoint, exit "stopped"
-        assert first.wait(timeout=120) == EXIT_STOPPED
+        assert first.wait(timeout=600) == EXIT_STOPPED
     finally:
         first.kill()
         first.wait()
@@ -340,55 +354,53 @@ def test_stop_requested_by_the_launcher_before_the_trainer_started_is_honoured(r
 
 # ------------------------------------------------------------- 1 (end). the time-limited job, checked last
 @pytest.mark.slurm
-def test_time_limited_job_completes_through_requeues_exactly(time_limited):
-    job, watch, epochs = time_limited["job"], time_limited["watch"], time_limited["epochs"]
-    assert watch.done.wait(timeout=540), f"job still {job.state} after 9 minutes:\n{job.logs(tail=30)}"
+def test_time_limit_warnings_checkpoint_requeue_and_resume_exactly(time_limited):
+    """Two time-limit warnings, each mid-epoch: each becomes a checkpointed stop and a requeue, the next run
+    resumes exactly there, and the job ends with the weights of the same run made straight through."""
+    job, watch, driver = time_limited["job"], time_limited["watch"], time_limited["driver"]
+    driver.thread.join(timeout=900)
+    assert not driver.thread.is_alive(), f"the warnings were not all sent after 15 minutes:\n{job.logs(tail=30)}"
+    assert driver.error is None, driver.error
+    assert watch.done.wait(timeout=900), f"job still {job.state} after 15 minutes:\n{job.logs(tail=30)}"
     assert "error" not in watch.outcome, watch.outcome.get("error")
-    assert watch.outcome["state"] == "COMPLETED"
+    assert watch.outcome["state"] == "COMPLETED", job.explain()
     fields = scontrol(job.id)
-    restarts = int(fields["Restarts"])
-    assert restarts >= 2 and fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0"
+    assert (int(fields["Restarts"]), fields["JobState"], fields["ExitCode"]) == (2, "COMPLETED", "0:0")
 
     # wait() kept waiting across the requeues: it saw RUNNING, then PENDING again, and returned at the end
     states = [state for _, state, _, _ in watch.history]
     collapsed = [s for i, s in enumerate(states) if i == 0 or s != states[i - 1]]
-    assert collapsed.count("RUNNING") >= restarts + 1, watch.history
-    assert collapsed[collapsed.index("RUNNING"):].count("PENDING") >= restarts, watch.history
+    assert collapsed.count("RUNNING") >= 3, watch.history
+    assert collapsed[collapsed.index("RUNNING"):].count("PENDING") >= 2, watch.history
     run_dir = job.run_dir
     assert watch.outcome["returned"] >= events(run_dir, "end")[0]["time"]
+    log = job.logs()
+    assert log.count("SIGUSR1: time limit") == 2 and log.count("training not finished: requeueing") == 2, log
 
-    # every time-limit warning became a checkpointed stop, and the next run resumed exactly there
+    # every warning became a checkpointed stop, and the next run resumed exactly there
     stops, resumes = events(run_dir, "stop"), events(run_dir, "resume")
-    assert len(stops) == len(resumes) == restarts
+    assert len(stops) == len(resumes) == 2
     assert all(s["reason"] == "STOP file" for s in stops)
     kinds = [e["event"] for e in events(run_dir) if e["event"] in ("start", "stop", "resume", "end")]
-    assert kinds == ["start"] + ["stop", "resume"] * restarts + ["end"]
+    assert kinds == ["start", "stop", "resume", "stop", "resume", "end"]
     assert [position(r) for r in resumes] == [position(s) for s in stops]
+    assert all(s["step_in_epoch"] > 0 for s in stops), stops  # stopped mid-epoch: the hard case for resuming
     steps_per_epoch = events(run_dir, "start")[0]["steps_per_epoch"]
+    epochs = LIMITED["epochs"]
     assert [e["step"] for e in events(run_dir, "step")] == list(range(1, epochs * steps_per_epoch + 1))  # none lost
     assert_each_epoch_once(run_dir, epochs)
 
     # the same weights as the same config run straight through
-    reference = time_limited["reference"]
-    assert reference.wait(timeout=300) == "COMPLETED", reference.explain()
-    runs = time_limited["runs"]
+    reference, runs = time_limited["reference"], time_limited["runs"]
+    assert reference.wait(timeout=600) == "COMPLETED", reference.explain()
     difference = runs.max_difference(runs.weights(reference.run_dir), runs.weights(run_dir))
     runs.assert_same_weights(runs.weights(reference.run_dir), runs.weights(run_dir), atol=1e-6)
     final, straight = events(run_dir, "epoch")[-1], events(reference.run_dir, "epoch")[-1]
     assert final["top1"] == pytest.approx(straight["top1"])
 
-    # measurements for docs/reliability.md
-    log = job.logs()
-    warnings = [line.split()[0] for line in log.splitlines() if "SIGUSR1: time limit" in line]
-    delays = []
-    for warned, stop in zip(warnings, stops, strict=False):
-        h, m, s = (int(x) for x in warned.split(":"))
-        stopped = time.localtime(stop["time"])
-        delays.append((stopped.tm_hour * 3600 + stopped.tm_min * 60 + stopped.tm_sec - (h * 3600 + m * 60 + s))
-                      % 86400)
-    gaps = [r["time"] - s["time"] for s, r in zip(stops, resumes, strict=True)]
-    print(f"\n[slurm time limit] {restarts} requeues, {epochs} epochs x {steps_per_epoch} steps "
-          f"(step {time_limited['step_s']:.3f} s when submitted); warning -> "
-          f"checkpointed stop {delays} s; stop -> resumed {[round(g) for g in gaps]} s; work lost 0 steps; "
-          f"max |w - w_straight| = {difference:.1e}; total {time.time() - time_limited['submitted']:.0f} s")
-    assert len(delays) == restarts and all(d <= 60 for d in delays)
+    # measurements for docs/reliability.md (printed with pytest -s)
+    delays = [round(s["time"] - sent, 1) for sent, s in zip(driver.warned, stops, strict=True)]
+    gaps = [round(r["time"] - s["time"]) for s, r in zip(stops, resumes, strict=True)]
+    print(f"\n[slurm time-limit warning] 2 requeues, {epochs} epochs x {steps_per_epoch} steps; warning sent -> "
+          f"checkpointed stop {delays} s; stop -> resumed {gaps} s; work lost 0 steps; "
+          f"max |w - w_straight| = {difference:.1e}")

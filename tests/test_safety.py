@@ -160,7 +160,7 @@ def test_a_fifo_named_like_an_image_is_skipped_and_named(runs, fifo_tree, pipeli
     dataset = folder_class(fifo_tree / "train", bad_data="skip")
     index = [str(p) for p, _ in dataset.samples].index(str(fifo))
     result = runs.module(runs.flags(f"fifo-{pipeline}", data_dir=str(fifo_tree), input_pipeline=pipeline, **TINY),
-                         timeout=120)
+                         timeout=600)
     assert result.returncode == 0, result.stderr
     assert f"skipping unreadable image {fifo}" in result.stderr and "not a regular file" in result.stderr
     assert runs.events(runs.run_dir(f"fifo-{pipeline}"), "epoch")[0]["skipped_images"] == 1
@@ -185,6 +185,14 @@ sys.exit(train.main(sys.argv[3:]))
 """
 
 
+def opening_a_fifo(pid: int) -> bool:
+    """Whether a thread of process ``pid`` waits in open() of a FIFO for its writer (the kernel's wchan)."""
+    try:
+        return any((task / "wchan").read_text() == "wait_for_partner" for task in Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("request_stop", ["SIGTERM", "STOP file"])
 def test_a_stop_request_ends_a_trainer_blocked_in_a_read(runs, tmp_path, child_env, request_stop):
     """SIGTERM was caught and the process went back to waiting: only SIGKILL ended it, leaving a LOCK."""
@@ -200,7 +208,9 @@ def test_a_stop_request_ends_a_trainer_blocked_in_a_read(runs, tmp_path, child_e
         while not reached.exists() and trainer.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         assert reached.exists(), trainer.communicate(timeout=5)
-        time.sleep(0.5)  # now inside open()
+        while not opening_a_fifo(trainer.pid) and time.monotonic() < deadline:  # the event, not a guessed delay
+            time.sleep(0.1)
+        assert opening_a_fifo(trainer.pid), "the trainer never blocked in open() of the FIFO"
         asked = time.monotonic()
         if request_stop == "SIGTERM":
             trainer.send_signal(signal.SIGTERM)
@@ -216,7 +226,7 @@ def test_a_stop_request_ends_a_trainer_blocked_in_a_read(runs, tmp_path, child_e
             trainer.kill()
             trainer.wait()
     assert trainer.returncode not in (0, None)
-    assert grace - 1 <= took <= grace + 15, took
+    assert grace - 1 <= took, took  # waited its grace; the ceiling is communicate()'s timeout above
     assert "did not reach a safe point" in stderr and "TUTORIAL_STOP_GRACE_S" in stderr, stderr
     assert not (runs.run_dir("blocked") / "LOCK").exists()
 

@@ -195,7 +195,7 @@ def test_cli_lists_presets(capsys):
 
 def test_module_runs_as_a_script():
     done = subprocess.run([sys.executable, "-m", "tutorial_lib.scaling", "--preset", "goyal"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+                          cwd=REPO, capture_output=True, text=True, timeout=600, check=True)
     assert "Assumptions (not stated by the reference)" in done.stdout
     assert "12.80 Gbit/s" in done.stdout
 

@@ -59,7 +59,7 @@ def live_frontend() -> bool:
 
     * ``TUTORIAL_MONITOR_CONTROLS=1``/``0`` in the environment decides outright, if set;
     * the code runs in a Jupyter kernel (not plain Python, not terminal IPython);
-    * no sign of a batch run: no ``PAPERMILL*`` or ``PYTEST_CURRENT_TEST`` variable, and the
+    * no sign of a batch run: no ``PAPERMILL*``, ``PYTEST_CURRENT_TEST`` or ``PYTEST_XDIST_WORKER`` variable, and the
       process that launched the kernel (``JPY_PARENT_PID``) is not papermill, nbclient, nbconvert,
       ``jupyter execute`` or pytest/nbval (papermill itself sets no variable in the kernel);
     * a sign of an interactive frontend: ``JPY_SESSION_NAME`` (set by jupyter_server for
@@ -71,7 +71,8 @@ def live_frontend() -> bool:
     shell = _kernel_shell()
     if shell is None:
         return False
-    if any(key.startswith("PAPERMILL") for key in os.environ) or "PYTEST_CURRENT_TEST" in os.environ:
+    if any(key.startswith("PAPERMILL") for key in os.environ) or {"PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER"} & set(
+            os.environ):  # PYTEST_XDIST_WORKER: a kernel started by a pytest-xdist worker (whose command is not pytest)
         return False
     launcher = " ".join(os.path.basename(arg) for arg in _parent_command()[:3]).lower()
     if any(runner in launcher for runner in HEADLESS_RUNNERS):

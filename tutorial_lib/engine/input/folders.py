@@ -33,14 +33,14 @@ def export_digits(root: str | os.PathLike, image_size: int = 32, val_fraction: f
     ImageNet. Idempotent: an export with the same settings is reused. Safe for concurrent callers
     (the tree is written to a temporary folder and renamed into place).
     """
-    from sklearn.datasets import load_digits
-
     root = Path(root)
     settings = {"image_size": image_size, "val_fraction": val_fraction, "seed": seed, "version": 1}
     marker = root / _DIGITS_MARKER
     if foreign_tree_files(root, _DIGITS_MARKER) is not None and json.loads(marker.read_text()) == settings:
         return root
     check_digits_target(root)
+    from sklearn.datasets import load_digits  # only here: every rank of a digits job gets to the return above
+
     digits = load_digits()
     generator = torch.Generator().manual_seed(seed)
     root.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,50 @@
+"""The durations record (tests/durations_record.py): one JSON line per run, the slowest tests first."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import durations_record
+
+
+def report(nodeid: str, when: str, duration: float, outcome: str = "passed"):
+    return SimpleNamespace(nodeid=nodeid, when=when, duration=duration, outcome=outcome)
+
+
+def test_record_sums_the_phases_and_keeps_the_30_slowest(tmp_path):
+    record = durations_record.DurationsRecord(tmp_path / "results" / "durations.jsonl", tmp_path)
+    for i in range(40):
+        for when, seconds in (("setup", 0.5), ("call", float(i)), ("teardown", 0.25)):
+            outcome = "failed" if (i, when) == (3, "call") else "passed"
+            record.add(report(f"tests/test_x.py::test_{i}", when, seconds, outcome))
+    record.add(report("tests/test_x.py::test_broken_fixture", "setup", 0.1, "failed"))
+    record.write(workers=2)
+    record.write(workers=2)  # a second run appends a second line
+
+    lines = (tmp_path / "results" / "durations.jsonl").read_text().splitlines()
+    assert len(lines) == 2
+    written = json.loads(lines[0])
+    assert written["tests"] == 41 and written["workers"] == 2
+    assert written["outcomes"] == {"passed": 39, "failed": 2}
+    assert len(written["slowest"]) == 30
+    assert written["slowest"][0] == {"test": "tests/test_x.py::test_39", "s": 39.75}
+    assert [entry["s"] for entry in written["slowest"]] == sorted((i + 0.75 for i in range(10, 40)), reverse=True)
+    assert written["nproc"] >= 1 and len(written["load_start"]) == 3 and written["total_s"] >= 0
+    assert {"commit", "dirty", "time", "load_end"} <= written.keys()
+
+
+def test_only_kept_when_the_variable_names_a_file(tmp_path, monkeypatch):
+    config = SimpleNamespace()
+    monkeypatch.delenv(durations_record.ENV_VAR, raising=False)
+    durations_record.start(config, tmp_path)
+    durations_record.add(config, report("t", "call", 1.0))
+    durations_record.finish(config)
+    assert not hasattr(config, "durations_record")
+
+    monkeypatch.setenv(durations_record.ENV_VAR, "out/d.jsonl")  # relative to the checkout
+    worker = SimpleNamespace(workerinput={})  # an xdist worker leaves the record to the controller
+    durations_record.start(worker, tmp_path)
+    assert not hasattr(worker, "durations_record")
+    durations_record.start(config, tmp_path)
+    assert config.durations_record.path == tmp_path / "out" / "d.jsonl"
