@@ -23,7 +23,7 @@ course: $(STAMP)  ## rerun the course with a parameter file: make course PARAMS=
 	@test -n "$(PARAMS)" || { echo "usage: make course PARAMS=notebooks/params/gpu.yaml"; exit 2; }
 	$(PY) -m tutorial_lib.course --params $(PARAMS) --out executed-$(notdir $(basename $(PARAMS)))
 
-test: $(STAMP)  ## run every test (notebooks: copies with the exact-checked outputs put back, see tests/notebook_checks.py)
+test: $(STAMP)  ## run every test (notebooks: copies on tests/nbval_params.yaml, exact-checked outputs put back: tests/notebook_checks.py)
 	$(PY) tests/notebook_checks.py prepare build/nbval
 	$(PY) -m pytest tests build/nbval --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --nbval-sanitize-with tests/nbval_sanitize.cfg
 

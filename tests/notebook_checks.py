@@ -6,20 +6,28 @@ committed stripped. So the expected text of the cells marked ``# NBVAL_CHECK_OUT
 outputs put back, and nbval (``--nbval-lax``) runs the copies, checking the marked cells exactly and
 the rest for errors only.
 
+The copies run on test parameters (``tests/nbval_params.yaml``): the same cells and code paths as the
+course, on less work (fewer steps and epochs, smaller images, fewer sweep points), written into each
+copy's parameters cell; the notebooks themselves keep their teaching defaults for `make tutorial`.
+
     python tests/notebook_checks.py record executed/      # after a headless run (make tutorial)
     python tests/notebook_checks.py prepare build/nbval   # what `make test` does before nbval
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import sys
 from pathlib import Path
 
+import yaml
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO_ROOT / "notebooks"
 EXPECTED = Path(__file__).with_name("notebook_expected.json")
+TEST_PARAMS = Path(__file__).with_name("nbval_params.yaml")
 MARK = "# NBVAL_CHECK_OUTPUT"
 # The notebooks' runs under `make test` go here, never to the course's runs/course (whose run directories the
 # executed notebooks of `make tutorial` point to); conftest.py deletes the checkpoints they leave.
@@ -66,30 +74,57 @@ def record(executed_dir: Path) -> dict:
     return expected
 
 
-def _redirect_output_root(notebook: dict) -> None:
-    """Point the parameters cell's ``output_root`` at :data:`TEST_OUTPUT_ROOT` (a notebook that starts no
-    job declares none, and writes no run directory)."""
+def _assignments(notebook: dict) -> tuple[dict, dict]:
+    """The parameters cell and its ``{name: ast.Assign}``."""
     cell = next(c for c in notebook["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
-    lines = _source(cell).split("\n")
-    found = [i for i, line in enumerate(lines) if line.startswith("output_root = ")]
-    if not any(line.startswith("output_root") for line in lines):
-        return
-    if len(found) != 1:
-        raise SystemExit("error: a notebook's parameters cell has no single `output_root = ...` line to redirect. "
-                         "Fix: declare output_root there, on one line.")
-    lines[found[0]] = f'output_root = "{TEST_OUTPUT_ROOT}"  # make test: its own output root, not the course\'s'
-    cell["source"] = "\n".join(lines)
+    return cell, {target.id: statement for statement in ast.parse(_source(cell)).body
+                  if isinstance(statement, ast.Assign) for target in statement.targets if isinstance(target, ast.Name)}
+
+
+def set_parameters(notebook: dict, values: dict, why: str, where: str) -> None:
+    """Rewrite the assignments of ``values``' names in the notebook's parameters cell to those values, each
+    line saying ``why`` and the default it replaced. A name the cell does not assign is refused (``where``
+    names the notebook and the file that gave it): the copy would silently run on the default instead."""
+    cell, assigned = _assignments(notebook)
+    source = _source(cell)
+    lines: list[str | None] = source.split("\n")
+    for name, value in values.items():
+        if name not in assigned:
+            raise SystemExit(f"error: {where}: the notebook has no parameter {name!r}. Fix: use a name from its "
+                             f"parameters cell ({', '.join(assigned)}).")
+        statement = assigned[name]
+        default = ast.get_source_segment(source, statement.value)
+        lines[statement.lineno - 1] = f"{name} = {value!r}  # {why} (teaching default: {default})"
+        for extra in range(statement.lineno, statement.end_lineno):  # a default written over several lines
+            lines[extra] = None
+    cell["source"] = "\n".join(line for line in lines if line is not None)
+
+
+def load_test_parameters(path: Path = TEST_PARAMS) -> dict[str, dict]:
+    """``{notebook stem: {name: value}}`` from the test parameter file; an unknown notebook is refused."""
+    data = yaml.safe_load(path.read_text()) or {}
+    stems = {p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
+    for stem, values in data.items():
+        if stem not in stems or not isinstance(values, dict):
+            raise SystemExit(f"error: {path.name}: {stem!r} must be a notebook's file stem ({', '.join(sorted(stems))})"
+                             " mapping its parameter names to values.")
+    return data
 
 
 def prepare(out_dir: Path) -> list[Path]:
-    """Write copies of the notebooks with the expected outputs of marked cells put back, and their
-    runs sent to :data:`TEST_OUTPUT_ROOT`."""
+    """Write copies of the notebooks with the expected outputs of marked cells put back, their runs sent
+    to :data:`TEST_OUTPUT_ROOT` and their parameters set from :data:`TEST_PARAMS`."""
     expected = json.loads(EXPECTED.read_text())
+    params = load_test_parameters()
     out_dir.mkdir(parents=True, exist_ok=True)
     written, missing = [], []
     for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
         notebook = json.loads(path.read_text())
-        _redirect_output_root(notebook)
+        if "output_root" in _assignments(notebook)[1]:  # a notebook that starts no job declares none
+            set_parameters(notebook, {"output_root": TEST_OUTPUT_ROOT}, "make test: its own runs, not the course's",
+                           path.name)
+        set_parameters(notebook, params.get(path.stem, {}), f"make test: {TEST_PARAMS.name}",
+                       f"{TEST_PARAMS.name}, {path.stem}")
         outputs = expected.get(path.name, {})
         for cell in marked_cells(notebook):
             if _key(cell) not in outputs:

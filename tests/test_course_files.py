@@ -60,7 +60,7 @@ def test_make_test_sends_the_notebooks_runs_away_from_the_course(tmp_path):
                     if "parameters" in c.get("metadata", {}).get("tags", []))
         values = {t.id: stmt.value for stmt in ast.parse("".join(cell["source"])).body if isinstance(stmt, ast.Assign)
                   for t in stmt.targets if isinstance(t, ast.Name)}
-        assert "runs/course" not in "".join(cell["source"]), copy.name
+        assert "runs/course" not in ast.unparse(ast.parse("".join(cell["source"]))), copy.name  # code, not comments
         if "output_root" not in values:  # a notebook that starts no job (test_every_parameter_is_read_...)
             assert "backend" not in values and "profile" not in values, copy.name
             continue
@@ -88,3 +88,29 @@ def test_the_readme_and_notebooks_stand_alone():
             text = "".join(cell["source"])
             assert not re.search(r"[Rr]eferences? 00\d", text) or "NBVAL_CHECK_OUTPUT" in text, \
                 (path.name, re.findall(r".{0,30}[Rr]eferences? 00\d.{0,30}", text))
+
+
+def test_make_test_runs_the_notebooks_on_their_test_parameters(tmp_path):
+    """Each copy's parameters cell holds tests/nbval_params.yaml's values; the notebooks keep their teaching
+    defaults (make tutorial runs those), and a name a notebook does not declare is refused, naming it."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    import notebook_checks
+
+    params = notebook_checks.load_test_parameters()
+    assert {"01_mixed_precision", "03_ddp_one_node", "04_large_batches", "05_multi_node_slurm"} <= set(params)
+    for copy in notebook_checks.prepare(tmp_path):
+        copied = _parameter_values(copy)
+        original = _parameter_values(REPO_ROOT / "notebooks" / copy.name)
+        assert copied.keys() == original.keys(), copy.name
+        for name, value in params.get(copy.stem, {}).items():
+            assert copied[name] == value != original[name], (copy.name, name)
+    notebook = json.loads(NOTEBOOKS[3].read_text())
+    with pytest.raises(SystemExit, match="'epoch'.*Fix: use a name"):
+        notebook_checks.set_parameters(notebook, {"epoch": 1}, "test", "nbval_params.yaml, 03")
+
+
+def _parameter_values(path: Path) -> dict:
+    cell = next(c for c in json.loads(path.read_text())["cells"]
+                if "parameters" in c.get("metadata", {}).get("tags", []))
+    return {t.id: ast.literal_eval(stmt.value) for stmt in ast.parse("".join(cell["source"])).body
+            if isinstance(stmt, ast.Assign) for t in stmt.targets if isinstance(t, ast.Name)}
