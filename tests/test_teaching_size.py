@@ -16,7 +16,9 @@ import json
 
 import pytest
 
-from tutorial_lib.lessons import analysis, course, plans
+from tutorial_lib import course
+from tutorial_lib.analyses import analysis
+from tutorial_lib.course import plans
 
 # The DDP job of each notebook at teaching size: (notebook stem, planned job name)
 DDP_JOBS = [("03_ddp_one_node", "03-ddp-2w"), ("05_multi_node_slurm", "05-multinode"),
