@@ -124,6 +124,23 @@ def test_a_slurm_jobs_batch_script_is_the_projects_and_a_users_job_sbatch_is_not
     assert (run_dir / JOB_SCRIPT).read_text().endswith("my_experiment.py\n")
 
 
+def test_a_preflight_jobs_results_are_the_projects_and_a_users_preflight_jsonl_is_not(finished, runs):
+    """Notebook 05's pre-flight job leaves preflight.jsonl (one line per rank): rerunning the notebook refused its own
+    run directory ("holds files that this project did not write ('preflight.jsonl')")."""
+    from tutorial_lib.rundir.layout import PREFLIGHT_FILE
+
+    run_dir = _copy_run(finished, runs, "preflight-rerun")
+    line = {"rank": 0, "world": 2, "node": "node1", "python": "/usr/bin/python3", "torch": "2.14.1"}
+    (run_dir / PREFLIGHT_FILE).write_text(json.dumps(line) + "\n" + json.dumps({**line, "allreduce_sum": 2.0}) + "\n")
+    assert PREFLIGHT_FILE in {p.name for p in clear_run_dir(run_dir)} and not run_dir.exists()
+
+    run_dir = _copy_run(finished, runs, "users-preflight")
+    (run_dir / PREFLIGHT_FILE).write_text("my own notes on the pre-flight\n")
+    with pytest.raises(RunDirError, match="preflight.jsonl"):
+        clear_run_dir(run_dir)
+    assert (run_dir / PREFLIGHT_FILE).read_text() == "my own notes on the pre-flight\n"
+
+
 def test_a_marker_file_without_the_generators_settings_is_not_a_mark(tmp_path):
     """digits_export.json, fake_imagenet.json or .tutorial_course_output alone made a folder replaceable."""
     from tutorial_lib import course

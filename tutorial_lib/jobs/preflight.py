@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-RESULTS = "preflight.jsonl"
+from tutorial_lib.rundir.layout import PREFLIGHT_FILE as RESULTS
 
 
 # ------------------------------------------------------------------ on every rank

@@ -22,6 +22,7 @@ JOB_FILE = "job.json"  # the job record: backend, id, spec (read by jobs.attach)
 JOB_SCRIPT = "job.sbatch"  # a Slurm job's own copy of train.sbatch, with the site's section filled in
 JOB_SCRIPT_HEADER = "# train.sbatch - distributed training with torchrun under Slurm"  # its third line
 LAUNCH_FILE = "launch.json"  # the per-node torchrun command, read by cluster_scripts/train.sbatch
+PREFLIGHT_FILE = "preflight.jsonl"  # a pre-flight job's findings, one JSON line per rank (jobs.preflight)
 JOB_LOG = "job.log"  # a local job's combined output
 STATE_FILE = "job_state.json"  # a local job's state, written by its supervisor
 SUPERVISOR_LOG = "supervisor.log"  # the local supervisor's own errors

@@ -28,6 +28,7 @@ from tutorial_lib.rundir.layout import (
     LOCK_FILE,
     METRICS_FILE,
     MODEL_FILE,
+    PREFLIGHT_FILE,
     STATE_FILE,
     STOP_FILE,
     SUPERVISOR_LOG,
@@ -96,6 +97,7 @@ _CONTENT = {
     STATE_FILE: lambda p: _has(p, {"state", "time"}),
     LAUNCH_FILE: lambda p: isinstance(_json(p), dict),
     JOB_SCRIPT: _is_job_script,
+    PREFLIGHT_FILE: lambda p: _has(p, {"rank", "world", "node", "python"}, first_line=True),
     STOP_FILE: None, JOB_LOG: None, SUPERVISOR_LOG: None,
 }
 _TEMP_FILES = re.compile(  # left by a save that was killed: checkpoint.pt, config.json, DONE, job_state.json, job.json
