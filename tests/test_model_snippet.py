@@ -1,4 +1,4 @@
-"""The README's snippet for loading model.pt (kept in docs/snippets/load_model_pt.py) works for every --norm."""
+"""The snippet that loads model.pt (docs/snippets/load_model_pt.py, shown in docs/training.md), for every --norm."""
 
 from __future__ import annotations
 
@@ -27,3 +27,11 @@ def test_the_readme_snippet_loads_model_pt_for_every_norm(tmp_path, norm):
     images = torch.rand(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(scope["model"](images), model(images))
+
+
+def test_the_training_page_shows_the_snippet_that_is_tested():
+    """docs/training.md shows the loading code; it must be the file the test above runs, line for line."""
+    page = (REPO_ROOT / "docs" / "training.md").read_text()
+    code = [line for line in SNIPPET.read_text().splitlines() if line and not line.startswith("# ")]
+    shown = page.split("```python\n", 1)[1].split("```", 1)[0].splitlines()
+    assert [line for line in shown if line] == code
