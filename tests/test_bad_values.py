@@ -110,6 +110,19 @@ def test_a_python_tag_in_params_is_one_line_and_never_run(tmp_path):
     assert status == 2 and "-p epochs" in _one_line(err)
 
 
+@pytest.mark.parametrize("text", ["{0}", "1: 2\n", "null: 3\n"])
+def test_a_params_key_that_is_not_a_name_is_one_line(text, tmp_path):
+    """A --params mapping keyed by a number (``{0}``) ended in a TypeError from difflib (found by the contract
+    suite's generated inputs)."""
+    from tutorial_lib.course import main
+
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    status, err = _run(main, ["--params", str(path), "--only", "00", "--out", str(tmp_path / "out")])
+    assert status == 2 and "no notebook has a parameter" in _one_line(err)
+    assert not (tmp_path / "out").exists()
+
+
 def test_only_prefixes_that_name_no_notebook_are_refused(tmp_path):
     from tutorial_lib.course import main
 

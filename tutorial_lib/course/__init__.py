@@ -161,7 +161,7 @@ def check_parameter_names(params: dict, where: str = "parameters") -> None:
     declared = sorted({name for notebook in notebooks() for name in declared_parameters(notebook)})
     unknown = [name for name in params if name not in declared]
     if unknown:
-        close = difflib.get_close_matches(unknown[0], declared, n=3)
+        close = difflib.get_close_matches(unknown[0], declared, n=3) if isinstance(unknown[0], str) else []
         raise SystemExit(f"error: {where}: no notebook has a parameter {unknown[0]!r}"
                          + (f" (did you mean {', '.join(close)}?)" if close else "")
                          + ". Fix: use a name from a notebook's parameters cell (nothing was run).")
