@@ -57,6 +57,28 @@ def test_the_site_reaches_sbatch_and_the_batch_script(tmp_path):
     assert "--partition=debug" in sbatch_command(spec) and "--time=10" in sbatch_command(spec)
 
 
+def test_the_site_time_is_the_default_and_the_longest_a_job_may_ask_for(tmp_path):
+    """One rule for the two sources of a job's time limit, said in one line: the site's time unless the job
+    names its own, which may not be longer (Slurm would leave the job pending: Reason=PartitionTimeLimit)."""
+    site = {"partition": "gpu", "time": "04:00:00"}
+    spec = spec_for(site, tmp_path)
+    assert "--time=04:00:00" in sbatch_command(spec)
+    assert spec.time_note == "time 04:00:00: the site block's time (the job sets none)"
+    spec = spec_for(site, tmp_path, time="00:15:00")
+    assert "--time=00:15:00" in sbatch_command(spec) and spec.to_dict()["time_note"] == (
+        "time 00:15:00: the job's own, within the site block's time 04:00:00 (the longest a job may run)")
+    assert spec_for(site, tmp_path, time="04:00:00").time_note == "time 04:00:00: the job's own, the same as the " \
+                                                                  "site block's"
+    with pytest.raises(ConfigError) as refused:
+        spec_for(site, tmp_path, time="1-00:00:00")
+    assert str(refused.value) == ("time: 1-00:00:00 is longer than the site block's time 04:00:00, the longest a job "
+                                  "of this site may run. Fix: ask for at most 04:00:00 (a notebook's time_limit, "
+                                  "submit's time=), or leave it out to get the site's; or raise site.time where the "
+                                  "site allows it.")
+    assert (spec_for({}, tmp_path).time, spec_for({}, tmp_path, time="90").time) == ("00:30:00", "90")
+    assert "neither the job nor the site block" in spec_for({}, tmp_path).time_note
+
+
 def test_gpu_request_style_and_containers(tmp_path):
     assert "--gpus-per-node=4" in sbatch_command(spec_for({"partition": "gpu"}, tmp_path))
     apptainer = spec_for({"container": {"image": "/images/torch.sif", "binds": ["/data", "/scratch:/s:ro"]}}, tmp_path)
@@ -161,6 +183,8 @@ def test_every_slurm_job_of_every_notebook_gets_the_site(notebook, tmp_path, mon
             command = sbatch_command(spec)
             assert "--partition=gpu" in command and "--qos=high" in command, (notebook.stem, spec.config.name)
             assert "module load cuda/12.4" in batch_script(spec).splitlines()
+            # the notebooks' time_limit is left unset: the site's time is every job's (05 once set 00:15:00)
+            assert "--time=02:00:00" in command and "the site block's time" in spec.time_note, spec.time_note
 
 
 @pytest.mark.parametrize("notebook", course.notebooks(), ids=lambda p: p.stem)
