@@ -80,6 +80,23 @@ def test_the_site_time_is_the_default_and_the_longest_a_job_may_ask_for(tmp_path
     assert "neither the job nor the site block" in spec_for({}, tmp_path).time_note
 
 
+@pytest.mark.parametrize("site_time, asked", [(None, "00:05:00"), ("04:00:00", "00:05:00"), ("00:04:00", "00:04:00")])
+def test_the_preflight_asks_for_five_minutes_within_the_site_time(site_time, asked, tmp_path, monkeypatch):
+    from tutorial_lib.jobs import preflight
+
+    submitted = {}
+
+    def refuse(config, **kwargs):  # what submit was given; then refused as sbatch would, so nothing runs
+        submitted.update(kwargs)
+        raise jobs.JobError("refused here")
+
+    monkeypatch.setattr(jobs, "choose_backend", lambda backend, verbose=True: "slurm")
+    monkeypatch.setattr(jobs, "submit", refuse)
+    site = {"partition": "compute", **({"time": site_time} if site_time else {})}
+    report = preflight.run(make_config("smoke", name="pf", output_root=str(tmp_path)), backend="slurm", site=site)
+    assert submitted["time"] == asked and str(report) == "FAIL  scheduler accepts the job: refused here"
+
+
 def test_gpu_request_style_and_containers(tmp_path):
     assert "--gpus-per-node=4" in sbatch_command(spec_for({"partition": "gpu"}, tmp_path))
     apptainer = spec_for({"container": {"image": "/images/torch.sif", "binds": ["/data", "/scratch:/s:ro"]}}, tmp_path)
