@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -55,6 +56,45 @@ def test_the_site_reaches_sbatch_and_the_batch_script(tmp_path):
     # explicit submit arguments win over the site's
     spec = spec_for(GPU_SITE, tmp_path, partition="debug", time="10")
     assert "--partition=debug" in sbatch_command(spec) and "--time=10" in sbatch_command(spec)
+
+
+def test_the_site_time_is_the_default_and_the_longest_a_job_may_ask_for(tmp_path):
+    """One rule for the two sources of a job's time limit, said in one line: the site's time unless the job
+    names its own, which may not be longer (Slurm would leave the job pending: Reason=PartitionTimeLimit)."""
+    site = {"partition": "gpu", "time": "04:00:00"}
+    spec = spec_for(site, tmp_path)
+    assert "--time=04:00:00" in sbatch_command(spec)
+    assert spec.time_note == "time 04:00:00: the site block's time (the job sets none)"
+    spec = spec_for(site, tmp_path, time="00:15:00")
+    assert "--time=00:15:00" in sbatch_command(spec) and spec.to_dict()["time_note"] == (
+        "time 00:15:00: the job's own, within the site block's time 04:00:00 (the longest a job may run)")
+    assert spec_for(site, tmp_path, time="04:00:00").time_note == "time 04:00:00: the job's own, the same as the " \
+                                                                  "site block's"
+    with pytest.raises(ConfigError) as refused:
+        spec_for(site, tmp_path, time="1-00:00:00")
+    assert str(refused.value) == ("time: 1-00:00:00 is longer than the site block's time 04:00:00, the longest a job "
+                                  "of this site may run. Fix: ask for at most 04:00:00 (a notebook's time_limit, "
+                                  "submit's time=), or leave it out to get the site's; or raise site.time where the "
+                                  "site allows it.")
+    assert (spec_for({}, tmp_path).time, spec_for({}, tmp_path, time="90").time) == ("00:30:00", "90")
+    assert "neither the job nor the site block" in spec_for({}, tmp_path).time_note
+
+
+@pytest.mark.parametrize("site_time, asked", [(None, "00:05:00"), ("04:00:00", "00:05:00"), ("00:04:00", "00:04:00")])
+def test_the_preflight_asks_for_five_minutes_within_the_site_time(site_time, asked, tmp_path, monkeypatch):
+    from tutorial_lib.jobs import preflight
+
+    submitted = {}
+
+    def refuse(config, **kwargs):  # what submit was given; then refused as sbatch would, so nothing runs
+        submitted.update(kwargs)
+        raise jobs.JobError("refused here")
+
+    monkeypatch.setattr(jobs, "choose_backend", lambda backend, verbose=True: "slurm")
+    monkeypatch.setattr(jobs, "submit", refuse)
+    site = {"partition": "compute", **({"time": site_time} if site_time else {})}
+    report = preflight.run(make_config("smoke", name="pf", output_root=str(tmp_path)), backend="slurm", site=site)
+    assert submitted["time"] == asked and str(report) == "FAIL  scheduler accepts the job: refused here"
 
 
 def test_gpu_request_style_and_containers(tmp_path):
@@ -161,6 +201,8 @@ def test_every_slurm_job_of_every_notebook_gets_the_site(notebook, tmp_path, mon
             command = sbatch_command(spec)
             assert "--partition=gpu" in command and "--qos=high" in command, (notebook.stem, spec.config.name)
             assert "module load cuda/12.4" in batch_script(spec).splitlines()
+            # the notebooks' time_limit is left unset: the site's time is every job's (05 once set 00:15:00)
+            assert "--time=02:00:00" in command and "the site block's time" in spec.time_note, spec.time_note
 
 
 @pytest.mark.parametrize("notebook", course.notebooks(), ids=lambda p: p.stem)
@@ -378,3 +420,66 @@ def test_on_the_strict_cluster_more_cpus_than_a_node_has_is_refused_before_submi
         jobs.submit(cfg, backend="slurm", site=dataclasses.replace(site, cpus_per_rank=most + 1), verbose=False)
     assert "\n" not in str(refused.value)
     assert not (tmp_path / "cpus" / "job.json").exists()  # nothing submitted
+
+
+# ------------------------------------------------- the site examples of docs/cluster.md
+CLUSTER_PAGE = REPO_ROOT / "docs" / "cluster.md"
+# The page's examples describe a real GPU site; the strict emulated cluster is two nodes of this machine (its CPU
+# count each, 1 MB of memory declared), with one partition, no accounting, no environment modules and loopback for
+# a network. What it needs in place of the examples' values, key by key (None: the key is left out):
+STRICT_PLACEHOLDERS = {
+    "partition": "compute",        # its only partition (gpu does not exist there)
+    "account": None, "qos": None,  # no accounting: the example's account and QOS name nothing there
+    "cpus_per_rank": 1,            # one CPU rank per node; the example's 8 is more than a node has
+    "mem": None,                   # its nodes declare 1 MB: --mem=200G would never be granted
+}
+VENV_PLACEHOLDER = ("/home/me/tutorial/.venv", "/opt/tutorial-site/venv")  # where its nodes see the virtualenv
+MODULE_STANDIN = "module() { echo \"module $* (no environment modules on the emulated nodes)\"; }"  # setup line 1
+LOOPBACK = {"GLOO_SOCKET_IFNAME": "lo"}  # every emulated node is this machine: the all-reduce goes over loopback
+
+
+def site_examples(page=CLUSTER_PAGE) -> list[dict]:
+    """Every ``site:`` block of the page's YAML examples, as written."""
+    loaded = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.S)]
+    return [data["site"] for data in loaded if isinstance(data, dict) and "site" in data]
+
+
+def for_the_strict_cluster(example: dict) -> dict:
+    """The example with the strict cluster's values in place of the placeholders above; the rest as written."""
+    site = yaml.safe_load(yaml.safe_dump(example).replace(*VENV_PLACEHOLDER))
+    for key, value in STRICT_PLACEHOLDERS.items():
+        site.pop(key, None)
+        if value is not None:
+            site[key] = value
+    site["setup"] = [MODULE_STANDIN, *site.get("setup", [])]
+    site["env"] = {**site.get("env", {}), **LOOPBACK}
+    return site
+
+
+def test_the_site_examples_of_the_docs_are_valid_and_name_a_venv_by_its_python():
+    examples = site_examples()
+    assert examples, f"{CLUSTER_PAGE} shows no site: example"
+    for example in examples:
+        site = load_site(example)  # as written: every key and value accepted
+        strict = load_site(for_the_strict_cluster(example))
+        assert strict.setup[1:] == site.setup and strict.partition == "compute"
+        activated = [line for line in site.setup if "activate" in line]
+        assert not (activated and site.python in (None, "python", "python3")), (
+            "an activated venv with python: python runs the nodes' system python wherever the venv is seen at "
+            f"another path than it was made at: {example}")
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("index", range(len(site_examples())))
+def test_every_site_example_of_the_docs_passes_the_preflight_on_the_strict_cluster(index, tmp_path, slurm):
+    """docs/cluster.md's site blocks, their placeholders replaced (STRICT_PLACEHOLDERS...), run notebook 05's
+    pre-flight job on the strict cluster, whose nodes do not see this checkout's .venv: every check passes,
+    with the example's python."""
+    from tutorial_lib.jobs import preflight
+
+    _strict(slurm)
+    site = load_site(for_the_strict_cluster(site_examples()[index]))
+    cfg = make_config("smoke", name=f"docsite{index}", output_root=str(tmp_path))
+    report = preflight.run(cfg, nodes=2, ranks_per_node=1, backend="slurm", site=site, timeout=240)
+    assert report.ok, str(report)
+    assert f"2 of 2 ranks on 2 node(s) (node1, node2): {site.python}," in str(report.checks[1]), str(report)

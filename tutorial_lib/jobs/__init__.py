@@ -184,8 +184,9 @@ def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend
     processes when the config's device is the CPU). ``backend``: ``auto`` (Slurm if it answers, else
     this machine), ``local`` or ``slurm``. ``after``: start only once that job has ended (sweeps measure
     one job at a time). ``site``: what the cluster needs (:class:`Site`, a ``site:`` mapping or a YAML
-    file; None: the file named by ``$TUTORIAL_SITE``, if any); Slurm jobs only. ``time``, ``partition``
-    and ``account`` default to the site's (``time``: 00:30:00 without one).
+    file; None: the file named by ``$TUTORIAL_SITE``, if any); Slurm jobs only. ``partition`` and ``account``
+    default to the site's; ``time`` to the site's too, which is also the longest a job may ask for
+    (:func:`tutorial_lib.jobs.spec.job_time`; 00:30:00 where neither sets one).
     ``max_restarts``: torchrun restarts all ranks this many times if one dies (on both backends).
     ``fresh``: delete an earlier run of the same name first (otherwise the job resumes from it).
     ``module``/``module_args``: run another program on every rank instead of the trainer (e.g.
@@ -208,7 +209,7 @@ def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend
     job = Job(spec.run_dir)
     if verbose:
         print(f"submitted {job.name}: job {job_id} on {chosen}, {nodes} node(s) x {ranks_per_node} rank(s), "
-              f"run directory {spec.run_dir}")
+              f"run directory {spec.run_dir}; {spec.time_note}")
     return job
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from tutorial_lib.rundir.layout import PREFLIGHT_FILE as RESULTS
 
+PREFLIGHT_TIME = "00:05:00"  # the pre-flight job's time limit (the site's, where that is shorter)
+
 
 # ------------------------------------------------------------------ on every rank
 def rank_facts(out: Path, timeout_s: float, want_gpu: bool) -> dict:
@@ -120,16 +122,18 @@ def run(config, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto", 
     (at most ``timeout`` s) and return its :class:`Report`. Refused settings are checks that fail,
     not exceptions; a bad value of the arguments themselves still raises ConfigError."""
     from tutorial_lib import jobs
-    from tutorial_lib.jobs.spec import absolute_config
+    from tutorial_lib.jobs.spec import absolute_config, load_site, time_limit_seconds
 
     config = dataclasses.replace(config, name=f"{config.name}-preflight")
     out = absolute_config(config).run_dir / RESULTS
     report = Report()
     gpu = config.device == "cuda" or config.profile in ("gpu", "hal")
     chosen = jobs.choose_backend(backend, verbose=False)
+    longest = load_site(site).time if chosen == "slurm" else None  # a short job, within the site's limit
+    limit = longest if longest and time_limit_seconds(longest) < time_limit_seconds(PREFLIGHT_TIME) else PREFLIGHT_TIME
     try:
         job = jobs.submit(config, nodes=nodes, ranks_per_node=ranks_per_node, backend=chosen, site=site,
-                          time="00:05:00", fresh=True, verbose=verbose, module="tutorial_lib.jobs.preflight",
+                          time=limit, fresh=True, verbose=verbose, module="tutorial_lib.jobs.preflight",
                           module_args=["--out", str(out), "--timeout", str(min(timeout, 120))] + ["--gpu"] * gpu)
     except jobs.JobError as exc:
         report.checks.append(Check("scheduler accepts the job", False, str(exc).replace("\n", " ")))

@@ -105,9 +105,10 @@ class Site:
             raise ConfigError(f"site.{str(unknown[0])[:60]}: not a site setting. Fix: use one of {', '.join(known)}.")
         return cls(**{key: _SITE_CHECKS[key](value) for key, value in data.items() if value not in (None, "")})
 
-    def resolve(self, partition=None, account=None, time=None) -> tuple:
-        """``(partition, account, time)`` of a job: the ``submit`` arguments where given, else the site's."""
-        return partition or self.partition, account or self.account, time or self.time or "00:30:00"
+    def resolve(self, partition=None, account=None) -> tuple:
+        """``(partition, account)`` of a job: the ``submit`` arguments where given, else the site's (the time
+        limit has its own rule: :func:`job_time`)."""
+        return partition or self.partition, account or self.account
 
     def to_dict(self) -> dict:
         """The settings that are set, as the ``site:`` block would hold them."""
@@ -243,6 +244,7 @@ class JobSpec:
     nodes: int = 1
     ranks_per_node: int = 1  # processes per node: one per GPU on a GPU cluster, CPU processes otherwise
     time: str = "00:30:00"  # Slurm time limit ([D-]HH:MM:SS or minutes); also enforced locally
+    time_note: str = ""  # one line: where the time limit came from (job_time's rule)
     partition: str | None = None
     account: str | None = None
     sbatch_options: list[str] = field(default_factory=list)
@@ -284,6 +286,32 @@ def check_time(value: str | int) -> str:
 
 
 DEFAULT_WARNING_LEAD_S = 120  # train.sbatch's #SBATCH --signal=B:USR1@120
+
+
+DEFAULT_TIME = "00:30:00"  # the time limit of a job when neither the job nor the site block names one
+
+
+def job_time(own: str | int | None, site_time: str | None) -> tuple[str, str]:
+    """A job's time limit and the one line that says where it came from: the one rule for both sources.
+
+    The site block's ``time`` is the longest a job of the site may run (a partition's MaxTime, its queue's
+    limit) and the limit of every job that names none; a job's own time (``submit(time=...)``, a notebook's
+    ``time_limit``) is used when given, and refused when longer than the site's: Slurm would leave such a job
+    pending for ever (Reason=PartitionTimeLimit) or refuse it."""
+    own = None if own in (None, "") else check_time(own)
+    if own is None:
+        if site_time is None:
+            return DEFAULT_TIME, f"time {DEFAULT_TIME}: the default (neither the job nor the site block sets one)"
+        return site_time, f"time {site_time}: the site block's time (the job sets none)"
+    if site_time is None:
+        return own, f"time {own}: the job's own (the site block sets no time)"
+    if time_limit_seconds(own) > time_limit_seconds(site_time):
+        raise ConfigError(f"time: {own} is longer than the site block's time {site_time}, the longest a job of this "
+                          f"site may run. Fix: ask for at most {site_time} (a notebook's time_limit, submit's "
+                          "time=), or leave it out to get the site's; or raise site.time where the site allows it.")
+    if own == site_time:
+        return own, f"time {own}: the job's own, the same as the site block's"
+    return own, f"time {own}: the job's own, within the site block's time {site_time} (the longest a job may run)"
 
 
 def warning_lead_seconds(sbatch_options) -> int:
@@ -395,11 +423,11 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
     options = [_check_sbatch_option(o) for o in (list(sbatch_options) if not isinstance(sbatch_options, str)
                                                   else [sbatch_options])]
     site = load_site(site) if on_cluster else Site()
-    partition, account, time = site.resolve(partition, account, time)
-    time = check_time(time)
+    partition, account = site.resolve(partition, account)
+    time, time_note = job_time(time, site.time)
     if on_cluster:
         check_time_against_warning(time, [*site.sbatch_options, *options])
-    return JobSpec(config=config, nodes=nodes, ranks_per_node=ranks_per_node, time=time,
+    return JobSpec(config=config, nodes=nodes, ranks_per_node=ranks_per_node, time=time, time_note=time_note,
                    partition=_check_word("partition", partition), account=_check_word("account", account),
                    sbatch_options=options, max_restarts=max_restarts, module=module,
                    module_args=list(module_args) if module_args is not None else None,
