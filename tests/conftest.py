@@ -264,6 +264,20 @@ time.sleep(120)
 
 
 @pytest.fixture(scope="session")
+def fake_sources(tmp_path_factory) -> dict:
+    """Small fake ImageNet downloads in three forms, made once per session and never changed by a test (the
+    ``prepare`` tests check that SOURCE is unchanged): ``{form: path, form-truth: make_fake_source's truth}``."""
+    from tutorial_lib.bench.fake_forms import make_fake_source
+
+    base = tmp_path_factory.mktemp("fake-sources")
+    out = {}
+    for form in ("archives", "kaggle", "flat_val"):
+        out[form] = base / form
+        out[f"{form}-truth"] = make_fake_source(out[form], form, classes=3, per_class=4, val_per_class=2)
+    return out
+
+
+@pytest.fixture(scope="session")
 def jpeg_tree(tmp_path_factory) -> Path:
     """A tiny ImageFolder tree of 16 px JPEGs: 32 training images (3 classes), 6 validation images."""
     root = tmp_path_factory.mktemp("jpeg_tree")

@@ -10,23 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from tutorial_lib.bench.fake_forms import make_fake_source
 from tutorial_lib.data import file_index
 from tutorial_lib.data.layouts import PrepareError, detect
 from tutorial_lib.data.prepare import prepare
 
-SETTINGS = dict(classes=3, per_class=4, val_per_class=2)
 DEVKIT = "ILSVRC2012_devkit_t12.tar.gz"
 
 
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory):
-    base = tmp_path_factory.mktemp("checks")
-    out = {}
-    for form in ("archives", "kaggle", "flat_val"):
-        out[form] = base / form
-        out[f"{form}-truth"] = make_fake_source(out[form], form, **SETTINGS)
-    return out
+@pytest.fixture
+def sources(fake_sources):
+    """The session's fake downloads (conftest.py)."""
+    return fake_sources
 
 
 def _copy(source: Path, tmp_path: Path, name: str = "copy") -> Path:

@@ -14,23 +14,16 @@ from pathlib import Path
 import pytest
 
 from tests.test_prepare_data import _snapshot
-from tutorial_lib.bench.fake_forms import make_fake_source
 from tutorial_lib.data import __main__ as data_main
 from tutorial_lib.data import extract
 from tutorial_lib.data.layouts import PrepareError
 from tutorial_lib.data.prepare import LOCK, MARK, prepare
 
-SETTINGS = dict(classes=3, per_class=4, val_per_class=2)
 
-
-@pytest.fixture(scope="module")
-def sources(tmp_path_factory):
-    base = tmp_path_factory.mktemp("faults")
-    out = {}
-    for form in ("archives", "kaggle", "flat_val"):
-        out[form] = base / form
-        make_fake_source(out[form], form, **SETTINGS)
-    return out
+@pytest.fixture
+def sources(fake_sources):
+    """The session's fake downloads (conftest.py)."""
+    return fake_sources
 
 
 def _copy(source: Path, tmp_path: Path) -> Path:
