@@ -8,6 +8,7 @@ level, the padding, the division by the world size, the fallback without reduce-
 from __future__ import annotations
 
 import threading
+import time
 import types
 from collections import defaultdict
 
@@ -32,6 +33,7 @@ class FakeDist:
 
     def __init__(self, world_size: int, tensor_forms: str = "single"):
         self.world = FakeGroup(range(world_size))
+        self.broken = False  # a rank failed: every collective after it fails at once instead of waiting
         self.bound = threading.local()
         self.lock = threading.Lock()
         self.barriers: dict = {}
@@ -41,6 +43,13 @@ class FakeDist:
         self.subgroups: list = []  # (rank, lists given to new_subgroups_by_enumeration)
         for name in ("reduce_scatter", "all_gather"):
             setattr(self, f"{name}_{tensor_forms}", getattr(self, f"_{name}"))
+
+    def fail(self) -> None:
+        """A rank failed: the others' collectives fail now (as a real job's would, when a peer goes)."""
+        with self.lock:
+            self.broken = True
+            for barrier in self.barriers.values():
+                barrier.abort()
 
     def bind(self, rank: int) -> None:
         """This thread acts for ``rank``."""
@@ -63,12 +72,18 @@ class FakeDist:
         rank = self.bound.rank
         assert rank in ranks, (rank, ranks)
         with self.lock:
+            if self.broken:
+                raise RuntimeError(f"{name}: a peer failed")
             barrier = self.barriers.setdefault(ranks, threading.Barrier(len(ranks), timeout=20))
             number = self.count[rank, ranks]
             self.count[rank, ranks] += 1
             self.deposits[ranks, number][rank] = tensor.detach().clone()
             self.calls.append((rank, name, ranks))
-        barrier.wait()
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            self.fail()
+            raise
         brought = self.deposits[ranks, number]
         assert len({t.shape for t in brought.values()}) == 1, f"{name}: ranks brought different sizes"
         return [brought[r] for r in ranks]
@@ -94,14 +109,14 @@ def run_ranks(fake: FakeDist, work) -> list:
             results[rank] = work(rank)
         except BaseException as exc:  # noqa: BLE001 - raised below, in the test's thread
             errors.append(exc)
-            for barrier in fake.barriers.values():
-                barrier.abort()
+            fake.fail()
 
     threads = [threading.Thread(target=body, args=(rank,)) for rank in range(fake.get_world_size())]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(60)
+        assert not thread.is_alive(), "a rank hung"
     if errors:
         raise errors[0]
     return results
@@ -279,6 +294,15 @@ def test_other_reduce_scatter_errors_are_raised(fake, exception):
     assert groups.fallbacks == set()
 
 
+def _wait(future):
+    """The hook's future's value, waited for with a ceiling (a future never completed fails, not hangs)."""
+    deadline = time.monotonic() + 20
+    while not future.done():
+        assert time.monotonic() < deadline, "the hook's future was never completed"
+        time.sleep(0.001)
+    return future.wait()
+
+
 class FakeBucket:
     """DDP's GradBucket, as far as the hook reads it."""
 
@@ -298,7 +322,7 @@ def test_hook_returns_the_mean_over_ranks_and_counts_buckets(fake, mode, two_lev
         results = []
         for numel in (9, 10):  # 36 bytes (hybrid: flat), 40 bytes (both levels)
             bucket = FakeBucket(_data(rank, numel))
-            results.append(comm_hooks.two_level_hook(state, bucket).wait())
+            results.append(_wait(comm_hooks.two_level_hook(state, bucket)))
             assert results[-1] is bucket.tensor
         return results, state.buckets, state.two_level_buckets, state.worker._thread_name_prefix
 
@@ -312,7 +336,7 @@ def test_hook_divides_before_summing_so_fp16_does_not_overflow(fake):
     def work(rank):
         state = HookState(_groups(fake, "hierarchical"))
         state.worker.submit(fake.bind, rank).result()
-        return comm_hooks.two_level_hook(state, FakeBucket(torch.full((4,), 30000.0, dtype=torch.float16))).wait()
+        return _wait(comm_hooks.two_level_hook(state, FakeBucket(torch.full((4,), 30000.0, dtype=torch.float16))))
 
     for mean in run_ranks(fake, work):
         assert mean.dtype == torch.float16 and torch.equal(mean, torch.full((4,), 30000.0, dtype=torch.float16))
@@ -323,15 +347,17 @@ def test_hook_hands_an_error_to_the_future(fake):
     state = HookState(TwoLevelGroups("hybrid", 4, 2))
     future = comm_hooks.two_level_hook(state, FakeBucket(torch.ones(3)))
     with pytest.raises(RuntimeError, match="peer gone"):
-        future.wait()
+        _wait(future)
 
 
 def test_hook_runs_buckets_one_after_another_in_order(fake):
     """The worker runs one bucket's collectives at a time, in the order DDP handed the buckets over."""
-    started, release, order = threading.Event(), threading.Event(), []
+    started, release, second_ran, order = threading.Event(), threading.Event(), threading.Event(), []
 
     def all_reduce(tensor, group=None):
         order.append(tensor.numel())
+        if tensor.numel() == 2:
+            second_ran.set()
         if len(order) == 1:
             started.set()
             assert release.wait(20)
@@ -341,10 +367,61 @@ def test_hook_runs_buckets_one_after_another_in_order(fake):
     first = comm_hooks.two_level_hook(state, FakeBucket(torch.ones(1)))
     assert started.wait(20)
     second = comm_hooks.two_level_hook(state, FakeBucket(torch.ones(2)))
-    assert not second.done() and order == [1]  # the second waits for the first
+    # the second waits for the first (a second worker thread would start it at once: give it a second to)
+    assert not second_ran.wait(1) and not second.done() and order == [1]
     release.set()
-    first.wait(), second.wait()
+    _wait(first), _wait(second)
     assert order == [1, 2]
+
+
+class CudaBuffer:
+    """A bucket's buffer as on GPU 1, its arithmetic done by a CPU tensor."""
+
+    is_cuda = True
+    device = torch.device("cuda", 1)
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __getattr__(self, name):  # div_, numel, element_size, view
+        return getattr(self.tensor, name)
+
+
+class RecordingFuture:
+    """torch.futures.Future as far as the hook uses it, recording the devices it was made for."""
+
+    made: list = []
+
+    def __init__(self, devices=None):
+        RecordingFuture.made.append(devices)
+        self.value, self.error, self.event = None, None, threading.Event()
+
+    def set_result(self, value):
+        self.value = value
+        self.event.set()
+
+    def set_exception(self, error):
+        self.error = error
+        self.event.set()
+
+
+def test_hook_on_gpu_sets_the_buckets_device_in_its_worker_and_makes_a_device_future(fake, monkeypatch):
+    """On GPU the collectives run on the bucket's device (the worker thread would use cuda:0), and the future
+    is made for that device (DDP then waits for its stream); torch.cuda itself is recorded, not called."""
+    devices, world = [], FakeDist(1)
+    monkeypatch.setattr(comm_hooks, "dist", world)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: devices.append((device, threading.current_thread())))
+    monkeypatch.setattr(torch.futures, "Future", RecordingFuture)
+    RecordingFuture.made = []
+    state = HookState(TwoLevelGroups("hierarchical", 1, 1))
+    state.worker.submit(world.bind, 0).result()
+    buffer = CudaBuffer(torch.full((3,), 2.0))
+    future = comm_hooks.two_level_hook(state, FakeBucket(buffer))
+    assert future.event.wait(20) and future.error is None, future.error
+    assert future.value is buffer and torch.equal(buffer.tensor, torch.full((3,), 2.0))
+    assert RecordingFuture.made == [[torch.device("cuda", 1)]]
+    assert [device for device, _ in devices] == [torch.device("cuda", 1)]
+    assert devices[0][1].name.startswith("allreduce")
 
 
 class FakeDDP:
