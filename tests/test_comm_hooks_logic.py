@@ -440,5 +440,5 @@ def test_register_allreduce_by_mode(fake):
     assert str(caught.value) == "allreduce: unknown mode 'ring'; use flat, hierarchical, hybrid"
     states = run_ranks(fake, lambda rank: comm_hooks.register_allreduce(ddp, "hybrid", 2))
     assert [hook for _, hook in ddp.hooks] == [comm_hooks.two_level_hook] * 4
-    assert [state for state, _ in ddp.hooks] == states
+    assert sorted(id(state) for state, _ in ddp.hooks) == sorted(map(id, states))  # ranks register in any order
     assert {(s.groups.mode, s.groups.local_world_size) for s in states} == {("hybrid", 2)}
