@@ -285,12 +285,14 @@ def test_without_reduce_scatter_the_node_all_reduce_gives_the_same_sum(fake, mes
 
 
 @pytest.mark.parametrize("exception", [RuntimeError, NotImplementedError])
-def test_other_reduce_scatter_errors_are_raised(fake, exception):
+def test_other_reduce_scatter_errors_are_raised(monkeypatch, exception):
+    fake = FakeDist(1)  # one rank: a fallback taken by mistake returns at once, with no peers to wait for
+    monkeypatch.setattr(comm_hooks, "dist", fake)
     fake.reduce_scatter_single = _refusing("connection reset by peer", exception)
-    groups = TwoLevelGroups("hierarchical", 4, 2)
+    groups = TwoLevelGroups("hierarchical", 1, 1, intra=fake.world)
     fake.bind(0)
     with pytest.raises(exception, match="connection reset"):
-        comm_hooks._reduce_scatter(torch.empty(2), torch.zeros(4), groups)
+        comm_hooks._reduce_scatter(torch.empty(4), torch.zeros(4), groups)
     assert groups.fallbacks == set()
 
 
