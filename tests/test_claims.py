@@ -164,12 +164,42 @@ def test_02_waiting_for_data_verdict_follows_the_numbers():
         claims.NOT_DISTINGUISHABLE
 
 
-def test_02_model_alone_slower_than_trainer_on_files_is_flagged():
+def test_02_model_alone_slower_than_reading_files_is_flagged():
     """Issue 14's run: the model alone 1.2 img/s, the trainer reading JPEGs 4.0 img/s."""
     claim = claims.model_vs_files(Spread.of([1.2]), Spread.of([4.0]))
     assert claim.verdict == "inconsistent" and "rerun" in claim.sentence
     assert claims.model_vs_files(Spread.of([4.0, 4.2, 4.4]), Spread.of([3.6, 4.1, 4.3])).verdict == "consistent"
     assert claims.model_vs_files(Spread.of([14, 15, 16]), Spread.of([1.0, 1.2, 1.5])).verdict == "slower"
+    for model, files in ((None, Spread.of([4.0])), (Spread.of([4.0]), None)):
+        assert claims.model_vs_files(model, files) == claims.Claim(
+            "model vs files", "not measured", "the model alone or the trainer on files was not measured")
+
+
+def test_02_workers_takes_the_measured_dataloader_rows_in_worker_order():
+    unlabelled = loader(1, [90, 95, 99])
+    del unlabelled["pipeline"]  # older records: the CPU DataLoader
+    rows = [loader(2, [170, 180, 175]), loader(0, [50, 52, 55]), unlabelled,
+            {**loader(3, [10, 11, 12]), "status": "failed"}, {**loader(4, [1, 2, 3]), "pipeline": "gpu-dali"}]
+    claim = claims.workers_scaling(rows, 2)
+    assert claim.verdict == "grows"
+    assert claim.sentence.startswith("loader throughput grows with every added worker on 2 CPU cores (0 workers ")
+    assert "1 worker " in claim.sentence and "3 workers" not in claim.sentence and "4 workers" not in claim.sentence
+    assert "CPU cores" not in claims.workers_scaling(rows).sentence
+    assert claims.workers_scaling([loader(0, [50])]) == claims.Claim(
+        "workers", "not measured", "fewer than two worker counts were measured")
+
+
+def test_02_workers_stop_growing_without_a_tie_and_matter_little():
+    peak = [loader(0, [50, 52, 55]), loader(1, [170, 175, 180]), loader(2, [90, 95, 99])]
+    claim = claims.workers_scaling(peak, 2)
+    assert claim.verdict == "stops growing"
+    assert claim.sentence.startswith("loader throughput grows up to 1 worker (") and "then falls on 2 CPU cores" \
+        in claim.sentence
+    assert "not distinguishable from" not in claim.sentence  # 1 worker's range parts from every other
+    flat = [loader(0, [100, 101, 102]), loader(1, [103, 104, 105])]
+    claim = claims.workers_scaling(flat, 2)
+    assert claim.verdict == "matters little"
+    assert claim.sentence.startswith("the number of workers changed loader throughput by less than 10% on 2 CPU cores")
 
 
 # --------------------------------------------------------------------------- notebook 07
