@@ -383,3 +383,72 @@ def test_a_precision_too_slow_for_the_budget_is_skipped_with_its_measured_speed(
     assert affordable(records, ["fp32", "tf32"], images=1920, budget_s=300)[0] == ["fp32", "tf32"]  # not measured
     kept, skipped = affordable(records, ["fp32", "bf16"], images=1920, budget_s=1)  # both over: the fastest runs
     assert kept == ["fp32"] and [s.split(":")[0] for s in skipped] == ["bf16"]
+
+
+# --------------------------------------------------------------------------- every builder's topic and edges
+def _every_branch():
+    """(claim, topic, verdict) for a claim from each branch of each builder."""
+    fast, slow = Spread.of([200, 210, 220]), Spread.of([50, 52, 55])
+    near = Spread.of([100, 101, 102])
+    yield claims.fastest_setting([]), "fastest setting", "no measurement"
+    yield claims.fastest_setting([train("fp32", [100, 101]), train("bf16", [99, 102])]), "fastest setting", \
+        claims.NOT_DISTINGUISHABLE
+    yield claims.fastest_setting([train("fp32", [200, 210]), train("bf16", [50, 52])]), "fastest setting", "fp32"
+    yield claims.fastest_setting([train("bf16", [200, 210])]), "fastest setting", "no fp32 baseline"
+    yield claims.fastest_setting([train("fp32", [50, 52]), train("bf16", [200, 210])]), "fastest setting", "faster"
+    yield claims.channels_last_effect([train("fp32", [50])]), "channels_last", "not measured"
+    yield claims.channels_last_effect([train("fp32", [50, 52]), train("fp32", [200, 210], True)]), "channels_last", \
+        "helps"
+    yield claims.precision_accuracy({"fp32": 90.0}), "accuracy", "not measured"
+    yield claims.precision_accuracy({"fp32": 90.0, "bf16": 5.0}, chance=10.0), "accuracy", "near chance"
+    yield claims.precision_accuracy({"fp32": 90.0, "bf16": 89.0}), "accuracy", "same"
+    yield claims.precision_accuracy({"fp32": 90.0, "bf16": 50.0}), "accuracy", "differs"
+    yield claims.data_wait(None, {"a": fast}), "waiting for data", "not measured"
+    yield claims.data_wait(slow, {}), "waiting for data", "not measured"
+    yield claims.data_wait(fast, {"a": slow}), "waiting for data", "waits"
+    yield claims.data_wait(slow, {"a": fast}), "waiting for data", "keeps up"
+    yield claims.data_wait(near, {"a": Spread.of([99, 103])}), "waiting for data", claims.NOT_DISTINGUISHABLE
+    yield claims.model_vs_files(fast, slow), "model vs files", "slower"
+    yield claims.benchmark_vs_jobs({}, {}), "benchmark vs jobs", "not measured"
+    yield claims.matmul_yardstick(None, 1.0), "matmul yardstick", "not measured"
+
+
+def test_every_claim_names_its_topic():
+    for claim, topic, verdict in _every_branch():
+        assert (claim.topic, claim.verdict) == (topic, verdict), claim
+        assert isinstance(claim.sentence, str) and claim.sentence and str(claim) == claim.sentence
+        assert claim._repr_markdown_() == f"**{topic}:** {claim.sentence}"
+
+
+def test_unmeasured_claims_say_what_is_missing():
+    assert claims.fastest_setting([]) == claims.Claim(
+        "fastest setting", "no measurement", "no setting could be measured on this device")
+    assert claims.channels_last_effect([train("fp32", [50]), train("bf16", [60], True)]) == claims.Claim(
+        "channels_last", "not measured", "channels_last was not measured against the default layout")
+    assert claims.precision_accuracy({"fp32": 90.0, "bf16": None}) == claims.Claim(
+        "accuracy", "not measured", "fewer than two training runs finished")
+    assert claims.data_wait(None, {"a": Spread.of([1])}) == claims.Claim(
+        "waiting for data", "not measured", "the model or the loader could not be measured here")
+    alone = claims.fastest_setting([train("bf16", [200, 210])])
+    assert alone.sentence == f"fastest here: bf16 {Spread.of([200, 210]).text()} img/s (no fp32 measurement)"
+
+
+def test_accuracy_thresholds_are_inclusive_where_documented():
+    assert claims.precision_accuracy({"fp32": 90.0, "bf16": 85.0}).verdict == "same"  # the default 5 points
+    assert claims.precision_accuracy({"fp32": 90.0, "bf16": 84.5}).verdict == "differs"
+    assert claims.precision_accuracy({"fp32": 90.0, "bf16": 80.0}, tolerance_points=10).verdict == "same"
+    assert claims.precision_accuracy({"fp32": 30.0, "bf16": 20.0}, 20, chance=10.0).verdict == "same"  # 2x chance
+    assert claims.precision_accuracy({"fp32": 30.0, "bf16": 25.0}, 20, chance=10.0).verdict == "same"
+    near = claims.precision_accuracy({"fp32": 30.0, "bf16": 19.0}, 20, chance=10.0)
+    assert near.verdict == "near chance" and "fp32 30.0%, bf16 19.0%" in near.sentence
+
+
+def test_ties_are_named_together():
+    tied = claims.data_wait(Spread.of([1000, 1010]), {"cpu": Spread.of([100, 110]), "gpu": Spread.of([105, 112])})
+    assert tied.verdict == "waits"
+    assert "pipelines (gpu, cpu: not distinguishable from each other; highest median gpu)" in tied.sentence
+    one = claims.data_wait(Spread.of([1000, 1010]), {"cpu": Spread.of([100, 110])})
+    assert "the fastest input pipeline (cpu) delivers" in one.sentence
+    two = claims.fastest_setting([train("fp32", [50, 52]), train("bf16", [200, 210]),
+                                  train("fp16", [198, 212])])
+    assert two.verdict == "faster" and two.sentence.startswith("bf16 and fp16 are the fastest here (not dist")
