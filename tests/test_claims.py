@@ -452,3 +452,63 @@ def test_ties_are_named_together():
     two = claims.fastest_setting([train("fp32", [50, 52]), train("bf16", [200, 210]),
                                   train("fp16", [198, 212])])
     assert two.verdict == "faster" and two.sentence.startswith("bf16 and fp16 are the fastest here (not dist")
+
+
+def test_more_builders_name_their_topic_and_numbers():
+    fast, slow = Spread.of([200, 210, 220]), Spread.of([50, 52, 55])
+    cases = [
+        (claims.benchmark_vs_jobs({"fp32": fast, "bf16": fast}, {"fp32": Spread.of([205])}), "benchmark vs jobs",
+         "agree"),
+        (claims.benchmark_vs_jobs({"fp32": None, "bf16": fast}, {"fp32": fast, "bf16": slow}), "benchmark vs jobs",
+         "differ"),
+        (claims.benchmark_vs_jobs({"fp32": None}, {"fp32": fast}), "benchmark vs jobs", "not measured"),
+        (claims.matmul_yardstick(2.0, 1.0), "matmul yardstick", "beaten"),
+        (claims.matmul_yardstick(0.6, 1.0), "matmul yardstick", "ceiling"),
+        (claims.model_vs_files(slow, fast), "model vs files", "inconsistent"),
+        (claims.model_vs_files(Spread.of([3, 4]), Spread.of([4, 5])), "model vs files", "consistent"),  # touching
+        (claims.model_vs_files(Spread.of([4, 5]), Spread.of([3, 4])), "model vs files", "consistent"),
+        (claims.input_pipelines(None, fast), "input pipelines", "not measured"),
+        (claims.input_pipelines(slow, fast, 0.5, 0.6, 2), "input pipelines", "gpu pipeline faster"),
+        (claims.input_pipelines(fast, slow, 0.5), "input pipelines", "cpu workers faster"),
+        (claims.input_pipelines(Spread.of([100, 101]), Spread.of([102, 103])), "input pipelines", "matters little"),
+        (claims.staging_effect(Spread.of([1.0]), Spread.of([2.0]), None, 10), "staging", "not measured"),
+        (claims.staging_effect(Spread.of([1.0]), Spread.of([2.0, 2.1]), Spread.of([0.5, 0.6]), 10), "staging",
+         "staged faster"),
+        (claims.staging_effect(Spread.of([1.0]), Spread.of([2.0, 2.1]), Spread.of([2.1, 2.2]), 10), "staging",
+         claims.NOT_DISTINGUISHABLE),  # touching ranges rank nothing
+    ]
+    for claim, topic, verdict in cases:
+        assert (claim.topic, claim.verdict) == (topic, verdict), claim
+        assert isinstance(claim.sentence, str) and claim.sentence
+    by_verdict = {claim.verdict: claim.sentence for claim, _, _ in cases}
+    assert f"fp32: jobs {Spread.of([205]).text()}, benchmark {fast.text()} img/s" in by_verdict["agree"]
+    assert by_verdict["ceiling"].endswith(": 60% of the matmul rate")
+    assert "the step reached 2.000 TFLOP/s" in claims.matmul_yardstick(2.0, 1.0, "the step").sentence
+    assert by_verdict["consistent"].startswith("the trainer fed from files runs at")
+    gpu = by_verdict["gpu pipeline faster"]
+    assert "fed by 2 CPU workers" in gpu and "waiting for data 50% of the time with CPU workers, 60% with" in gpu
+    cpu = by_verdict["cpu workers faster"]
+    assert cpu.startswith("the CPU workers feed") and "fed by CPU workers" in cpu and "waiting" not in cpu
+    assert by_verdict["matters little"].startswith("the two input pipelines matters little: fed by")
+
+
+def test_speed_ratios_with_a_zero_or_unmeasured_speed():
+    assert claims.ratio_verdict(Spread.of([5, 6]), Spread.of([0]), "better", "worse") == "better"
+    assert claims._ratio_text(Spread.of([5]), Spread.of([0])) == "not defined (a zero speed)"
+    assert claims._ratio_text(Spread.of([5]), Spread.of([0, 2, 3])) == "not defined (a zero speed)"  # low 0
+    assert claims._ratio_text(Spread.of([4]), Spread.of([0.5, 2, 4])) == "2.00x (between 1.00x and 8.00x)"
+
+
+def test_train_records_only_and_compile_named():
+    plain = {**train("fp32", [50, 52]), "compile": None}
+    del plain["compile"]  # older records: no compile
+    records = [plain, {**train("bf16", [200, 210]), "compile": "default"},
+               {**train("fp16", [900, 910]), "kind": "data"}]
+    claim = claims.fastest_setting(records)
+    assert claim.verdict == "faster" and claim.sentence.startswith("bf16 compile=default is the fastest here, ")
+    assert "fp16" not in claim.sentence
+
+
+def test_show_prints_topic_and_sentence(capsys):
+    claims.show(claims.Claim("a", "v", "first"), claims.Claim("b", "w", "second"))
+    assert capsys.readouterr().out == "a: first\nb: second\n"
