@@ -512,3 +512,19 @@ def test_train_records_only_and_compile_named():
 def test_show_prints_topic_and_sentence(capsys):
     claims.show(claims.Claim("a", "v", "first"), claims.Claim("b", "w", "second"))
     assert capsys.readouterr().out == "a: first\nb: second\n"
+
+
+def test_channels_last_names_the_one_direction_some_precisions_took():
+    base = [train("fp32", [100, 101, 102]), train("bf16", [100, 101, 102]), train("fp32", [100, 102, 103], True)]
+    helps = claims.channels_last_effect(base + [train("bf16", [200, 210, 220], True)])
+    hurts = claims.channels_last_effect(base + [train("bf16", [40, 41, 42], True)])
+    assert (helps.verdict, hurts.verdict) == ("helps some", "hurts some")
+    assert hurts.sentence.startswith("channels_last slows down some precisions here, not all: fp32: 1.01x (matters")
+
+
+def test_staging_sentence_gives_the_three_times():
+    copy, shared, staged = Spread.of([1.23456]), Spread.of([2.34567, 2.45678]), Spread.of([0.56789, 0.67891])
+    claim = claims.staging_effect(copy, shared, staged, 12345)
+    assert claim.sentence.startswith(f"copying 12,345 images took {copy.text(3)} s; reading all of them once took "
+                                     f"{shared.text(3)} s from where they are and {staged.text(3)} s from the copy")
+    assert copy.text(3) != copy.text(4) and shared.text(3) != shared.text(4) and staged.text(3) != staged.text(4)
