@@ -528,3 +528,9 @@ def test_staging_sentence_gives_the_three_times():
     assert claim.sentence.startswith(f"copying 12,345 images took {copy.text(3)} s; reading all of them once took "
                                      f"{shared.text(3)} s from where they are and {staged.text(3)} s from the copy")
     assert copy.text(3) != copy.text(4) and shared.text(3) != shared.text(4) and staged.text(3) != staged.text(4)
+
+
+def test_workers_do_not_fall_when_some_count_is_clearly_above_zero():
+    """1 worker clearly below 0 workers, 2 clearly above, 3 the highest median but overlapping: not "falls"."""
+    rows = [loader(0, [100, 101, 102]), loader(1, [50, 51, 52]), loader(2, [110, 115, 120]), loader(3, [90, 130, 200])]
+    assert claims.workers_scaling(rows, 2).verdict == claims.NOT_DISTINGUISHABLE
