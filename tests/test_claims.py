@@ -164,12 +164,42 @@ def test_02_waiting_for_data_verdict_follows_the_numbers():
         claims.NOT_DISTINGUISHABLE
 
 
-def test_02_model_alone_slower_than_trainer_on_files_is_flagged():
+def test_02_model_alone_slower_than_reading_files_is_flagged():
     """Issue 14's run: the model alone 1.2 img/s, the trainer reading JPEGs 4.0 img/s."""
     claim = claims.model_vs_files(Spread.of([1.2]), Spread.of([4.0]))
     assert claim.verdict == "inconsistent" and "rerun" in claim.sentence
     assert claims.model_vs_files(Spread.of([4.0, 4.2, 4.4]), Spread.of([3.6, 4.1, 4.3])).verdict == "consistent"
     assert claims.model_vs_files(Spread.of([14, 15, 16]), Spread.of([1.0, 1.2, 1.5])).verdict == "slower"
+    for model, files in ((None, Spread.of([4.0])), (Spread.of([4.0]), None)):
+        assert claims.model_vs_files(model, files) == claims.Claim(
+            "model vs files", "not measured", "the model alone or the trainer on files was not measured")
+
+
+def test_02_workers_takes_the_measured_dataloader_rows_in_worker_order():
+    unlabelled = loader(1, [90, 95, 99])
+    del unlabelled["pipeline"]  # older records: the CPU DataLoader
+    rows = [loader(2, [170, 180, 175]), loader(0, [50, 52, 55]), unlabelled,
+            {**loader(3, [10, 11, 12]), "status": "failed"}, {**loader(4, [1, 2, 3]), "pipeline": "gpu-dali"}]
+    claim = claims.workers_scaling(rows, 2)
+    assert claim.verdict == "grows"
+    assert claim.sentence.startswith("loader throughput grows with every added worker on 2 CPU cores (0 workers ")
+    assert "1 worker " in claim.sentence and "3 workers" not in claim.sentence and "4 workers" not in claim.sentence
+    assert "CPU cores" not in claims.workers_scaling(rows).sentence
+    assert claims.workers_scaling([loader(0, [50])]) == claims.Claim(
+        "workers", "not measured", "fewer than two worker counts were measured")
+
+
+def test_02_workers_stop_growing_without_a_tie_and_matter_little():
+    peak = [loader(0, [50, 52, 55]), loader(1, [170, 175, 180]), loader(2, [90, 95, 99])]
+    claim = claims.workers_scaling(peak, 2)
+    assert claim.verdict == "stops growing"
+    assert claim.sentence.startswith("loader throughput grows up to 1 worker (") and "then falls on 2 CPU cores" \
+        in claim.sentence
+    assert "not distinguishable from" not in claim.sentence  # 1 worker's range parts from every other
+    flat = [loader(0, [100, 101, 102]), loader(1, [103, 104, 105])]
+    claim = claims.workers_scaling(flat, 2)
+    assert claim.verdict == "matters little"
+    assert claim.sentence.startswith("the number of workers changed loader throughput by less than 10% on 2 CPU cores")
 
 
 # --------------------------------------------------------------------------- notebook 07
@@ -353,3 +383,154 @@ def test_a_precision_too_slow_for_the_budget_is_skipped_with_its_measured_speed(
     assert affordable(records, ["fp32", "tf32"], images=1920, budget_s=300)[0] == ["fp32", "tf32"]  # not measured
     kept, skipped = affordable(records, ["fp32", "bf16"], images=1920, budget_s=1)  # both over: the fastest runs
     assert kept == ["fp32"] and [s.split(":")[0] for s in skipped] == ["bf16"]
+
+
+# --------------------------------------------------------------------------- every builder's topic and edges
+def _every_branch():
+    """(claim, topic, verdict) for a claim from each branch of each builder."""
+    fast, slow = Spread.of([200, 210, 220]), Spread.of([50, 52, 55])
+    near = Spread.of([100, 101, 102])
+    yield claims.fastest_setting([]), "fastest setting", "no measurement"
+    yield claims.fastest_setting([train("fp32", [100, 101]), train("bf16", [99, 102])]), "fastest setting", \
+        claims.NOT_DISTINGUISHABLE
+    yield claims.fastest_setting([train("fp32", [200, 210]), train("bf16", [50, 52])]), "fastest setting", "fp32"
+    yield claims.fastest_setting([train("bf16", [200, 210])]), "fastest setting", "no fp32 baseline"
+    yield claims.fastest_setting([train("fp32", [50, 52]), train("bf16", [200, 210])]), "fastest setting", "faster"
+    yield claims.channels_last_effect([train("fp32", [50])]), "channels_last", "not measured"
+    yield claims.channels_last_effect([train("fp32", [50, 52]), train("fp32", [200, 210], True)]), "channels_last", \
+        "helps"
+    yield claims.precision_accuracy({"fp32": 90.0}), "accuracy", "not measured"
+    yield claims.precision_accuracy({"fp32": 90.0, "bf16": 5.0}, chance=10.0), "accuracy", "near chance"
+    yield claims.precision_accuracy({"fp32": 90.0, "bf16": 89.0}), "accuracy", "same"
+    yield claims.precision_accuracy({"fp32": 90.0, "bf16": 50.0}), "accuracy", "differs"
+    yield claims.data_wait(None, {"a": fast}), "waiting for data", "not measured"
+    yield claims.data_wait(slow, {}), "waiting for data", "not measured"
+    yield claims.data_wait(fast, {"a": slow}), "waiting for data", "waits"
+    yield claims.data_wait(slow, {"a": fast}), "waiting for data", "keeps up"
+    yield claims.data_wait(near, {"a": Spread.of([99, 103])}), "waiting for data", claims.NOT_DISTINGUISHABLE
+    yield claims.model_vs_files(fast, slow), "model vs files", "slower"
+    yield claims.benchmark_vs_jobs({}, {}), "benchmark vs jobs", "not measured"
+    yield claims.matmul_yardstick(None, 1.0), "matmul yardstick", "not measured"
+
+
+def test_every_claim_names_its_topic():
+    for claim, topic, verdict in _every_branch():
+        assert (claim.topic, claim.verdict) == (topic, verdict), claim
+        assert isinstance(claim.sentence, str) and claim.sentence and str(claim) == claim.sentence
+        assert claim._repr_markdown_() == f"**{topic}:** {claim.sentence}"
+
+
+def test_unmeasured_claims_say_what_is_missing():
+    assert claims.fastest_setting([]) == claims.Claim(
+        "fastest setting", "no measurement", "no setting could be measured on this device")
+    assert claims.channels_last_effect([train("fp32", [50]), train("bf16", [60], True)]) == claims.Claim(
+        "channels_last", "not measured", "channels_last was not measured against the default layout")
+    assert claims.precision_accuracy({"fp32": 90.0, "bf16": None}) == claims.Claim(
+        "accuracy", "not measured", "fewer than two training runs finished")
+    assert claims.data_wait(None, {"a": Spread.of([1])}) == claims.Claim(
+        "waiting for data", "not measured", "the model or the loader could not be measured here")
+    alone = claims.fastest_setting([train("bf16", [200, 210])])
+    assert alone.sentence == f"fastest here: bf16 {Spread.of([200, 210]).text()} img/s (no fp32 measurement)"
+
+
+def test_accuracy_thresholds_are_inclusive_where_documented():
+    assert claims.precision_accuracy({"fp32": 90.0, "bf16": 85.0}).verdict == "same"  # the default 5 points
+    assert claims.precision_accuracy({"fp32": 90.0, "bf16": 84.5}).verdict == "differs"
+    assert claims.precision_accuracy({"fp32": 90.0, "bf16": 80.0}, tolerance_points=10).verdict == "same"
+    assert claims.precision_accuracy({"fp32": 30.0, "bf16": 20.0}, 20, chance=10.0).verdict == "same"  # 2x chance
+    assert claims.precision_accuracy({"fp32": 30.0, "bf16": 25.0}, 20, chance=10.0).verdict == "same"
+    near = claims.precision_accuracy({"fp32": 30.0, "bf16": 19.0}, 20, chance=10.0)
+    assert near.verdict == "near chance" and "fp32 30.0%, bf16 19.0%" in near.sentence
+
+
+def test_ties_are_named_together():
+    tied = claims.data_wait(Spread.of([1000, 1010]), {"cpu": Spread.of([100, 110]), "gpu": Spread.of([105, 112])})
+    assert tied.verdict == "waits"
+    assert "pipelines (gpu, cpu: not distinguishable from each other; highest median gpu)" in tied.sentence
+    one = claims.data_wait(Spread.of([1000, 1010]), {"cpu": Spread.of([100, 110])})
+    assert "the fastest input pipeline (cpu) delivers" in one.sentence
+    two = claims.fastest_setting([train("fp32", [50, 52]), train("bf16", [200, 210]),
+                                  train("fp16", [198, 212])])
+    assert two.verdict == "faster" and two.sentence.startswith("bf16 and fp16 are the fastest here (not dist")
+
+
+def test_more_builders_name_their_topic_and_numbers():
+    fast, slow = Spread.of([200, 210, 220]), Spread.of([50, 52, 55])
+    cases = [
+        (claims.benchmark_vs_jobs({"fp32": fast, "bf16": fast}, {"fp32": Spread.of([205])}), "benchmark vs jobs",
+         "agree"),
+        (claims.benchmark_vs_jobs({"fp32": None, "bf16": fast}, {"fp32": fast, "bf16": slow}), "benchmark vs jobs",
+         "differ"),
+        (claims.benchmark_vs_jobs({"fp32": None}, {"fp32": fast}), "benchmark vs jobs", "not measured"),
+        (claims.matmul_yardstick(2.0, 1.0), "matmul yardstick", "beaten"),
+        (claims.matmul_yardstick(0.6, 1.0), "matmul yardstick", "ceiling"),
+        (claims.model_vs_files(slow, fast), "model vs files", "inconsistent"),
+        (claims.model_vs_files(Spread.of([3, 4]), Spread.of([4, 5])), "model vs files", "consistent"),  # touching
+        (claims.model_vs_files(Spread.of([4, 5]), Spread.of([3, 4])), "model vs files", "consistent"),
+        (claims.input_pipelines(None, fast), "input pipelines", "not measured"),
+        (claims.input_pipelines(slow, fast, 0.5, 0.6, 2), "input pipelines", "gpu pipeline faster"),
+        (claims.input_pipelines(fast, slow, 0.5), "input pipelines", "cpu workers faster"),
+        (claims.input_pipelines(Spread.of([100, 101]), Spread.of([102, 103])), "input pipelines", "matters little"),
+        (claims.staging_effect(Spread.of([1.0]), Spread.of([2.0]), None, 10), "staging", "not measured"),
+        (claims.staging_effect(Spread.of([1.0]), Spread.of([2.0, 2.1]), Spread.of([0.5, 0.6]), 10), "staging",
+         "staged faster"),
+        (claims.staging_effect(Spread.of([1.0]), Spread.of([2.0, 2.1]), Spread.of([2.1, 2.2]), 10), "staging",
+         claims.NOT_DISTINGUISHABLE),  # touching ranges rank nothing
+    ]
+    for claim, topic, verdict in cases:
+        assert (claim.topic, claim.verdict) == (topic, verdict), claim
+        assert isinstance(claim.sentence, str) and claim.sentence
+    by_verdict = {claim.verdict: claim.sentence for claim, _, _ in cases}
+    assert f"fp32: jobs {Spread.of([205]).text()}, benchmark {fast.text()} img/s" in by_verdict["agree"]
+    assert by_verdict["ceiling"].endswith(": 60% of the matmul rate")
+    assert "the step reached 2.000 TFLOP/s" in claims.matmul_yardstick(2.0, 1.0, "the step").sentence
+    assert by_verdict["consistent"].startswith("the trainer fed from files runs at")
+    gpu = by_verdict["gpu pipeline faster"]
+    assert "fed by 2 CPU workers" in gpu and "waiting for data 50% of the time with CPU workers, 60% with" in gpu
+    cpu = by_verdict["cpu workers faster"]
+    assert cpu.startswith("the CPU workers feed") and "fed by CPU workers" in cpu and "waiting" not in cpu
+    assert by_verdict["matters little"].startswith("the two input pipelines matters little: fed by")
+
+
+def test_speed_ratios_with_a_zero_or_unmeasured_speed():
+    assert claims.ratio_verdict(Spread.of([5, 6]), Spread.of([0]), "better", "worse") == "better"
+    assert claims._ratio_text(Spread.of([5]), Spread.of([0])) == "not defined (a zero speed)"
+    assert claims._ratio_text(Spread.of([5]), Spread.of([0, 2, 3])) == "not defined (a zero speed)"  # low 0
+    assert claims._ratio_text(Spread.of([4]), Spread.of([0.5, 2, 4])) == "2.00x (between 1.00x and 8.00x)"
+
+
+def test_train_records_only_and_compile_named():
+    plain = {**train("fp32", [50, 52]), "compile": None}
+    del plain["compile"]  # older records: no compile
+    records = [plain, {**train("bf16", [200, 210]), "compile": "default"},
+               {**train("fp16", [900, 910]), "kind": "data"}]
+    claim = claims.fastest_setting(records)
+    assert claim.verdict == "faster" and claim.sentence.startswith("bf16 compile=default is the fastest here, ")
+    assert "fp16" not in claim.sentence
+
+
+def test_show_prints_topic_and_sentence(capsys):
+    claims.show(claims.Claim("a", "v", "first"), claims.Claim("b", "w", "second"))
+    assert capsys.readouterr().out == "a: first\nb: second\n"
+
+
+def test_channels_last_names_the_one_direction_some_precisions_took():
+    base = [train("fp32", [100, 101, 102]), train("bf16", [100, 101, 102]), train("fp32", [100, 102, 103], True)]
+    helps = claims.channels_last_effect(base + [train("bf16", [200, 210, 220], True)])
+    hurts = claims.channels_last_effect(base + [train("bf16", [40, 41, 42], True)])
+    assert (helps.verdict, hurts.verdict) == ("helps some", "hurts some")
+    assert hurts.sentence.startswith("channels_last slows down some precisions here, not all: fp32: 1.01x (matters")
+
+
+def test_staging_sentence_gives_the_three_times():
+    copy, shared, staged = Spread.of([1.23456]), Spread.of([2.34567, 2.45678]), Spread.of([0.56789, 0.67891])
+    claim = claims.staging_effect(copy, shared, staged, 12345)
+    assert claim.sentence.startswith(f"copying 12,345 images took {copy.text(3)} s; reading all of them once took "
+                                     f"{shared.text(3)} s from where they are and {staged.text(3)} s from the copy")
+    assert copy.text(3) != copy.text(4) and shared.text(3) != shared.text(4) and staged.text(3) != staged.text(4)
+
+
+def test_workers_do_not_fall_when_some_count_is_clearly_above_zero():
+    """1 worker clearly below 0 workers, 2 clearly above, 3 the highest median but overlapping: not "falls"."""
+    rows = [loader(0, [100, 101, 102]), loader(1, [50, 51, 52]), loader(2, [110, 115, 120]), loader(3, [90, 130, 200])]
+    assert claims.workers_scaling(rows, 2).verdict == claims.NOT_DISTINGUISHABLE
