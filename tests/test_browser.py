@@ -133,8 +133,9 @@ def lab(tmp_path_factory):
     port, token = _free_port(), secrets.token_hex(24)
     # The kernels inherit this environment: nothing may say "batch run", as in a student's JupyterLab.
     env = {key: value for key, value in os.environ.items()
-           if not key.startswith("PAPERMILL") and key not in ("PYTEST_CURRENT_TEST", "TUTORIAL_MONITOR_CONTROLS",
-                                                               "MPLBACKEND")}
+           if not key.startswith(("PAPERMILL", "PYTEST_XDIST")) and key not in ("PYTEST_CURRENT_TEST",
+                                                                                 "TUTORIAL_MONITOR_CONTROLS",
+                                                                                 "MPLBACKEND")}
     env.update(PYTHONPATH=str(REPO_ROOT), JUPYTER_CONFIG_DIR=str(home / "config"),
                JUPYTERLAB_SETTINGS_DIR=str(home / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(home / "workspaces"),
                JUPYTER_RUNTIME_DIR=str(home / "runtime"))
