@@ -4,6 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PARAMS ?=
+# make test's pytest-xdist workers (each test file, so each notebook, stays on one worker); 0: one process
+TEST_WORKERS ?= 2
 
 .PHONY: setup tutorial course test mutants lab lint slurm-up slurm-down netlab-up netlab-down clean
 
@@ -25,7 +27,7 @@ course: $(STAMP)  ## rerun the course with a parameter file: make course PARAMS=
 
 test: $(STAMP)  ## run every test (notebooks: copies on tests/nbval_params.yaml, exact-checked outputs put back: tests/notebook_checks.py)
 	$(PY) tests/notebook_checks.py prepare build/nbval
-	$(PY) -m pytest tests build/nbval --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --nbval-sanitize-with tests/nbval_sanitize.cfg
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests build/nbval --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 MUTANTS_ONLY ?=
 mutants: $(STAMP)  ## mutation testing ([tool.mutmut] in pyproject.toml); some: make mutants MUTANTS_ONLY='tutorial_lib.engine.tally*'
