@@ -207,17 +207,22 @@ class Page:
         while not self.page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count():
             # JupyterLab asks for a kernel when it cannot decide in time (slow kernelspecs): answer as a student
             # would, with the proposed one (the notebook's own, python3)
-            select = self.page.locator(".jp-Dialog .jp-mod-accept")
-            if select.count() and "Select Kernel" in self.page.locator(".jp-Dialog").inner_text():
-                select.click()
+            self.accept_kernel_dialog()
             if time.monotonic() > deadline:
                 self.page.screenshot(path=str(OUT / f"{path.stem}_no_kernel.png"))
                 pytest.fail(f"the kernel of {path.name} did not become idle in {CEILING_S} s")
             time.sleep(0.5)
 
+    def accept_kernel_dialog(self) -> None:
+        """Answer JupyterLab's "Select Kernel" dialog, if it is open, with the proposed kernel (as a student would)."""
+        select = self.page.locator(".jp-Dialog .jp-mod-accept")
+        if select.count() and "Select Kernel" in self.page.locator(".jp-Dialog").inner_text():
+            select.click()
+
     def run_all(self) -> None:
         """Run > Run All Cells, from the menu bar; returns once the first cell has started."""
         for _ in range(2):  # a click while the page is still settling can be lost: check, try once more
+            self.accept_kernel_dialog()  # it can open after the kernel went idle, and would take the click
             self.page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
             self.page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
             clicked_at = time.monotonic()
