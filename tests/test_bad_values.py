@@ -80,7 +80,7 @@ def test_digits_into_a_home_folder_given_as_tilde_is_one_line_and_writes_nothing
 def test_a_key_given_twice_is_refused_in_every_yaml_the_project_reads(text, key, tmp_path):
     from tutorial_lib.course import main as course_main
     from tutorial_lib.engine.trainer import main as train_main
-    from tutorial_lib.jobs.spec import load_site
+    from tutorial_lib.jobs.site import load_site
 
     path = tmp_path / "file.yaml"
     path.write_text(text)

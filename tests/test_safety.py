@@ -267,7 +267,7 @@ def test_the_reported_abbreviations_are_refused(tmp_path, digits_dir):
 
 def test_every_allowed_sbatch_option_is_a_full_sbatch_option_name(slurm):
     """sbatch takes an exact name as itself; anything else could be a prefix it resolves elsewhere."""
-    from tutorial_lib.jobs.spec import SBATCH_ALLOWED
+    from tutorial_lib.jobs.slurm_values import SBATCH_ALLOWED
 
     listed = set(re.findall(r"--[a-z][a-z0-9-]*", subprocess.run(["sbatch", "--help"], capture_output=True,
                                                                  text=True).stdout))

@@ -21,7 +21,8 @@ from tutorial_lib import REPO_ROOT, course, jobs
 from tutorial_lib.course import plans
 from tutorial_lib.engine.config import ConfigError, make_config
 from tutorial_lib.jobs.commands import batch_script, sbatch_command, site_section
-from tutorial_lib.jobs.spec import Site, absolute_config, load_site, make_spec
+from tutorial_lib.jobs.site import Site, load_site
+from tutorial_lib.jobs.spec import absolute_config, make_spec
 
 CI_SITE = REPO_ROOT / "notebooks" / "params" / "ci-site.yaml"
 GPU_SITE = {"partition": "gpu", "account": "proj1", "qos": "high", "time": "02:00:00", "cpus_per_rank": 8,

@@ -18,7 +18,7 @@ from tutorial_lib import REPO_ROOT, jobs
 from tutorial_lib.engine import device
 from tutorial_lib.engine.config import PROFILES, ConfigError, TrainConfig, make_config, to_cli_args, validate
 from tutorial_lib.engine.trainer import Trainer
-from tutorial_lib.jobs.spec import load_site
+from tutorial_lib.jobs.site import load_site
 
 
 @pytest.mark.parametrize(("cpus", "ranks", "workers"), [(1, 1, 0), (2, 1, 1), (5, 1, 4), (64, 1, 8), (8, 4, 1),

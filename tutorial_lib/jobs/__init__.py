@@ -23,8 +23,9 @@ from tutorial_lib.engine.config import ConfigError, TrainConfig
 from tutorial_lib.jobs import slurm
 from tutorial_lib.jobs.commands import sbatch_command, spec_torchrun_command
 from tutorial_lib.jobs.local import local_cancel, local_status, submit_local
+from tutorial_lib.jobs.site import Site, load_site
 from tutorial_lib.jobs.slurm import slurm_available
-from tutorial_lib.jobs.spec import JobError, JobSpec, Site, load_site, make_spec, read_job_file
+from tutorial_lib.jobs.spec import JobError, JobSpec, make_spec, read_job_file
 from tutorial_lib.jobs.states import FINAL_STATES, STATES
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, slurm_log
 from tutorial_lib.rundir.lock import RunDirError, RunLock, prepare_run_dir

@@ -122,7 +122,9 @@ def run(config, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto", 
     (at most ``timeout`` s) and return its :class:`Report`. Refused settings are checks that fail,
     not exceptions; a bad value of the arguments themselves still raises ConfigError."""
     from tutorial_lib import jobs
-    from tutorial_lib.jobs.spec import absolute_config, load_site, time_limit_seconds
+    from tutorial_lib.jobs.site import load_site
+    from tutorial_lib.jobs.slurm_values import time_limit_seconds
+    from tutorial_lib.jobs.spec import absolute_config
 
     config = dataclasses.replace(config, name=f"{config.name}-preflight")
     out = absolute_config(config).run_dir / RESULTS

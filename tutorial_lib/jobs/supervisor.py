@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from tutorial_lib.jobs.spec import time_limit_seconds
+from tutorial_lib.jobs.slurm_values import time_limit_seconds
 from tutorial_lib.jobs.states import FINAL_STATES, read_state, write_state
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STOP_FILE
 from tutorial_lib.rundir.lock import process_start

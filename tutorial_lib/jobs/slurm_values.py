@@ -1,0 +1,104 @@
+"""The Slurm values a job passes on, checked: names (partition, account, qos), time limits and the sbatch
+options a user may add. Every check raises a one-line :class:`ConfigError` naming the field and the fix."""
+
+from __future__ import annotations
+
+import re
+
+from tutorial_lib.engine.config import ConfigError, shorten
+
+# Matched whole with re.fullmatch: `$` alone would also match before a final newline.
+_TIME = re.compile(r"(\d+-)?\d{1,3}(:\d{2}){0,2}")
+_SLURM_WORD = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_SBATCH_OPTION = re.compile(r"--[a-z][a-z-]{1,30}(=[A-Za-z0-9_.:,@+/-]{1,200})?")
+# sbatch_options: only these full sbatch option names (sbatch takes an exact name as itself, while it would
+# resolve an abbreviation such as --outp or --export-f to an option the library must control).
+SBATCH_ALLOWED = ("--begin", "--comment", "--constraint", "--contiguous", "--core-spec", "--cores-per-socket",
+                  "--cpu-freq", "--cpus-per-gpu", "--cpus-per-task", "--deadline", "--delay-boot", "--exclude",
+                  "--exclusive", "--gpu-bind", "--gpu-freq", "--gres", "--gres-flags", "--hint", "--hold",
+                  "--licenses", "--mail-type", "--mail-user", "--mem", "--mem-bind", "--mem-per-cpu",
+                  "--mem-per-gpu", "--mincpus", "--nice", "--nodelist", "--oversubscribe", "--power", "--prefer",
+                  "--priority", "--qos", "--reservation", "--signal", "--sockets-per-node", "--spread-job",
+                  "--switches", "--thread-spec", "--threads-per-core", "--time-min", "--tmp", "--wckey")
+# What tutorial_lib.jobs and train.sbatch set themselves (named in messages, and never passed on).
+SBATCH_SET_HERE = ("--parsable", "--job-name", "--nodes", "--ntasks-per-node", "--time", "--chdir", "--output",
+                   "--export", "--partition", "--account", "--gpus-per-node", "--dependency", "--open-mode",
+                   "--requeue")
+
+
+def check_time(value: str | int) -> str:
+    """A Slurm time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS."""
+    text = str(value).strip(" ")
+    if not _TIME.fullmatch(text):
+        raise ConfigError(f"time: {shorten(value)} is not a Slurm time limit. Fix: use minutes (30), "
+                          "HH:MM:SS (01:30:00) or D-HH:MM:SS (1-00:00:00).")
+    return text
+
+
+DEFAULT_WARNING_LEAD_S = 120  # train.sbatch's #SBATCH --signal=B:USR1@120
+
+
+def warning_lead_seconds(sbatch_options) -> int:
+    """Seconds before the time limit at which Slurm warns the batch script (the last ``--signal`` given wins)."""
+    leads = [int(o.rsplit("@", 1)[1]) for o in sbatch_options if re.fullmatch(r"--signal=B:USR1@\d{1,5}", o)]
+    return leads[-1] if leads else DEFAULT_WARNING_LEAD_S
+
+
+def check_time_against_warning(time: str, sbatch_options) -> None:
+    """Refuse a Slurm time limit no longer than the warning lead: the stop warning would come at once, and the
+    job would checkpoint, requeue and start again until it finished in several times the time (seen: 3 requeues)."""
+    limit, lead = time_limit_seconds(time), warning_lead_seconds(sbatch_options)
+    if limit <= lead:
+        raise ConfigError(f"time: {time} ({limit} s) leaves no time to train: Slurm warns the job {lead} s before "
+                          f"its limit (--signal=B:USR1@{lead}), and the job then stops to checkpoint and requeues. "
+                          f"Fix: a time limit well above {lead} s (e.g. '00:{max(10, lead // 60 + 5):02d}:00'), "
+                          "or a shorter warning in sbatch_options ('--signal=B:USR1@30').")
+
+
+def time_limit_seconds(text: str) -> int:
+    """Seconds in a Slurm time string (minutes, MM:SS, HH:MM:SS, D-HH:MM:SS)."""
+    days = 0
+    if "-" in text:
+        day_text, text = text.split("-", 1)
+        days = int(day_text)
+    parts = [int(p) for p in text.split(":")]
+    if len(parts) == 1:
+        seconds = parts[0] * 60
+    elif len(parts) == 2:
+        seconds = parts[0] * 60 + parts[1]
+    else:
+        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    return days * 86400 + seconds
+
+
+def check_word(what: str, value: str | None) -> str | None:
+    """``value`` if it is a valid Slurm name for ``what`` (or None), else a one-line ConfigError."""
+    if value is not None and (not _SLURM_WORD.fullmatch(str(value)) or ".." in str(value)):
+        raise ConfigError(f"{what}: {shorten(value)} is not a valid Slurm {what} name (letters, digits, '_', '.', "
+                          f"'-'). Fix: pass the {what} name exactly as `sinfo`/`sacctmgr` show it.")
+    return value
+
+
+def check_sbatch_option(option: str) -> str:
+    """``option`` if a user may pass it to sbatch (full name, allowed, plain value), else a one-line ConfigError."""
+    if not isinstance(option, str) or not _SBATCH_OPTION.fullmatch(option):
+        raise ConfigError(f"sbatch_options: {shorten(option)} is refused: only --name or --name=value options made "
+                          "of letters, digits and _.:,@+/- are passed. Fix: e.g. sbatch_options=['--gres=gpu:4', "
+                          "'--exclusive'].")
+    name = option.split("=", 1)[0]
+    if name in SBATCH_ALLOWED:
+        if name == "--signal" and not re.fullmatch(r"--signal=B:USR1@\d{1,5}", option):
+            raise ConfigError("sbatch_options: train.sbatch needs its warning as --signal=B:USR1@<seconds>. "
+                              "Fix: e.g. '--signal=B:USR1@300' (or leave it out: 120 s).")
+        return option
+    meant = [full for full in SBATCH_SET_HERE + SBATCH_ALLOWED if full.startswith(name)]
+    if name in SBATCH_SET_HERE or any(full in SBATCH_SET_HERE for full in meant):
+        full = name if name in SBATCH_SET_HERE else next(f for f in meant if f in SBATCH_SET_HERE)
+        problem = f"{name} is set by tutorial_lib.jobs itself" + (f" (it abbreviates {full})" if full != name else "")
+        fix = "use submit()'s own arguments (name, nodes, time, partition, account, output_root)"
+    elif len(meant) == 1:
+        problem, fix = f"{name} is an abbreviation", f"write the full option name, {meant[0]}"
+    else:
+        problem = f"{name} is not among the sbatch options passed on"
+        fix = f"use one of tutorial_lib.jobs.slurm_values.SBATCH_ALLOWED, e.g. {', '.join(SBATCH_ALLOWED[15:22])}"
+    raise ConfigError(f"sbatch_options: {problem}. Fix: {fix}.")
