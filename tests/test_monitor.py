@@ -187,6 +187,7 @@ def test_run_plots_draw_one_line_per_job(two_jobs):
     assert [line.get_label() for line in ax.lines] == ["one", "two"]
     assert list(ax.lines[0].get_xdata()) == list(range(1, 9)) and ax.lines[1].get_ydata()[-1] == 104.0
     assert "images/s" in ax.get_ylabel() and "step" in ax.get_xlabel()
+    assert "all ranks" in ax.get_ylabel()  # the watched jobs run on GPUs or on CPU ranks: not "all GPUs"
     ax = plots.plot_loss(two_jobs)
     assert len(ax.lines) == 2 and "loss" in ax.get_ylabel()
     ax = plots.plot_accuracy(two_jobs)

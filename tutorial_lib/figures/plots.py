@@ -62,7 +62,7 @@ def plot_throughput(jobs, ax=None, empty_note: str = "waiting for metrics..."):
 
     ``empty_note`` is written on the axes while no run has a point (e.g. "no step logged" once they ended)."""
     ax = _line_per_run(jobs, "step", "images_per_sec", _axes(ax))
-    _finish(ax, "training step", "throughput (images/s, all GPUs)", "Throughput", empty_note)
+    _finish(ax, "training step", "throughput (images/s, all ranks)", "Throughput", empty_note)  # GPUs or CPU ranks
     return ax
 
 
