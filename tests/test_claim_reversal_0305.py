@@ -57,6 +57,8 @@ def test_warmup_effect_reverses():
     assert said.verdict == "mixed"  # two gaps within the 2-point threshold: not decided there
     assert "batch 16: 97.8% -> 97.2% (-0.6 points, not decided)" in said.sentence
     assert "batch 256: 26.2% -> 14.2% (-12.0 points, lower with warmup)" in said.sentence
+    assert said.sentence.startswith("warmup changed top-1 by no more than the threshold (not decided) at global "
+                                    "batch 16, 64; warmup lowered top-1 at global batch 256 here")
     assert "one seed" in said.sentence and "not a measured noise" in said.sentence
     lower = tc.warmup_effect(_sweep(measured), tolerance_points=0.5)
     assert lower.verdict == "lower with warmup" and "warmup lowered top-1 at every global batch" in lower.sentence
@@ -65,7 +67,7 @@ def test_warmup_effect_reverses():
     higher = tc.warmup_effect(_sweep(reversed_), tolerance_points=0.5)
     assert higher.verdict == "higher with warmup" and "warmup raised top-1" in higher.sentence
     flat = tc.warmup_effect(_sweep({16: (97.8, 97.2), 64: (96.4, 95.8)}))
-    assert flat.verdict == "not decided" and "not decided here" in flat.sentence
+    assert flat.verdict == "not decided" and "(not decided) at every global batch here" in flat.sentence
     chance = tc.warmup_effect(_sweep({256: (11.0, 14.0)}, outcome="near chance"))
     assert chance.verdict == "near chance" and "say nothing about warmup" in chance.sentence
     assert tc.warmup_effect(_sweep({16: (97.8, 97.2)})[:1]).verdict == "not measured"

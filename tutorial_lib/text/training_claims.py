@@ -106,13 +106,17 @@ def warmup_effect(rows: Sequence[Mapping], tolerance_points: float = 2.0) -> Cla
         verdicts.append(verdict)
         parts.append(f"batch {batch}: {without:.1f}% -> {with_:.1f}% ({gap:+.1f} points, {verdict})")
     overall = verdicts[0] if len(set(verdicts)) == 1 else "mixed"
-    every = "at every global batch" if len(pairs) > 1 else f"at the one global batch ({next(iter(pairs))})"
-    head = {"higher with warmup": f"warmup raised top-1 {every} here",
-            "lower with warmup": f"warmup lowered top-1 {every} here",
-            "not decided": f"warmup changed top-1 by no more than the threshold {every}: not decided here",
-            "near chance": f"both runs ended near chance {every}: they say nothing about warmup",
-            "mixed": "what warmup did to top-1 differs between the global batches here"}[overall]
-    honest = (f"one run (one seed) per cell, so the run-to-run noise is not measured: a difference within "
+    phrase = {"higher with warmup": "warmup raised top-1", "lower with warmup": "warmup lowered top-1",
+              "not decided": "warmup changed top-1 by no more than the threshold (not decided)",
+              "near chance": "both runs ended near chance (they say nothing about warmup)"}
+    if overall == "mixed":
+        head = "; ".join(f"{phrase[v]} at global batch "
+                         f"{', '.join(str(b) for b, w in zip(pairs, verdicts, strict=True) if w == v)}"
+                         for v in dict.fromkeys(verdicts)) + " here"
+    else:
+        every = "at every global batch" if len(pairs) > 1 else f"at the one global batch ({next(iter(pairs))})"
+        head = f"{phrase[overall]} {every} here"
+    honest = (f"One run (one seed) per cell, so the run-to-run noise is not measured: a difference within "
               f"{tolerance_points:g} points (a chosen threshold, not a measured noise) is not decided, and a "
               "larger one is this sweep's result, not a general law")
     return Claim("warmup", overall, f"{head} (top-1 without -> with warmup: {'; '.join(parts)}). {honest}.")
