@@ -83,3 +83,41 @@ def test_rank_placement_reverses():
     assert slurm.verdict == "several node names" and "SLURMD_NODENAME" in slurm.sentence
     assert tc.rank_placement(["node1", "node1"], "slurm").verdict == "one node name"
     assert tc.rank_placement([], "local").verdict == "not measured"
+
+
+def _recipes(points: dict) -> list[dict]:
+    """final_accuracy-like rows: ``{recipe: {global_batch: top1}}``."""
+    return [{"recipe": recipe, "global_batch": batch, "top1": top1}
+            for recipe, by_batch in points.items() for batch, top1 in by_batch.items()]
+
+
+def test_batch_size_accuracy_reverses():
+    # the issue's run: both recipes hold from 16 to 64 and fall at 256
+    measured = {"SGD, no warmup": {16: 97.8, 64: 96.4, 256: 26.2}, "SGD, warmup 1 ep": {16: 97.2, 64: 95.8, 256: 14.2}}
+    said = tc.batch_size_accuracy(_recipes(measured))
+    assert said.verdict == "holds, then falls" and "batch 256 26.2% (-71.6)" in said.sentence
+    assert "not a measured noise" in said.sentence
+    # reversed: the largest batch is now the best one, the smallest the worst
+    reversed_ = {r: dict(zip(points, reversed(list(points.values())), strict=True)) for r, points in measured.items()}
+    rises = tc.batch_size_accuracy(_recipes(reversed_))
+    assert rises.verdict == "rises" and "top-1 rose with the global batch" in rises.sentence
+    flat = tc.batch_size_accuracy(_recipes({"SGD": {16: 97.0, 64: 96.0, 256: 95.5}}))
+    assert flat.verdict == "holds" and "held at every global batch" in flat.sentence
+    falls = tc.batch_size_accuracy(_recipes({"SGD": {16: 97.0, 64: 80.0, 256: 30.0}}))
+    assert falls.verdict == "falls"
+    both = tc.batch_size_accuracy(_recipes({"a": {16: 97.0, 64: 80.0}, "b": {16: 80.0, 64: 97.0}}))
+    assert both.verdict == "mixed"
+    assert tc.batch_size_accuracy(_recipes({"a": {16: 97.0}})).verdict == "not measured"
+
+
+def test_lars_vs_sgd_reverses():
+    sgd = {"SGD, no warmup": 26.2, "SGD, warmup 1 ep": 14.2}
+    higher = tc.lars_vs_sgd(92.8, sgd, 256)
+    assert higher.verdict == "LARS higher"
+    assert "LARS 92.8% against the best SGD run (SGD, no warmup) 26.2% at global batch 256 (+66.6 points)" in (
+        higher.sentence)
+    # reversed: LARS at the SGD run's top-1 and the best SGD run at LARS's
+    lower = tc.lars_vs_sgd(26.2, {"SGD, no warmup": 92.8, "SGD, warmup 1 ep": 14.2}, 256)
+    assert lower.verdict == "LARS lower" and "LARS ended below plain SGD" in lower.sentence
+    assert tc.lars_vs_sgd(27.0, sgd, 256).verdict == "not decided"
+    assert tc.lars_vs_sgd(None, sgd, 256).verdict == "not measured"

@@ -143,3 +143,72 @@ def rank_placement(hosts: Sequence[str], backend: str, machine: str | None = Non
                      f"all {len(hosts)} ranks report one node name, {names[0]} ({listed}): {where}")
     return Claim("rank placement", "several node names",
                  f"the {len(hosts)} ranks report {len(names)} node names, {', '.join(names)} ({listed}): {where}")
+
+
+def _gap_verdict(gap: float, tolerance_points: float, higher: str, lower: str) -> str:
+    return "within" if abs(gap) <= tolerance_points else (higher if gap > 0 else lower)
+
+
+def _threshold_note(tolerance_points: float) -> str:
+    return (f"One run (one seed) each, so the run-to-run noise is not measured: a difference within "
+            f"{tolerance_points:g} points (a chosen threshold, not a measured noise) is not decided.")
+
+
+def batch_size_accuracy(rows: Sequence[Mapping], tolerance_points: float = 2.0) -> Claim:
+    """Whether top-1 holds as the global batch grows (Goyal et al.'s error-against-minibatch figure, measured):
+    per recipe (``recipe`` of :func:`tutorial_lib.analyses.analysis.final_accuracy`'s rows, with
+    ``global_batch`` and ``top1``), each larger batch against the smallest one. Verdict: ``holds`` (every
+    batch within ``tolerance_points``), ``holds, then falls`` (within up to a batch, lower from the next
+    one on), ``falls`` (lower at every larger batch), ``rises`` or ``mixed`` (also when the recipes differ)."""
+    recipes: dict[str, dict[int, float]] = {}
+    for row in rows:
+        if row.get("top1") is not None:
+            recipes.setdefault(str(row.get("recipe", "runs")), {})[int(row["global_batch"])] = float(row["top1"])
+    recipes = {name: dict(sorted(points.items())) for name, points in recipes.items() if len(points) > 1}
+    if not recipes:
+        return Claim("accuracy against batch", "not measured", "no recipe ran at two or more global batches")
+    verdicts, parts = [], []
+    for name, points in recipes.items():
+        (smallest, base), *larger = points.items()
+        steps = [_gap_verdict(top1 - base, tolerance_points, "higher", "lower") for _, top1 in larger]
+        if all(s == "within" for s in steps):
+            verdict = "holds"
+        elif all(s == "lower" for s in steps):
+            verdict = "falls"
+        elif "lower" in steps and set(steps[:steps.index("lower")]) == {"within"} and set(
+                steps[steps.index("lower"):]) == {"lower"}:
+            verdict = "holds, then falls"
+        elif "higher" in steps and "lower" not in steps:
+            verdict = "rises"
+        else:
+            verdict = "mixed"
+        verdicts.append(verdict)
+        said = ", ".join(f"batch {batch} {top1:.1f}% ({top1 - base:+.1f})" for batch, top1 in larger)
+        parts.append(f"{name}: {verdict} (batch {smallest} {base:.1f}%; {said})")
+    overall = verdicts[0] if len(set(verdicts)) == 1 else "mixed"
+    head = {"holds": "top-1 held at every global batch here: the linear scaling rule kept the accuracy",
+            "holds, then falls": "top-1 held up to a global batch and fell beyond it here: the breaking point of "
+                                 "this data set at this number of epochs",
+            "falls": "top-1 fell at every larger global batch here",
+            "rises": "top-1 rose with the global batch here",
+            "mixed": "top-1 against the global batch does not follow one pattern here"}[overall]
+    return Claim("accuracy against batch", overall,
+                 f"{head} (each against its smallest batch: {'; '.join(parts)}). {_threshold_note(tolerance_points)}")
+
+
+def lars_vs_sgd(lars_top1: float | None, sgd_top1: Mapping[str, float], batch: int,
+                tolerance_points: float = 2.0) -> Claim:
+    """LARS against the best plain-SGD run at the same global batch (``sgd_top1``: ``{recipe: top-1 %}``).
+    Verdict: ``LARS higher``, ``LARS lower`` or ``not decided`` (within ``tolerance_points``)."""
+    sgd = {name: float(v) for name, v in sgd_top1.items() if v is not None}
+    if lars_top1 is None or not sgd:
+        return Claim("LARS", "not measured", f"LARS and SGD did not both finish at batch {batch}")
+    best = max(sgd, key=sgd.get)
+    gap = float(lars_top1) - sgd[best]
+    verdict = {"within": "not decided", "higher": "LARS higher", "lower": "LARS lower"}[
+        _gap_verdict(gap, tolerance_points, "higher", "lower")]
+    numbers = (f"LARS {float(lars_top1):.1f}% against the best SGD run ({best}) {sgd[best]:.1f}% at global batch "
+               f"{batch} ({gap:+.1f} points)")
+    head = {"LARS higher": "LARS ended above plain SGD", "LARS lower": "LARS ended below plain SGD",
+            "not decided": "LARS and plain SGD ended within the threshold of each other (not decided)"}[verdict]
+    return Claim("LARS", verdict, f"{head} here: {numbers}. {_threshold_note(tolerance_points)}")
