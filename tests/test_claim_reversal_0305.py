@@ -82,6 +82,7 @@ def test_rank_placement_reverses():
     slurm = tc.rank_placement(["node1", "node2"], "slurm")
     assert slurm.verdict == "several node names" and "SLURMD_NODENAME" in slurm.sentence
     assert tc.rank_placement(["node1", "node1"], "slurm").verdict == "one node name"
+    assert "the one rank reports one node name, node1" in tc.rank_placement(["node1"], "slurm").sentence
     assert tc.rank_placement([], "local").verdict == "not measured"
 
 

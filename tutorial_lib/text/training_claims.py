@@ -140,7 +140,8 @@ def rank_placement(hosts: Sequence[str], backend: str, machine: str | None = Non
         where = f"backend {backend}"
     if len(names) == 1:
         return Claim("rank placement", "one node name",
-                     f"all {len(hosts)} ranks report one node name, {names[0]} ({listed}): {where}")
+                     f"{'the one rank reports' if len(hosts) == 1 else f'all {len(hosts)} ranks report'} one node "
+                     f"name, {names[0]} ({listed}): {where}")
     return Claim("rank placement", "several node names",
                  f"the {len(hosts)} ranks report {len(names)} node names, {', '.join(names)} ({listed}): {where}")
 
