@@ -42,6 +42,9 @@ def test_compare_checkpoints_finds_a_known_difference(tmp_path):
     assert result["max_rel_diff"] == pytest.approx(0.5 / conv_size, rel=1e-6)
     assert result["worst_tensor"] == "conv.weight"
     assert result["tensors"] == 3 and result["elements"] == 12 + 4 + 1
+    # every tensor's own difference, for where the differences sit (notebook 03's weight_differences claim)
+    assert result["per_tensor"]["conv.weight"] == {"max_abs_diff": pytest.approx(0.5, rel=1e-6), "ndim": 2}
+    assert result["per_tensor"]["fc.bias"] == {"max_abs_diff": 0.0, "ndim": 1}
     assert analysis.verdict(result).startswith("DIFFERENT")
 
 

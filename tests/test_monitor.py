@@ -89,7 +89,8 @@ def test_watch_returns_final_table_when_all_jobs_have_ended(tmp_path, capsys):
     assert list(table["epoch"]) == [2, 1]
     assert list(table["world_size"]) == [4, 1]
     assert list(table["backend"]) == ["local", "local"]
-    assert table.loc[0, "images_per_sec"] == 108.0  # the last step event's global rate
+    # the last epoch's global rate, as the summaries report it (the last step event's rate was 108.0)
+    assert table.loc[0, "images_per_sec"] == 100.0
     out = capsys.readouterr().out
     status = [line for line in out.splitlines() if "(local-" in line]  # outside IPython: one line per change
     assert len(status) == 2 and "COMPLETED" in status[0] and "FAILED" in status[1]
@@ -186,6 +187,7 @@ def test_run_plots_draw_one_line_per_job(two_jobs):
     assert [line.get_label() for line in ax.lines] == ["one", "two"]
     assert list(ax.lines[0].get_xdata()) == list(range(1, 9)) and ax.lines[1].get_ydata()[-1] == 104.0
     assert "images/s" in ax.get_ylabel() and "step" in ax.get_xlabel()
+    assert "all ranks" in ax.get_ylabel()  # the watched jobs run on GPUs or on CPU ranks: not "all GPUs"
     ax = plots.plot_loss(two_jobs)
     assert len(ax.lines) == 2 and "loss" in ax.get_ylabel()
     ax = plots.plot_accuracy(two_jobs)
@@ -385,3 +387,16 @@ def test_cancel_button_cancels_a_job_while_watch_async_awaits(tmp_path, monkeypa
         if supervisor.poll() is None:
             supervisor.kill()
             supervisor.wait()
+
+
+def test_lr_schedules_show_every_step_decay_on_a_log_axis():
+    # Goyal et al.'s schedule at batch 8k: 3.2, then /10 at epochs 30, 60 and 80 (0.032 and 0.0032 are
+    # invisible beside 3.2 on a linear axis)
+    values = [3.2] * 30 + [0.32] * 30 + [0.032] * 20 + [0.0032] * 10
+    ax = plots.plot_lr_schedules({"batch 8192": values}, steps_per_epoch=1)
+    assert ax.get_yscale() == "log" and "log" in ax.get_ylabel()
+    low, high = ax.get_ylim()
+    assert low <= 0.0032 and high >= 3.2  # every plateau inside the axis
+    zoom = plots.plot_lr_schedules({"batch 8192": values}, steps_per_epoch=1, log=False)
+    assert zoom.get_yscale() == "linear"
+    plt.close("all")

@@ -64,7 +64,9 @@ def compare_checkpoints(run_a, run_b) -> dict:
       zero (e.g. the zero-initialised last norm scale of each ResNet block after a few steps) make
       this much larger than ``rel_diff`` for the same absolute difference;
     * ``tensors`` (how many were compared), ``elements`` (their total size) and ``worst_tensor``
-      (where ``max_abs_diff`` was found).
+      (where ``max_abs_diff`` was found);
+    * ``per_tensor``: ``{name: {"max_abs_diff", "ndim"}}`` for every non-empty tensor, for
+      :func:`tutorial_lib.text.training_claims.weight_differences` (where the differences sit).
 
     Integer buffers (e.g. BatchNorm's ``num_batches_tracked``) count towards ``max_abs_diff`` only.
     Raises ValueError when the two models do not have the same tensors and shapes.
@@ -76,7 +78,7 @@ def compare_checkpoints(run_a, run_b) -> dict:
                          f"only in {run_label(run_b)}: {only_b[:5]}. Fix: compare runs of the same arch, norm "
                          "and number of classes.")
     max_abs, max_rel, worst, elements = 0.0, 0.0, None, 0
-    diff_sq, size_sq = 0.0, 0.0
+    diff_sq, size_sq, per_tensor = 0.0, 0.0, {}
     for key, tensor_a in a.items():
         tensor_b = b[key]
         if tensor_a.shape != tensor_b.shape:
@@ -87,6 +89,7 @@ def compare_checkpoints(run_a, run_b) -> dict:
             continue
         da, db = tensor_a.detach().double(), tensor_b.detach().double()
         diff = (da - db).abs().max().item()
+        per_tensor[key] = {"max_abs_diff": diff, "ndim": tensor_a.dim()}
         if worst is None or diff > max_abs:
             max_abs, worst = diff, key
         if tensor_a.is_floating_point():
@@ -94,7 +97,7 @@ def compare_checkpoints(run_a, run_b) -> dict:
             diff_sq, size_sq = diff_sq + tensor_diff_sq, size_sq + tensor_size_sq
             max_rel = max(max_rel, _ratio(tensor_diff_sq, tensor_size_sq))
     return {"max_abs_diff": max_abs, "rel_diff": _ratio(diff_sq, size_sq), "max_rel_diff": max_rel,
-            "tensors": len(a), "elements": elements, "worst_tensor": worst}
+            "tensors": len(a), "elements": elements, "worst_tensor": worst, "per_tensor": per_tensor}
 
 
 def _ratio(diff_sq: float, size_sq: float) -> float:

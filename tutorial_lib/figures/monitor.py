@@ -94,7 +94,7 @@ def status_line(row: dict) -> str:
     """One human line for a job-table row."""
     return (f"{time.strftime('%H:%M:%S')} {row['name']} ({row['id']}): {row['state']:<9} "
             f"epoch {_fmt(row['epoch'], 'd', '0')}/{_fmt(row['epochs'], 'd', '?')}  "
-            f"top-1 {_fmt(row['top1'], '.1f')}%  {_fmt(row['images_per_sec'], ',.0f')} img/s")
+            f"top-1 {_fmt(row['top1'], '.1f')}%  {_fmt(row['images_per_sec'], ',.0f')} img/s (last epoch)")
 
 
 class Monitor:
@@ -278,7 +278,7 @@ def _draw_table(ax, table: pd.DataFrame) -> None:
     cells = [[row["name"], row["state"], f"{_fmt(row['epoch'], 'd', '0')}/{_fmt(row['epochs'], 'd', '?')}",
               _fmt(row["top1"], ".1f"),
               _fmt(row["images_per_sec"], ",.0f")] for row in table.to_dict("records")]
-    drawn = ax.table(cellText=cells, colLabels=["job", "state", "epoch", "top-1 (%)", "images/s"],
+    drawn = ax.table(cellText=cells, colLabels=["job", "state", "epoch", "top-1 (%)", "images/s, last epoch"],
                      loc="upper center", cellLoc="left")
     drawn.auto_set_font_size(False)
     drawn.set_fontsize(9)

@@ -62,7 +62,7 @@ def plot_throughput(jobs, ax=None, empty_note: str = "waiting for metrics..."):
 
     ``empty_note`` is written on the axes while no run has a point (e.g. "no step logged" once they ended)."""
     ax = _line_per_run(jobs, "step", "images_per_sec", _axes(ax))
-    _finish(ax, "training step", "throughput (images/s, all GPUs)", "Throughput", empty_note)
+    _finish(ax, "training step", "throughput (images/s, all ranks)", "Throughput", empty_note)  # GPUs or CPU ranks
     return ax
 
 
@@ -98,13 +98,19 @@ def plot_accuracy(jobs, ax=None, empty_note: str = "waiting for metrics..."):
     return ax
 
 
-def plot_lr_schedules(schedules: Mapping[str, Sequence[float]], steps_per_epoch: int, ax=None):
-    """Learning rate per optimiser step (``{label: [lr, ...]}``) against the epoch, one line per schedule."""
+def plot_lr_schedules(schedules: Mapping[str, Sequence[float]], steps_per_epoch: int, ax=None, log: bool = True):
+    """Learning rate per optimiser step (``{label: [lr, ...]}``) against the epoch, one line per schedule.
+
+    ``log``: a log y axis (default), on which every step decay by 10x is a step of the same height; on a
+    linear axis the later decays (e.g. 0.032 -> 0.0032 after 3.2) are too small to see. Pass ``log=False``
+    for a zoom on the warmup, which is linear in the LR."""
     ax = _axes(ax)
     for label, values in schedules.items():
         values = list(values)
         ax.plot([step / steps_per_epoch for step in range(len(values))], values, label=str(label))
-    _finish(ax, "epoch", "learning rate", "Learning-rate schedules")
+    if log:
+        ax.set_yscale("log")
+    _finish(ax, "epoch", "learning rate" + (" (log scale)" if log else ""), "Learning-rate schedules")
     return ax
 
 
@@ -183,7 +189,9 @@ def job_row(job, state: str | None = None, events: list[dict] | None = None) -> 
     ranks_per_node = spec.get("ranks_per_node", spec.get("gpus_per_node", 0))  # gpus_per_node: older job records
     world_size = setup.get("world_size") or (spec.get("nodes", 0) * ranks_per_node) or None
     epoch = last.get("epoch", {})
-    rate = last.get("step", epoch).get("images_per_sec")
+    # the last finished epoch's rate, the quantity the notebooks' summaries report ("throughput, last epoch"):
+    # the last step event's rate is one logging window's and differs from it (151 vs 140 img/s in one run)
+    rate = epoch.get("images_per_sec")
     return {"name": job.name, "id": job.id, "backend": job.backend, "state": state, "world_size": world_size,
             "epoch": epoch.get("epoch", 0), "epochs": last.get("start", {}).get("epochs"),
             "top1": epoch.get("top1"), "images_per_sec": rate}
@@ -191,7 +199,7 @@ def job_row(job, state: str | None = None, events: list[dict] | None = None) -> 
 
 def job_table(jobs) -> pd.DataFrame:
     """One row per job: name, id, backend, state, world size, last epoch (of ``epochs``), last top-1 (%),
-    and the latest global throughput (images/s)."""
+    and the global throughput of the last finished epoch (images/s; none before the first epoch ends)."""
     if not isinstance(jobs, Sequence):
         jobs = [jobs]
     return table_from_rows([job_row(job) for job in jobs])
