@@ -40,6 +40,18 @@ def spreads(draw, low=1.0, high=1000.0):
 GENERATED = settings(max_examples=60, deadline=None)
 
 
+@st.composite
+def overlapping(draw, count: int):
+    """``count`` Spreads whose ranges all contain one common value: no two of them can be told apart."""
+    common = draw(st.floats(1.0, 1000.0))
+    out = []
+    for _ in range(count):
+        median = common * draw(st.floats(0.7, 1.3))
+        low, high = min(median, common), max(median, common)
+        out.append(Spread(median, low * (1 - draw(st.floats(0, 0.3))), high * (1 + draw(st.floats(0, 0.3)))))
+    return out
+
+
 def beyond_little(a: Spread, b: Spread) -> bool:
     """The medians differ by more than the 10% within which a speed "matters little", either way round."""
     ratio = a.median / b.median
@@ -272,6 +284,27 @@ def test_staging_effect_never_ranks_overlapping_reads(shared, staged):
     ba = claims.staging_effect(copy, staged, shared, 64)
     # seconds: lower is faster, so "staged faster" is shared above staged
     check_reverses(ab.verdict, ba.verdict, shared, staged, "staged faster", "staged slower", band=False)
+
+
+# --------------------------------------------------------------------------- overlapping ranges never rank
+@GENERATED
+@given(overlapping(4))
+def test_overlapping_ranges_never_rank_in_any_speed_claim(spread):
+    """Every speed claim over several settings, fed ranges that all overlap: no winner, no direction."""
+    a, b, c, d = spread
+    fastest = claims.fastest_setting([train("fp32", a), train("bf16", b), train("bf16", c, True)])
+    assert fastest.verdict == NOT_DISTINGUISHABLE, fastest
+    layout = claims.channels_last_effect([train("fp32", a), train("fp32", b, True), train("bf16", c),
+                                          train("bf16", d, True)])
+    assert layout.verdict in UNRANKED, layout
+    workers = claims.workers_scaling([loader(w, s) for w, s in enumerate(spread)])
+    assert workers.verdict in UNRANKED, workers
+    assert claims.data_wait(a, {"cpu": b, "gpu": c}).verdict == NOT_DISTINGUISHABLE
+    assert claims.input_pipelines(a, b).verdict in UNRANKED
+    assert claims.model_vs_files(a, b).verdict == "consistent"
+    assert claims.staging_effect(Spread.of([1.0]), a, b, 64).verdict in UNRANKED
+    rows = [{"rate_mbit": 200, "bytes": n, "flat": f, "hierarchical": h} for n, f, h in ((2**16, a, b), (2**20, c, d))]
+    assert verdicts.hierarchical_vs_flat(rows).verdict in UNRANKED
 
 
 # --------------------------------------------------------------------------- runs and models (verdicts.py)
