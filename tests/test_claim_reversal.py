@@ -415,7 +415,8 @@ def netlab_records() -> list[dict]:
 
 def test_closing_claims_reverses():
     """The recorded two-level run (results/netlab_allreduce.jsonl), then the same records with the flat and
-    hierarchical results swapped: every size that hierarchical won it now loses, and the other way round."""
+    hierarchical results swapped: every size that hierarchical won it now loses, and the other way round; a size
+    within 10% or not distinguishable stays so."""
     from tutorial_lib.analyses import twolevel
 
     records = netlab_records()
@@ -438,10 +439,8 @@ def test_closing_claims_reverses():
     before, after = said(recorded.sentence), said(reversed_.sentence)
     assert before and before.keys() == after.keys()
     flip = {"faster": "slower", "slower": "faster"}
-    for key, word in before.items():
-        assert after[key] == flip.get(word, after[key]), (key, word, after[key])
-        if word in flip:
-            assert after[key] == flip[word]
+    for key, word in before.items():  # within 10% and not distinguishable stay what they were
+        assert after[key] == flip.get(word, word), (key, word, after[key])
     assert {"faster", "slower"} <= set(before.values())
 
 
