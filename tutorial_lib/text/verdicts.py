@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from tutorial_lib.text.claims import LITTLE, NOT_DISTINGUISHABLE, Claim, ratio_verdict, within_little
+from tutorial_lib.text.claims import LITTLE, NOT_DISTINGUISHABLE, Claim, ratio_verdict
 
 LEARNED_SHARE = 0.5  # "learns": top-1 covers at least half the way from chance to 100%
 
@@ -89,7 +89,7 @@ def staleness_effect(final: dict, little: float = LITTLE) -> Claim:
                      f"{last['wall_s']:.1f} s")
     listed = f"{'; '.join(parts)}; staleness 0: loss {sync['loss']:.3f}, accuracy {sync['accuracy']:.3f}, " \
              f"{sync['wall_s']:.1f} s"
-    if all(within_little(r, little) for r in ratios):
+    if all(abs(r - 1) <= little for r in ratios):
         verdict = "matters little"
     elif all(r > 1 for r in ratios):
         verdict = "costs"
