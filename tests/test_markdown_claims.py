@@ -16,7 +16,9 @@ into SUMMARY.md) that compares things (faster, largest, more than, grows, matter
   its source (then ``general``) or goes.
 
 An entry whose sentence no longer exists fails too (a stale list): entries match by a normalised sentence prefix.
-To see the flagged sentences that are not listed yet, in YAML form ready to review and paste:
+To see the flagged sentences that are not listed yet, in YAML form ready to review and paste (``stale``: the
+entries whose sentence is gone; ``update``: rewrite the YAML without the stale entries and with the new sentences
+as ``TODO`` entries, which fail until a reviewer sets their kind and source):
 
     PYTHONPATH=$PWD python tests/test_markdown_claims.py list
 """
@@ -138,6 +140,24 @@ def unlisted(found: list[tuple[str, str]], listed: list[dict]) -> list[tuple[str
     return [(w, s) for w, s in found if not any(matches(e, w, s) for e in listed)]
 
 
+def stale_entries(texts: dict[str, list[str]], listed: list[dict]) -> list[dict]:
+    """The entries whose sentence no longer exists."""
+    return [e for e in listed if not any(matches(e, w, s) for w, found in texts.items() for s in found)]
+
+
+def updated(texts: dict[str, list[str]], listed: list[dict]) -> list[dict]:
+    """The list with stale entries dropped and unlisted flagged sentences added (``kind``/``source`` TODO, which
+    fail until reviewed), in the order the sentences stand in the notebooks."""
+    found = flagged(texts)
+    kept = [e for e in listed if e not in stale_entries(texts, listed)]
+    entries = kept + yaml.safe_load(as_yaml(unlisted(found, listed)) or "[]")
+
+    def position(entry: dict) -> int:
+        return next((i for i, (w, s) in enumerate(found) if matches(entry, w, s)), len(found))
+
+    return sorted(entries, key=position)
+
+
 def all_texts(tmp: Path) -> dict[str, list[str]]:
     return {**notebook_sentences(), SUMMARY: summary_sentences(tmp)}
 
@@ -193,6 +213,15 @@ def test_entries_match_by_notebook_and_normalised_prefix():
     assert unlisted(found, [entry]) == found[1:]
 
 
+def test_update_drops_stale_entries_and_adds_new_sentences_to_review():
+    texts = {"01": ["Y grows with the batch.", "Nothing to see.", "X is faster than Z."]}
+    kept = {"notebook": "01", "sentence": "x is faster than z", "kind": "general", "source": "004"}
+    gone = {"notebook": "01", "sentence": "w is slower", "kind": "general", "source": "004"}
+    assert stale_entries(texts, [kept, gone]) == [gone]
+    assert updated(texts, [kept, gone]) == [
+        {"notebook": "01", "sentence": "y grows with the batch.", "kind": "TODO", "source": "TODO"}, kept]
+
+
 def test_every_comparing_sentence_is_listed(tmp_path):
     missing = unlisted(flagged(all_texts(tmp_path)), load_listed())
     assert not missing, ("markdown sentences that compare and are not in tests/markdown_general.yaml (word the "
@@ -201,10 +230,8 @@ def test_every_comparing_sentence_is_listed(tmp_path):
 
 
 def test_no_listed_sentence_is_stale(tmp_path):
-    texts = all_texts(tmp_path)
-    stale = [e for e in load_listed()
-             if not any(matches(e, w, s) for w, found in texts.items() for s in found)]
-    assert not stale, "entries of tests/markdown_general.yaml whose sentence is gone: remove them\n" + \
+    stale = stale_entries(all_texts(tmp_path), load_listed())
+    assert not stale, "entries of tests/markdown_general.yaml whose sentence is gone: remove them (`update`)\n" + \
         yaml.safe_dump(stale, sort_keys=False, width=120)
 
 
@@ -237,16 +264,32 @@ def test_no_measured_comparison_is_fixed_text():
 
 
 def main(argv: list[str]) -> int:
-    """``list``: the flagged sentences not yet in the YAML; ``all``: every flagged sentence (both as YAML)."""
+    """``list``: the flagged sentences not yet in the YAML; ``all``: every flagged sentence; ``stale``: the entries
+    whose sentence is gone (each printed as YAML); ``update``: rewrite the YAML without the stale entries and with
+    the unlisted sentences added as TODO entries to review."""
     import tempfile
 
-    if argv not in (["list"], ["all"]):
-        print("usage: python tests/test_markdown_claims.py list|all", file=sys.stderr)
+    if argv not in (["list"], ["all"], ["stale"], ["update"]):
+        print("usage: python tests/test_markdown_claims.py list|all|stale|update", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
-        found = flagged(all_texts(Path(tmp)))
-    found = unlisted(found, load_listed()) if argv == ["list"] else found
-    print(as_yaml(found) if found else "# every flagged sentence is listed", end="\n" * (not found))
+        texts = all_texts(Path(tmp))
+    listed = load_listed()
+    if argv == ["update"]:
+        header = "".join(line for line in LISTED.read_text().splitlines(keepends=True) if line.startswith("#"))
+        entries = updated(texts, listed)
+        LISTED.write_text(header + yaml.safe_dump(entries, sort_keys=False, allow_unicode=True, width=120))
+        todo = sum(e["kind"] == "TODO" for e in entries)
+        print(f"{LISTED.name}: {len(entries)} entries, {len(listed) + todo - len(entries)} stale removed, {todo} "
+              "to review (kind and source TODO)")
+        return 0
+    found = {"list": lambda: unlisted(flagged(texts), listed), "all": lambda: flagged(texts)}.get(argv[0])
+    if found is None:
+        stale = stale_entries(texts, listed)
+        print(yaml.safe_dump(stale, sort_keys=False, width=120) if stale else "# no stale entry\n", end="")
+        return 0
+    found = found()
+    print(as_yaml(found) if found else "# every flagged sentence is listed\n", end="")
     return 0
 
 
