@@ -53,7 +53,8 @@ COMPARATIVE = re.compile(
     r"costs? (?:more|less)|speeds? (?:\w+ )?up|slows? (?:\w+ )?down|twice|half as|times (?:faster|slower|more|less)|"
     r"flatter|steeper|bends?|scales? (?:worse|better)|near linear|barely|far apart|on top of each other|"
     r"(?:explains?|changes?|costs?|helps?|hurts?) little|gets? ahead|(?:does|do|should) not match|matches|"
-    r"the same (?:accuracy|speed|weights|loss|throughput|time|results?) as)\b"
+    r"the same (?:accuracy|speed|weights|loss|throughput|time|results?) as|compared (?:with|to)|"
+    r"orders? of magnitude|differs? by|a (?:quarter|third|dozen) (?:of|or more))\b"
     r"|\b\d+(?:\.\d+)?x\b|\d+(?:\.\d+)?\s?×", re.I)
 
 
