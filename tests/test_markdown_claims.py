@@ -83,11 +83,13 @@ def sentences(markdown: str) -> list[str]:
     units.append(" ".join(current))
     out: list[str] = []
     for unit in units:
+        here: list[str] = []
         for piece in re.split(r"(?<=[.!?])\s+(?=[A-Z0-9(*`\"])", re.sub(r"\s+", " ", unit)):
-            if out and out[-1].endswith(ABBREVIATIONS):
-                out[-1] += " " + piece  # "e.g. ResNet-50" goes on
+            if here and here[-1].endswith(ABBREVIATIONS):
+                here[-1] += " " + piece  # "e.g. ResNet-50" goes on
             elif piece.strip():
-                out.append(piece.strip())
+                here.append(piece.strip())
+        out += here
     return out
 
 
@@ -196,10 +198,11 @@ def source_problem(entry: dict) -> str | None:
 # --------------------------------------------------------------------------- the checks
 def test_sentence_splitting_and_flagging():
     text = ("## Heading\n\nOne process is faster here. The model, e.g. ResNet-50, trains\nat 3x the speed.\n\n"
-            "- a list item that grows\n- another one\n\n```\ncode that is faster\n```\n| a | faster |\n")
+            "- a list item that grows\n- another one, as in Goyal et al.\n\n```\ncode that is faster\n```\n"
+            "| a | faster |\nNext paragraph.\n")
     assert sentences(text) == ["Heading", "One process is faster here.",
                                "The model, e.g. ResNet-50, trains at 3x the speed.", "a list item that grows",
-                               "another one"]
+                               "another one, as in Goyal et al.", "Next paragraph."]
     hits = [s for _, s in flagged({"x": sentences(text)})]
     assert hits == ["One process is faster here.", "The model, e.g. ResNet-50, trains at 3x the speed.",
                     "a list item that grows"]
