@@ -494,24 +494,31 @@ def test_projection_claim_reverses():
 
 
 # --------------------------------------------------------------------------- every claim function has its test
-def _returns_claim(node: ast.FunctionDef, known: set[str]) -> bool:
-    """Annotated ``-> Claim`` / ``-> list[Claim]``, or returning a call to a function already known to."""
-    if node.returns is not None and "Claim" in ast.unparse(node.returns):
-        return True
-    for child in ast.walk(node):
-        if isinstance(child, ast.Return) and child.value is not None:
-            for call in ast.walk(child.value):
-                if isinstance(call, ast.Call):
-                    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-                    if name in known or name == "Claim":
-                        return True
+def _is_claim(value: ast.expr, known: set[str]) -> bool:
+    """A returned value that is a Claim: a call of ``Claim`` or of a known claim function, or a list, tuple or
+    comprehension of them (``str(claim(...))`` is not)."""
+    if isinstance(value, ast.Call):
+        func = value.func
+        return (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")) in known | {"Claim"}
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return any(_is_claim(element, known) for element in value.elts)
+    if isinstance(value, (ast.ListComp, ast.GeneratorExp)):
+        return _is_claim(value.elt, known)
     return False
 
 
-def claim_functions() -> dict[str, str]:
-    """``{name: module path}`` of every public module-level function in tutorial_lib that returns a Claim: by
+def _returns_claim(node: ast.FunctionDef, known: set[str]) -> bool:
+    """Annotated ``-> Claim`` / ``-> list[Claim]``; or, without an annotation, returning a Claim."""
+    if node.returns is not None:
+        return "Claim" in ast.unparse(node.returns)
+    return any(isinstance(child, ast.Return) and child.value is not None and _is_claim(child.value, known)
+               for child in ast.walk(node))
+
+
+def claim_functions(package: Path = ROOT / "tutorial_lib") -> dict[str, str]:
+    """``{name: module path}`` of every public module-level function in the package that returns a Claim: by
     annotation, or by returning what a claim function (a private one too) returns, repeated until nothing new."""
-    nodes = [(node, str(path.relative_to(ROOT))) for path in sorted((ROOT / "tutorial_lib").rglob("*.py"))
+    nodes = [(node, str(path.relative_to(package.parent))) for path in sorted(package.rglob("*.py"))
              for node in ast.parse(path.read_text(), str(path)).body if isinstance(node, ast.FunctionDef)]
     known: dict[str, str] = {}
     while new := {node.name: where for node, where in nodes
@@ -524,6 +531,21 @@ def reversal_tests() -> set[str]:
     """The test function names in every tests/test_claim_reversal*.py file."""
     return {node.name for path in Path(__file__).parent.glob("test_claim_reversal*.py")
             for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.FunctionDef)}
+
+
+def test_the_discovery_follows_annotations_and_returns(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text(
+        "def typed(x) -> Claim:\n    return make(x)\n\n"
+        "def listed(x) -> list[claims.Claim]:\n    return [typed(x)]\n\n"
+        "def _private(x):\n    return Claim('t', 'v', 's')\n\n"
+        "def passes_on(x):\n    if x:\n        return None\n    return _private(x)\n\n"
+        "def helper(x) -> str:\n    return str(typed(x))\n\n"
+        "def plain(x):\n    return x\n")
+    (package / "b.py").write_text("from pkg import a\n\ndef other(x):\n    return a.passes_on(x)\n")
+    assert claim_functions(package) == {"typed": "pkg/a.py", "listed": "pkg/a.py", "passes_on": "pkg/a.py",
+                                        "other": "pkg/b.py"}
 
 
 def test_the_discovery_finds_the_known_claim_functions():
