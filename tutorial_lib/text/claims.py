@@ -58,11 +58,17 @@ def top_group(spreads: dict) -> list:
                      if k != best and not distinguishable(spreads[k], spreads[best])]
 
 
+def within_little(ratio: float, little: float = LITTLE) -> bool:
+    """True when ``ratio`` lies within ``little`` of 1 seen from either side (1/1.1..1.1 for 10%), so that a
+    pair and the same pair swapped (0.90x and 1.11x) get the same verdict."""
+    return 0 < ratio < float("inf") and max(ratio, 1 / ratio) <= 1 + little
+
+
 def ratio_verdict(new: Spread, old: Spread, better: str, worse: str) -> str:
-    """``better`` or ``worse`` for ``new`` against ``old``, "matters little" within :data:`LITTLE`, or
-    not distinguishable here where their ranges overlap."""
+    """``better`` or ``worse`` for ``new`` against ``old``, "matters little" within :data:`LITTLE` (either
+    way round: :func:`within_little`), or not distinguishable here where their ranges overlap."""
     ratio = new.median / old.median if old.median else float("inf")
-    if abs(ratio - 1) <= LITTLE:
+    if within_little(ratio):
         return "matters little"
     if not distinguishable(new, old):
         return NOT_DISTINGUISHABLE
