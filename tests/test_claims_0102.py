@@ -1,0 +1,44 @@
+"""Issue 30, notebooks 01 and 02: the sentences the last course read found stronger than their numbers."""
+
+from __future__ import annotations
+
+from tutorial_lib.bench import data as bench_data
+from tutorial_lib.bench.timing import Spread
+from tutorial_lib.text import claims
+
+
+def test_benchmark_vs_jobs_judges_each_precision_and_overlap_is_not_a_difference():
+    """The read's numbers: fp32 jobs 190.1 (153.3-236.5) against benchmark 228.7 (115.2-238.1) overlap, so
+    fp32 is not distinguishable; only a precision whose ranges separate is said to differ."""
+    benchmark = {"fp32": Spread(228.7, 115.2, 238.1), "bf16": Spread(31.0, 29.0, 33.0)}
+    jobs = {"fp32": Spread(190.1, 153.3, 236.5), "bf16": Spread(62.0, 58.0, 66.0)}
+    claim = claims.benchmark_vs_jobs(benchmark, jobs)
+    assert claim.verdict == "differ for some"
+    assert "different speeds for bf16 (" in claim.sentence
+    assert "fp32: jobs 190.1 (153.3-236.5) and benchmark 228.7 (115.2-238.1) img/s, not distinguishable here" \
+        in claim.sentence
+    assert "bf16: jobs 62.0 (58.0-66.0) img/s, faster than the benchmark's 31.0 (29.0-33.0)" in claim.sentence
+    only_fp32 = claims.benchmark_vs_jobs({"fp32": benchmark["fp32"]}, {"fp32": jobs["fp32"]})
+    assert only_fp32.verdict == "agree" and "different" not in only_fp32.sentence
+
+
+def test_staging_on_one_disk_computes_no_payback_from_page_cache_noise():
+    """The read: 0.00162 against 0.00138 s, both from the page cache, gave "saves 0.000 s per epoch and pays
+    for itself after 40.8 epochs"."""
+    claim = claims.staging_effect(Spread(0.0564, 0.050, 0.060), Spread(0.00162, 0.00158, 0.00170),
+                                  Spread(0.00138, 0.00130, 0.00141), 72, same_file_system=True)
+    assert claim.verdict == claims.CANNOT_DECIDE
+    assert "pays for itself" not in claim.sentence and "saves 0.000" not in claim.sentence
+    assert "page cache" in claim.sentence and "cannot be decided here" in claim.sentence
+
+
+def test_staging_and_the_set_count_the_same_files(tmp_path):
+    """The read: "copying 72 images" beside "images in the set 64": staging copies train/ and val/ (64 + 8)."""
+    root = bench_data.make_fake_imagenet(tmp_path / "set", classes=2, per_class=8, size=(32, 24))
+    summary = bench_data.dataset_summary(root)
+    assert (summary["images"], summary["val_images"], summary["files"]) == (16, 2, 18)
+    from tutorial_lib.bench.staging import read_all
+
+    assert read_all(root)["images"] == summary["files"]
+    claim = claims.staging_effect(Spread.of([1.0]), Spread.of([2.0]), Spread.of([2.0]), summary["files"])
+    assert claim.sentence.startswith("copying 18 image files (train/ and val/) took")
