@@ -42,3 +42,22 @@ def test_staging_and_the_set_count_the_same_files(tmp_path):
     assert read_all(root)["images"] == summary["files"]
     claim = claims.staging_effect(Spread.of([1.0]), Spread.of([2.0]), Spread.of([2.0]), summary["files"])
     assert claim.sentence.startswith("copying 18 image files (train/ and val/) took")
+
+
+def test_train_record_memory_names_what_the_figure_shows():
+    """The read: 01's panel "peak memory of training" showed 223-270 MiB (what training added to the process)
+    where the text said "peak 1.10 GiB" (the whole process's RSS): each figure is named for what it counts."""
+    from tutorial_lib import bench
+
+    cpu = {"kind": "train", "status": "ok", "arch": "resnet18", "precision": "fp32", "channels_last": False,
+           "compile": "none", "batch_size": 32, "image_size": 32, "images_per_sec": 190.0, "achieved_tflops": 0.1,
+           "matmul_tflops": 0.2, "fraction_of_matmul": 0.5, "peak_memory_bytes": int(1.10 * 2**30),
+           "training_memory_bytes": 250 * 2**20,
+           "peak_memory_source": "getrusage max RSS of the whole process (torch itself included)"}
+    line = bench.describe(cpu)
+    assert "peak 1.1 GiB RSS of the whole process, 250 MiB of it added by training" in line
+    assert bench.memory_title([cpu]) == "memory training added (peak RSS minus the process before the model)"
+    gpu = {**cpu, "peak_memory_bytes": 3 * 2**30, "training_memory_bytes": 3 * 2**30,
+           "peak_memory_source": "torch.cuda.max_memory_allocated"}
+    assert "peak 3 GiB allocated by training (CUDA)" in bench.describe(gpu)
+    assert bench.memory_title([gpu]) == "peak CUDA memory allocated by training"
