@@ -61,3 +61,11 @@ def test_train_record_memory_names_what_the_figure_shows():
            "peak_memory_source": "torch.cuda.max_memory_allocated"}
     assert "peak 3 GiB allocated by training (CUDA)" in bench.describe(gpu)
     assert bench.memory_title([gpu]) == "peak CUDA memory allocated by training"
+
+
+def test_staging_sentence_shows_reads_under_a_millisecond():
+    """The course run printed "reading all of them once took 0.000 (0.000-0.000) s" for 36 files in the cache."""
+    claim = claims.staging_effect(Spread(0.0501, 0.048, 0.0523), Spread(0.000468, 0.000447, 0.000490),
+                                  Spread(0.000458, 0.000451, 0.000466), 36)
+    assert "0.000468 (0.000447-0.000490) s from where they are" in claim.sentence
+    assert "0.000458 (0.000451-0.000466) s from the copy" in claim.sentence and "0.000 (" not in claim.sentence

@@ -12,6 +12,7 @@ same; ``tests/test_claims.py`` feeds them recorded and contradicting numbers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tutorial_lib.bench.records import share_of_matmul
@@ -330,6 +331,13 @@ def input_pipelines(cpu: Spread | None, gpu: Spread | None, cpu_wait: float | No
 REFERENCE_FS = {"gb_per_sec": 3.3, "kiops": 36.5, "gpus": 64}
 
 
+def _seconds(spread: Spread) -> str:
+    """A spread of seconds with at least three decimals and three significant digits (a read of a small set
+    from the page cache takes well under a millisecond)."""
+    digits = 3 if spread.median <= 0 else max(3, 2 - math.floor(math.log10(spread.median)))
+    return spread.text(digits)
+
+
 def staging_effect(copy_s: Spread | None, shared_s: Spread | None, staged_s: Spread | None, images: int,
                    same_file_system: bool = True) -> Claim:
     """What staging costs (the copy of ``images`` files, seconds) and saves (seconds to read every file once
@@ -344,8 +352,8 @@ def staging_effect(copy_s: Spread | None, shared_s: Spread | None, staged_s: Spr
                f"file system, {ref['gb_per_sec'] * 1e3 / ref['gpus']:.0f} MB/s and "
                f"{ref['kiops'] * 1e3 / ref['gpus']:.0f} reads/s per GPU, every epoch (published, not measured "
                "here); a staged copy takes that load off it after one copy per node")
-    numbers = (f"copying {images:,} image files (train/ and val/) took {copy_s.text(3)} s; reading all of them once "
-               f"took {shared_s.text(3)} s from where they are and {staged_s.text(3)} s from the copy")
+    numbers = (f"copying {images:,} image files (train/ and val/) took {_seconds(copy_s)} s; reading all of them "
+               f"once took {_seconds(shared_s)} s from where they are and {_seconds(staged_s)} s from the copy")
     if same_file_system:
         return Claim("staging", CANNOT_DECIDE,
                      f"{numbers}: both places are the same disk of this machine and the files sit in its page "

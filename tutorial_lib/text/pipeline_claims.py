@@ -49,7 +49,8 @@ def process_vs_worker(zero_workers: Spread | None, one_worker: Spread | None) ->
     elif verdict == "process faster":
         sentence = (f"the training process prepares images faster by itself than one worker does, "
                     f"{_ratio_text(zero_workers, one_worker)} ({numbers}): handing each batch from the worker "
-                    "process to the training process (through shared memory) costs more than the overlap gains")
+                    "process to the training process (through shared memory), with the worker competing for this "
+                    "machine's cores, cost more here than the overlap gains")
     elif verdict == "matters little":
         sentence = (f"one worker and the training process itself prepare images at the same speed within 10% "
                     f"({numbers}): the same work on one core each; a worker pays off because it works while "
