@@ -69,3 +69,12 @@ def test_staging_sentence_shows_reads_under_a_millisecond():
                                   Spread(0.000458, 0.000451, 0.000466), 36)
     assert "0.000468 (0.000447-0.000490) s from where they are" in claim.sentence
     assert "0.000458 (0.000451-0.000466) s from the copy" in claim.sentence and "0.000 (" not in claim.sentence
+
+
+def test_data_wait_names_several_fastest_pipelines_in_the_plural():
+    """The teaching run of 02 printed "the fastest input pipelines (2 workers, 0 workers, 1 worker: ...) delivers"."""
+    claim = claims.data_wait(Spread(88.1, 79.0, 89.5), {"0 workers": Spread(459.5, 343.5, 568.6),
+                                                       "2 workers": Spread(485.5, 312.5, 552.6)})
+    assert "not distinguishable from each other; highest median 2 workers) deliver 485.5" in claim.sentence
+    one = claims.data_wait(Spread(88.1, 79.0, 89.5), {"2 workers": Spread(485.5, 312.5, 552.6)})
+    assert "the fastest input pipeline (2 workers) delivers 485.5" in one.sentence

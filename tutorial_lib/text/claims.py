@@ -275,7 +275,8 @@ def data_wait(model: Spread | None, pipelines: dict, wait_fraction: float | None
     who = (f"the fastest input pipeline ({top[0]})" if len(top) == 1 else
            f"the fastest input pipelines ({', '.join(top)}: not distinguishable from each other; highest median "
            f"{top[0]})")
-    numbers = f"the model trains at {model.text()} img/s, {who} delivers {best.text()}"
+    verb = "delivers" if len(top) == 1 else "deliver"
+    numbers = f"the model trains at {model.text()} img/s, {who} {verb} {best.text()}"
     waited = "" if wait_fraction is None else (f"; fed from the files, the trainer waited for data "
                                                f"{100 * wait_fraction:.0f}% of the time")
     below = [distinguishable(model, pipelines[n]) and pipelines[n].median < model.median for n in top]
