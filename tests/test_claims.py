@@ -356,13 +356,14 @@ def test_scaling_labels_say_what_ran():
     ((0.10, 0.08, 0.12), (0.11, 0.09, 0.13), claims.NOT_DISTINGUISHABLE, "the copy is pure cost"),
 ])
 def test_staging_verdict_follows_the_reads(shared, staged, verdict, words):
-    claim = claims.staging_effect(Spread(2.0, 1.9, 2.1), Spread(*shared), Spread(*staged), 1000)
+    claim = claims.staging_effect(Spread(2.0, 1.9, 2.1), Spread(*shared), Spread(*staged), 1000, False)
     assert claim.verdict == verdict and words in claim.sentence
     assert "HAL benchmark's 64 GPUs drew 3.3 GB/s and 36.5 k IOPS" in claim.sentence
     assert "52 MB/s and 570 reads/s per GPU" in claim.sentence
-    assert "same disk of this machine" in claim.sentence
-    other_disk = claims.staging_effect(Spread(2.0, 1.9, 2.1), Spread(*shared), Spread(*staged), 1000, False)
-    assert "same disk" not in other_disk.sentence and other_disk.sentence.endswith(".")
+    assert "same disk" not in claim.sentence and claim.sentence.endswith(".")
+    same_disk = claims.staging_effect(Spread(2.0, 1.9, 2.1), Spread(*shared), Spread(*staged), 1000)
+    assert same_disk.verdict == claims.CANNOT_DECIDE and "same disk of this machine" in same_disk.sentence
+    assert "pays for itself" not in same_disk.sentence
     assert claims.staging_effect(None, Spread(*shared), Spread(*staged), 1000).verdict == "not measured"
 
 
@@ -472,16 +473,17 @@ def test_more_builders_name_their_topic_and_numbers():
         (claims.input_pipelines(fast, slow, 0.5), "input pipelines", "cpu workers faster"),
         (claims.input_pipelines(Spread.of([100, 101]), Spread.of([102, 103])), "input pipelines", "matters little"),
         (claims.staging_effect(Spread.of([1.0]), Spread.of([2.0]), None, 10), "staging", "not measured"),
-        (claims.staging_effect(Spread.of([1.0]), Spread.of([2.0, 2.1]), Spread.of([0.5, 0.6]), 10), "staging",
+        (claims.staging_effect(Spread.of([1.0]), Spread.of([2.0, 2.1]), Spread.of([0.5, 0.6]), 10, False), "staging",
          "staged faster"),
-        (claims.staging_effect(Spread.of([1.0]), Spread.of([2.0, 2.1]), Spread.of([2.1, 2.2]), 10), "staging",
+        (claims.staging_effect(Spread.of([1.0]), Spread.of([2.0, 2.1]), Spread.of([2.1, 2.2]), 10, False), "staging",
          claims.NOT_DISTINGUISHABLE),  # touching ranges rank nothing
     ]
     for claim, topic, verdict in cases:
         assert (claim.topic, claim.verdict) == (topic, verdict), claim
         assert isinstance(claim.sentence, str) and claim.sentence
     by_verdict = {claim.verdict: claim.sentence for claim, _, _ in cases}
-    assert f"fp32: jobs {Spread.of([205]).text()}, benchmark {fast.text()} img/s" in by_verdict["agree"]
+    assert (f"fp32: jobs {Spread.of([205]).text()} and benchmark {fast.text()} img/s, not distinguishable here"
+            in by_verdict["agree"])
     assert by_verdict["ceiling"].endswith(": 60% of the matmul rate")
     assert "the step reached 2.000 TFLOP/s" in claims.matmul_yardstick(2.0, 1.0, "the step").sentence
     assert by_verdict["consistent"].startswith("the trainer fed from files runs at")
@@ -525,7 +527,8 @@ def test_channels_last_names_the_one_direction_some_precisions_took():
 def test_staging_sentence_gives_the_three_times():
     copy, shared, staged = Spread.of([1.23456]), Spread.of([2.34567, 2.45678]), Spread.of([0.56789, 0.67891])
     claim = claims.staging_effect(copy, shared, staged, 12345)
-    assert claim.sentence.startswith(f"copying 12,345 images took {copy.text(3)} s; reading all of them once took "
+    assert claim.sentence.startswith(f"copying 12,345 image files (train/ and val/) took {copy.text(3)} s; reading "
+                                     f"all of them once took "
                                      f"{shared.text(3)} s from where they are and {staged.text(3)} s from the copy")
     assert copy.text(3) != copy.text(4) and shared.text(3) != shared.text(4) and staged.text(3) != staged.text(4)
 

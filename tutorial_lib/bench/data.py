@@ -31,6 +31,7 @@ from tutorial_lib.bench.fake_imagenet import (  # noqa: F401  (re-exported for n
     prepare_fake_imagenet,
     split_dir,
 )
+from tutorial_lib.bench.timing import torch_threads
 from tutorial_lib.engine.device import (
     compile_support,
     environment_facts,
@@ -38,6 +39,12 @@ from tutorial_lib.engine.device import (
     resolve_device,
     synchronize,
 )
+
+# DataLoader starts every worker with torch.set_num_threads(1). The one-process measurements run on one
+# thread too: with torch's default of a thread per core, the antialiased resize of the crop split its work
+# over threads that wait for each other on a busy machine (augment 4.5-7.2 ms per image against 0.5-1.1 ms
+# on one thread, 2 cores, load 0.5-1.1), and 0 workers measured 3-4x slower than 1 worker doing the same work.
+WORKER_THREADS = 1
 
 
 def _order(length: int, count: int, seed: int = 0) -> list[int]:
@@ -52,7 +59,7 @@ def _order(length: int, count: int, seed: int = 0) -> list[int]:
 # --------------------------------------------------------------------------- CPU loader
 def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, repeats: int = 1) -> dict:
     """Milliseconds per image to read the file, decode it and augment it as the CPU pipeline does, in this
-    one process.
+    one process, on one torch thread as in a DataLoader worker (:data:`WORKER_THREADS`).
 
     With ``repeats`` > 1 the same images are timed that many times; each figure is the median
     round, with its range in ``<figure>_low``/``_high``.
@@ -73,18 +80,19 @@ def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, 
     paths = [p for p in paths if p.suffix.lower() in (".jpeg", ".jpg", ".png")][:images]
     transform = train_transform(image_size)
     read = decode = augment = 0.0
-    for path in paths:
-        t0 = time.perf_counter()
-        data = path.read_bytes()
-        t1 = time.perf_counter()
-        image = decode_image(data)
-        t2 = time.perf_counter()
-        transform(image)
-        t3 = time.perf_counter()
-        read, decode, augment = read + t1 - t0, decode + t2 - t1, augment + t3 - t2
+    with torch_threads(WORKER_THREADS) as threads:
+        for path in paths:
+            t0 = time.perf_counter()
+            data = path.read_bytes()
+            t1 = time.perf_counter()
+            image = decode_image(data)
+            t2 = time.perf_counter()
+            transform(image)
+            t3 = time.perf_counter()
+            read, decode, augment = read + t1 - t0, decode + t2 - t1, augment + t3 - t2
     n = max(1, len(paths))
     return {"read_ms_per_image": 1000 * read / n, "decode_ms_per_image": 1000 * decode / n,
-            "augment_ms_per_image": 1000 * augment / n, "cost_sample_images": len(paths)}
+            "augment_ms_per_image": 1000 * augment / n, "cost_sample_images": len(paths), "torch_threads": threads}
 
 
 def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int = 0, batch_size: int = 8,
@@ -108,16 +116,17 @@ def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int 
     order = _order(len(dataset), (warmup_batches + most) * batch_size, seed)
     loader = DataLoader(dataset, batch_size=batch_size, sampler=order, num_workers=workers,
                         collate_fn=collate_skipping, prefetch_factor=4 if workers else None)
-    started = time.perf_counter()
-    iterator = iter(loader)
-    for _ in range(warmup_batches):
-        next(iterator)
-    t0 = time.perf_counter()
-    count = done = 0
-    while done < most and (done < batches or time.perf_counter() - t0 < min_time):
-        count, done = count + len(next(iterator).targets), done + 1
-    elapsed = time.perf_counter() - t0
-    del iterator
+    with torch_threads(WORKER_THREADS) as threads:  # with 0 workers this process prepares the images itself
+        started = time.perf_counter()
+        iterator = iter(loader)
+        for _ in range(warmup_batches):
+            next(iterator)
+        t0 = time.perf_counter()
+        count = done = 0
+        while done < most and (done < batches or time.perf_counter() - t0 < min_time):
+            count, done = count + len(next(iterator).targets), done + 1
+        elapsed = time.perf_counter() - t0
+        del iterator
     batches = done
     timed = order[warmup_batches * batch_size:(warmup_batches + done) * batch_size]
     nbytes = sum(os.path.getsize(dataset.samples[i][0]) for i in timed)
@@ -126,7 +135,7 @@ def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int 
               "warmup_batches": warmup_batches, "data_dir": str(data_dir), "dataset_images": len(dataset),
               "images_per_sec": count / elapsed, "mb_per_sec": nbytes / 1e6 / elapsed,
               "mean_file_kb": nbytes / 1e3 / max(1, len(timed)), "startup_s": t0 - started,
-              "images_per_sec_per_worker": count / elapsed / max(1, workers)}
+              "images_per_sec_per_worker": count / elapsed / max(1, workers), "main_process_torch_threads": threads}
     if with_cost:
         record.update(decode_cost(data_dir, image_size, images=min(32, len(dataset))))
     return {**record, "env": environment_facts("cpu"), "timestamp": time.time()}

@@ -3,7 +3,7 @@
 * :func:`make_fake_imagenet` writes realistic-size JPEGs (500x375, about 110 KB, like ImageNet's
   average) in ImageNet layout.
 * :func:`prepare_fake_imagenet`: the set a benchmark reads (a real ImageNet-layout folder is used as it is).
-* :func:`dataset_summary`: image count, classes and mean file size.
+* :func:`dataset_summary`: image counts (training, validation), classes and mean file size.
 """
 
 from __future__ import annotations
@@ -117,13 +117,16 @@ def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: i
 
 
 def dataset_summary(data_dir: str | os.PathLike) -> dict:
-    """Image count, classes and mean file size of ``data_dir/train``."""
+    """Image count, classes and mean file size of ``data_dir/train``; ``val_images`` in ``data_dir/val`` (0
+    without one) and ``files``, both together (what staging copies and reads)."""
     from tutorial_lib.engine.input.cpu import CountingImageFolder
 
     dataset = CountingImageFolder(split_dir(data_dir))
     sizes = [os.path.getsize(path) for path, _ in dataset.samples]
-    return {"images": len(sizes), "classes": len(dataset.classes),
-            "mean_file_kb": statistics.fmean(sizes) / 1e3 if sizes else 0.0}
+    val_dir = Path(data_dir) / "val"
+    val_images = len(CountingImageFolder(val_dir).samples) if val_dir.is_dir() else 0
+    return {"images": len(sizes), "classes": len(dataset.classes), "val_images": val_images,
+            "files": len(sizes) + val_images, "mean_file_kb": statistics.fmean(sizes) / 1e3 if sizes else 0.0}
 
 
 def split_dir(data_dir, split: str = "train") -> Path:

@@ -72,7 +72,7 @@ def describe(record: dict) -> str:
         share = record.get("fraction_of_matmul")
         against = (f"of {record['matmul_tflops']:.2f} matmul" if share is not None else
                    f"above the {record['matmul_tflops']:.2f} matmul benchmark (no ceiling here)")
-        return (f"{text}: {record['images_per_sec']:.1f} img/s, peak {record['peak_memory_bytes'] / 2**30:.2f} GiB, "
+        return (f"{text}: {record['images_per_sec']:.1f} img/s, {memory_text(record)}, "
                 f"{record['achieved_tflops']:.3f} TFLOP/s {against}")
     if kind == "data":
         read = f", {record['mb_per_sec']:.1f} MB/s" if record.get("mb_per_sec") is not None else ""
@@ -207,6 +207,24 @@ def setting_label(record: dict) -> str:
     if record.get("compile", "none") != "none":
         label += f" {record['compile']}"
     return label
+
+
+def memory_text(record: dict) -> str:
+    """A train record's memory, each figure named for what it counts: on a CUDA device the allocator's peak
+    (what training needed); on a CPU the whole process's peak RSS (torch itself included) and what training
+    added to it (``training_memory_bytes``, the figure's bars)."""
+    if str(record.get("peak_memory_source", "")).startswith("torch.cuda"):
+        return f"peak {human_bytes(record['peak_memory_bytes'])} allocated by training (CUDA)"
+    return (f"peak {human_bytes(record['peak_memory_bytes'])} RSS of the whole process, "
+            f"{human_bytes(record.get('training_memory_bytes', 0))} of it added by training")
+
+
+def memory_title(records: list[dict]) -> str:
+    """The title of a bar chart of ``training_memory_bytes``: what those bytes are on the records' device."""
+    ok = [r for r in records if r.get("status") == "ok" and r.get("kind") == "train"]
+    if ok and all(str(r.get("peak_memory_source", "")).startswith("torch.cuda") for r in ok):
+        return "peak CUDA memory allocated by training"
+    return "memory training added (peak RSS minus the process before the model)"
 
 
 def bar_values(records: list[dict], key: str = "images_per_sec", scale: float = 1.0) -> tuple[list, list]:

@@ -12,7 +12,8 @@ round). Two settings are told apart only when their spreads do not overlap
 * :func:`step_rate`: calls per second of a callable, timed with ``torch.utils.benchmark`` over at
   least ``min_time`` (it synchronises CUDA around the timed blocks).
 * :func:`interleave_records`: the same for measurements that return whole records (loader, e2e).
-* :func:`job_threads`: on a CPU, measure on the threads a training job gets, so benchmark and jobs agree.
+* :func:`job_threads`: on a CPU, measure on the threads a training job gets, so benchmark and jobs agree;
+  :func:`torch_threads`: on a given number of threads (one, as in a DataLoader worker).
 
 Built on these: :mod:`tutorial_lib.bench.rounds` (benchmarks re-timed for the notebooks) and
 :func:`tutorial_lib.bench.comm.allreduce_rounds`. Notebooks word their conclusions from these spreads
@@ -90,6 +91,19 @@ def resolve(device_type: str, min_time: float | None, repeats: int | None) -> tu
 
 
 @contextmanager
+def torch_threads(count: int):
+    """Run the block with torch's intra-op thread pool set to ``count`` threads, then restore it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(count)))
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextmanager
 def job_threads(device_type: str):
     """Run the block on the CPU threads a training job gets, so a benchmark and the course's jobs agree.
 
@@ -99,13 +113,9 @@ def job_threads(device_type: str):
     """
     import torch
 
-    before = torch.get_num_threads()
-    if device_type == "cpu":
-        torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS") or 1)))
-    try:
-        yield torch.get_num_threads()
-    finally:
-        torch.set_num_threads(before)
+    count = int(os.environ.get("OMP_NUM_THREADS") or 1) if device_type == "cpu" else torch.get_num_threads()
+    with torch_threads(count) as threads:
+        yield threads
 
 
 def interleave(measurements: dict, repeats: int = DEFAULT_REPEATS) -> dict[str, Spread]:

@@ -1,0 +1,80 @@
+"""Issue 30, notebooks 01 and 02: the sentences the last course read found stronger than their numbers."""
+
+from __future__ import annotations
+
+from tutorial_lib.bench import data as bench_data
+from tutorial_lib.bench.timing import Spread
+from tutorial_lib.text import claims
+
+
+def test_benchmark_vs_jobs_judges_each_precision_and_overlap_is_not_a_difference():
+    """The read's numbers: fp32 jobs 190.1 (153.3-236.5) against benchmark 228.7 (115.2-238.1) overlap, so
+    fp32 is not distinguishable; only a precision whose ranges separate is said to differ."""
+    benchmark = {"fp32": Spread(228.7, 115.2, 238.1), "bf16": Spread(31.0, 29.0, 33.0)}
+    jobs = {"fp32": Spread(190.1, 153.3, 236.5), "bf16": Spread(62.0, 58.0, 66.0)}
+    claim = claims.benchmark_vs_jobs(benchmark, jobs)
+    assert claim.verdict == "differ for some"
+    assert "different speeds for bf16 (" in claim.sentence
+    assert "fp32: jobs 190.1 (153.3-236.5) and benchmark 228.7 (115.2-238.1) img/s, not distinguishable here" \
+        in claim.sentence
+    assert "bf16: jobs 62.0 (58.0-66.0) img/s, faster than the benchmark's 31.0 (29.0-33.0)" in claim.sentence
+    only_fp32 = claims.benchmark_vs_jobs({"fp32": benchmark["fp32"]}, {"fp32": jobs["fp32"]})
+    assert only_fp32.verdict == "agree" and "different" not in only_fp32.sentence
+
+
+def test_staging_on_one_disk_computes_no_payback_from_page_cache_noise():
+    """The read: 0.00162 against 0.00138 s, both from the page cache, gave "saves 0.000 s per epoch and pays
+    for itself after 40.8 epochs"."""
+    claim = claims.staging_effect(Spread(0.0564, 0.050, 0.060), Spread(0.00162, 0.00158, 0.00170),
+                                  Spread(0.00138, 0.00130, 0.00141), 72, same_file_system=True)
+    assert claim.verdict == claims.CANNOT_DECIDE
+    assert "pays for itself" not in claim.sentence and "saves 0.000" not in claim.sentence
+    assert "page cache" in claim.sentence and "cannot be decided here" in claim.sentence
+
+
+def test_staging_and_the_set_count_the_same_files(tmp_path):
+    """The read: "copying 72 images" beside "images in the set 64": staging copies train/ and val/ (64 + 8)."""
+    root = bench_data.make_fake_imagenet(tmp_path / "set", classes=2, per_class=8, size=(32, 24))
+    summary = bench_data.dataset_summary(root)
+    assert (summary["images"], summary["val_images"], summary["files"]) == (16, 2, 18)
+    from tutorial_lib.bench.staging import read_all
+
+    assert read_all(root)["images"] == summary["files"]
+    claim = claims.staging_effect(Spread.of([1.0]), Spread.of([2.0]), Spread.of([2.0]), summary["files"])
+    assert claim.sentence.startswith("copying 18 image files (train/ and val/) took")
+
+
+def test_train_record_memory_names_what_the_figure_shows():
+    """The read: 01's panel "peak memory of training" showed 223-270 MiB (what training added to the process)
+    where the text said "peak 1.10 GiB" (the whole process's RSS): each figure is named for what it counts."""
+    from tutorial_lib import bench
+
+    cpu = {"kind": "train", "status": "ok", "arch": "resnet18", "precision": "fp32", "channels_last": False,
+           "compile": "none", "batch_size": 32, "image_size": 32, "images_per_sec": 190.0, "achieved_tflops": 0.1,
+           "matmul_tflops": 0.2, "fraction_of_matmul": 0.5, "peak_memory_bytes": int(1.10 * 2**30),
+           "training_memory_bytes": 250 * 2**20,
+           "peak_memory_source": "getrusage max RSS of the whole process (torch itself included)"}
+    line = bench.describe(cpu)
+    assert "peak 1.1 GiB RSS of the whole process, 250 MiB of it added by training" in line
+    assert bench.memory_title([cpu]) == "memory training added (peak RSS minus the process before the model)"
+    gpu = {**cpu, "peak_memory_bytes": 3 * 2**30, "training_memory_bytes": 3 * 2**30,
+           "peak_memory_source": "torch.cuda.max_memory_allocated"}
+    assert "peak 3 GiB allocated by training (CUDA)" in bench.describe(gpu)
+    assert bench.memory_title([gpu]) == "peak CUDA memory allocated by training"
+
+
+def test_staging_sentence_shows_reads_under_a_millisecond():
+    """The course run printed "reading all of them once took 0.000 (0.000-0.000) s" for 36 files in the cache."""
+    claim = claims.staging_effect(Spread(0.0501, 0.048, 0.0523), Spread(0.000468, 0.000447, 0.000490),
+                                  Spread(0.000458, 0.000451, 0.000466), 36)
+    assert "0.000468 (0.000447-0.000490) s from where they are" in claim.sentence
+    assert "0.000458 (0.000451-0.000466) s from the copy" in claim.sentence and "0.000 (" not in claim.sentence
+
+
+def test_data_wait_names_several_fastest_pipelines_in_the_plural():
+    """The teaching run of 02 printed "the fastest input pipelines (2 workers, 0 workers, 1 worker: ...) delivers"."""
+    claim = claims.data_wait(Spread(88.1, 79.0, 89.5), {"0 workers": Spread(459.5, 343.5, 568.6),
+                                                       "2 workers": Spread(485.5, 312.5, 552.6)})
+    assert "not distinguishable from each other; highest median 2 workers) deliver 485.5" in claim.sentence
+    one = claims.data_wait(Spread(88.1, 79.0, 89.5), {"2 workers": Spread(485.5, 312.5, 552.6)})
+    assert "the fastest input pipeline (2 workers) delivers 485.5" in one.sentence
