@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from tutorial_lib.text import verdicts
@@ -28,3 +29,42 @@ def test_model_error_reverses():
     for sign in (1, -1):
         off = verdicts.model_error({**small, "training flat": sign * 0.40})
         assert off.verdict == "off" and "2 of 3" in off.sentence and f"{sign * 40:+d}%" in off.sentence
+
+
+def _curve(final_loss: float, final_accuracy: float, wobble: float = 0.01, steps: int = 50) -> list[dict]:
+    """A run's evaluations: falling loss, rising accuracy, each step off its trend by +-``wobble`` (relative),
+    ending near the given final values (as param_server's records)."""
+    records = []
+    for step in range(steps):
+        trend = 1 + 2 * math.exp(-step / 6)  # 3x the final loss at the start, flat at the end
+        jitter = 1 + wobble * (1 if step % 2 else -1)
+        records.append({"step": step, "wall_s": 0.02 * step, "loss": final_loss * trend * jitter,
+                        "accuracy": min(1.0, final_accuracy / trend * jitter)})
+    return records
+
+
+def test_staleness_effect_reverses():
+    """A stale run clearly worse (loss up and accuracy down beyond both runs' own fluctuation) costs; the
+    same numbers swapped help; within the fluctuation it cannot decide."""
+    sync, stale = _curve(0.20, 0.95), _curve(0.30, 0.85)
+    costs = verdicts.staleness_effect({0: sync, 4: stale})
+    assert costs.verdict == "costs" and "staleness 4 cost progress per step" in costs.sentence
+    helps = verdicts.staleness_effect({0: stale, 4: sync})
+    assert helps.verdict == "helps" and "cost" not in helps.sentence
+    close = verdicts.staleness_effect({0: _curve(0.200, 0.950, 0.05), 4: _curve(0.204, 0.948, 0.05)})
+    assert close.verdict == verdicts.NOT_DISTINGUISHABLE and "cost" not in close.sentence
+    assert "seed-to-seed noise is not measured" in close.sentence
+
+
+def test_staleness_effect_reports_loss_and_accuracy_disagreeing():
+    """Issue 30's read: staleness 4 ended with the best accuracy and a loss above staleness 0's: no cost, no help."""
+    claim = verdicts.staleness_effect({0: _curve(0.20, 0.90, 0.002), 4: _curve(0.25, 0.95, 0.002)})
+    assert claim.verdict == "loss and accuracy disagree" and "opposite ways" in claim.sentence
+    assert "cost progress" not in claim.sentence
+
+
+def test_staleness_effect_decides_nothing_from_one_final_record_per_bound():
+    """The notebook's old call (the last record of each run, one seed each): 2% apart is no cost."""
+    claim = verdicts.staleness_effect({0: {"loss": 0.162, "accuracy": 0.950, "wall_s": 3.1},
+                                       4: {"loss": 0.165, "accuracy": 0.960, "wall_s": 2.6}})
+    assert claim.verdict == verdicts.NOT_DISTINGUISHABLE and "cost" not in claim.sentence

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 import statistics
 
-from tutorial_lib.text.claims import LITTLE, NOT_DISTINGUISHABLE, Claim, ratio_verdict
+from tutorial_lib.bench.timing import Spread, distinguishable
+from tutorial_lib.text.claims import NOT_DISTINGUISHABLE, Claim, ratio_verdict
 
 LEARNED_SHARE = 0.5  # "learns": top-1 covers at least half the way from chance to 100%
 
@@ -72,39 +73,63 @@ def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, me
 
 
 # --------------------------------------------------------------------------- notebook 07
-def staleness_effect(final: dict, little: float = LITTLE) -> Claim:
-    """What bounded staleness did per step, from each run's last record (``{bound: {"loss", "accuracy",
-    "wall_s"}}``, bound 0 = synchronous): ``costs`` (every stale run ended with a higher loss, one more
-    than ``little`` above synchronous), ``helps`` (every one lower, one by more), ``matters little``
-    (every one within), or ``mixed`` (some above, some below). One run per bound: the ``little`` band is a
-    threshold, not a measured noise."""
-    if 0 not in final or len(final) < 2:
+STALENESS_TAIL = 0.1  # the share of a run's last evaluations whose range is its noise band (at least 3)
+
+
+def _tail_spread(records: list, key: str, tail: float):
+    """Median and range of ``key`` over the last ``tail`` share of ``records`` (at least 3 of them), or
+    None where the run has fewer than 3 evaluations (then no noise band can be measured)."""
+    values = [float(r[key]) for r in records if r.get(key) is not None]
+    count = max(3, math.ceil(tail * len(values)))
+    return Spread.of(values[-count:]) if len(values) >= 3 else None
+
+
+def _direction(stale, sync, higher_is_better: bool) -> str:
+    """``better``/``worse`` for the stale run where the two bands separate, else not distinguishable."""
+    if stale is None or sync is None or not distinguishable(stale, sync):
+        return NOT_DISTINGUISHABLE
+    return "better" if (stale.median > sync.median) == higher_is_better else "worse"
+
+
+def staleness_effect(runs: dict, tail: float = STALENESS_TAIL) -> Claim:
+    """What bounded staleness did per step, from each run's evaluations (``{bound: [{"loss", "accuracy",
+    "wall_s"}, ...]}`` in step order, bound 0 = synchronous; a single record per bound is accepted and
+    decides nothing).
+
+    One run per bound measures no seed-to-seed noise, so the band is each run's own: the range of its loss
+    and accuracy over its last ``tail`` share of evaluations. A stale run ``costs`` where its loss band lies
+    above synchronous or its accuracy band below (and neither says the opposite), ``helps`` the other way,
+    and where loss and accuracy point opposite ways the verdict says so (``loss and accuracy disagree``).
+    Overall: the one verdict every stale bound got, else ``mixed``; bands that overlap are not
+    distinguishable here.
+    """
+    runs = {bound: [value] if isinstance(value, dict) else list(value) for bound, value in runs.items()}
+    if 0 not in runs or len(runs) < 2 or not all(runs.values()):
         return Claim("staleness", "not measured", "staleness was not run against the synchronous bound 0")
-    sync = final[0]
-    ratios, parts = [], []
-    for bound, last in sorted(final.items()):
-        if bound == 0:
-            continue
-        ratios.append(last["loss"] / sync["loss"] if sync["loss"] else float("inf"))
-        parts.append(f"staleness {bound}: loss {last['loss']:.3f}, accuracy {last['accuracy']:.3f}, "
-                     f"{last['wall_s']:.1f} s")
-    listed = f"{'; '.join(parts)}; staleness 0: loss {sync['loss']:.3f}, accuracy {sync['accuracy']:.3f}, " \
-             f"{sync['wall_s']:.1f} s"
-    if all(abs(r - 1) <= little for r in ratios):
-        verdict = "matters little"
-    elif all(r > 1 for r in ratios):
-        verdict = "costs"
-    elif all(r < 1 for r in ratios):
-        verdict = "helps"
-    else:
-        verdict = "mixed"
-    head = {"costs": "per step, staleness cost progress here: every stale run ended with a higher loss",
-            "helps": "per step, the stale runs ended with a lower loss than synchronous SGD here (one run each: "
-                     "staleness is no better in general, this run's noise is not measured)",
-            "matters little": f"per step, staleness changed the final loss by less than {100 * little:.0f}% here "
-                              "(one run each; a threshold, not a measured noise)",
-            "mixed": "per step, some stale runs ended with a higher loss and some with a lower one"}[verdict]
-    return Claim("staleness", verdict, f"{head} ({listed})")
+    bands = {bound: (_tail_spread(records, "loss", tail), _tail_spread(records, "accuracy", tail))
+             for bound, records in runs.items()}
+    sync_loss, sync_acc = bands[0]
+    if sync_loss is None:
+        finals = "; ".join(f"staleness {b}: loss {r[-1]['loss']:.3f}, accuracy {r[-1]['accuracy']:.3f}"
+                           for b, r in sorted(runs.items()))
+        return Claim("staleness", NOT_DISTINGUISHABLE, f"per step, what staleness did is {NOT_DISTINGUISHABLE}: "
+                     f"each bound ran once and too few evaluations were kept to measure a run's noise ({finals})")
+    head = {"costs": "cost progress per step", "helps": "helped progress per step (one run each: not a general "
+            "result)", NOT_DISTINGUISHABLE: f"is {NOT_DISTINGUISHABLE} from synchronous SGD per step",
+            "loss and accuracy disagree": "ended with loss and accuracy pointing opposite ways"}
+    verdicts, parts = [], []
+    for bound in sorted(b for b in runs if b != 0):
+        loss, acc = bands[bound]
+        found = {_direction(loss, sync_loss, False), _direction(acc, sync_acc, True)} - {NOT_DISTINGUISHABLE}
+        verdict = ("loss and accuracy disagree" if len(found) == 2 else
+                   {"worse": "costs", "better": "helps"}[found.pop()] if found else NOT_DISTINGUISHABLE)
+        verdicts.append(verdict)
+        parts.append(f"staleness {bound} {head[verdict]} (loss {loss.text(3)}, accuracy {acc.text(3)})")
+    overall = verdicts[0] if len(set(verdicts)) == 1 else "mixed"
+    band = (f"median and range over each run's last {math.ceil(tail * 100)}% of evaluations, at least 3; one run "
+            "per bound, so seed-to-seed noise is not measured")
+    return Claim("staleness", overall, f"{'; '.join(parts)}; against staleness 0: loss {sync_loss.text(3)}, "
+                 f"accuracy {sync_acc.text(3)} ({band})")
 
 
 def fit_quality(median_error: float, max_error: float) -> Claim:
