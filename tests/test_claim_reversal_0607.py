@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from tutorial_lib.bench.timing import Spread
 from tutorial_lib.text import verdicts
 
 # issue 30's read: the 12 model errors of 07's two-level tables (8 all-reduce rows, 4 training rows), in %
@@ -68,3 +69,32 @@ def test_staleness_effect_decides_nothing_from_one_final_record_per_bound():
     claim = verdicts.staleness_effect({0: {"loss": 0.162, "accuracy": 0.950, "wall_s": 3.1},
                                        4: {"loss": 0.165, "accuracy": 0.960, "wall_s": 2.6}})
     assert claim.verdict == verdicts.NOT_DISTINGUISHABLE and "cost" not in claim.sentence
+
+
+def _training_rows(speeds: dict, width: float = 0.03) -> list[dict]:
+    """twolevel.training_rows' shape: ``{rate: (flat, hierarchical)}`` img/s medians, ranges +-``width``."""
+    return [{"rate_mbit": rate, "algorithm": algorithm, "images_per_sec": Spread(v, (1 - width) * v, (1 + width) * v)}
+            for rate, pair in speeds.items() for algorithm, v in zip(("flat", "hierarchical"), pair, strict=True)]
+
+
+def test_hierarchical_training_reverses():
+    """Issue 30's table: hierarchical 20% slower at 1000 Mbit/s (60.9 against 76.6 img/s), faster at 200; swapping
+    flat and hierarchical reverses each rate; overlapping ranges decide nothing."""
+    measured = verdicts.hierarchical_training(_training_rows({200: (30.0, 40.0), 1000: (76.6, 60.9)}))
+    assert measured.verdict == "mixed"
+    assert "at 200 Mbit/s hierarchical 40.0" in measured.sentence and "1.33x: faster" in measured.sentence
+    assert "at 1000 Mbit/s hierarchical 60.9" in measured.sentence and "0.80x: slower" in measured.sentence
+    swapped = verdicts.hierarchical_training(_training_rows({200: (40.0, 30.0), 1000: (60.9, 76.6)}))
+    assert swapped.verdict == "mixed" and "0.75x: slower" in swapped.sentence and "1.26x: faster" in swapped.sentence
+    slower = verdicts.hierarchical_training(_training_rows({1000: (76.6, 60.9)}))
+    faster = verdicts.hierarchical_training(_training_rows({1000: (60.9, 76.6)}))
+    assert (slower.verdict, faster.verdict) == ("slower", "faster")
+    overlap = verdicts.hierarchical_training(_training_rows({1000: (76.6, 60.9)}, width=0.2))
+    assert overlap.verdict == verdicts.NOT_DISTINGUISHABLE and "slower" not in overlap.sentence
+
+
+def test_hierarchical_training_decides_nothing_from_one_round():
+    rows = [{"rate_mbit": 200, "algorithm": a, "images_per_sec": Spread(v, v, v, (v,))}
+            for a, v in (("flat", 30.0), ("hierarchical", 40.0))]
+    claim = verdicts.hierarchical_training(rows)
+    assert claim.verdict == verdicts.NOT_DISTINGUISHABLE and "one round" in claim.sentence

@@ -186,6 +186,37 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
                  "median and range over interleaved rounds)")
 
 
+def hierarchical_training(rows: list[dict]) -> Claim:
+    """Whether DDP training ran faster with the hierarchical all-reduce than with the flat one, per inter-node
+    rate (``rows``: ``{"rate_mbit", "algorithm", "images_per_sec"}``, speeds as Spreads over interleaved rounds).
+
+    Per rate: ``faster``, ``slower``, ``matters little`` (medians within 10%) or not distinguishable here (ranges
+    overlap, or one round gave no range); overall the one verdict every rate got, else ``mixed``."""
+    speeds = {}
+    for row in rows:
+        speeds.setdefault(row["rate_mbit"], {})[row["algorithm"]] = row["images_per_sec"]
+    pairs = {rate: pair for rate, pair in sorted(speeds.items()) if {"flat", "hierarchical"} <= set(pair)}
+    if not pairs:
+        return Claim("hierarchical training", "not measured", "DDP training was not timed with both all-reduces here")
+    found, parts = [], []
+    for rate, pair in pairs.items():
+        flat, hier = pair["flat"], pair["hierarchical"]
+        one_round = any(len(s.samples) == 1 or s.low == s.high for s in (flat, hier))
+        verdict = NOT_DISTINGUISHABLE if one_round else ratio_verdict(hier, flat, "faster", "slower")
+        found.append(verdict)
+        why = " (one round: no range)" if one_round else ""
+        parts.append(f"at {rate:g} Mbit/s hierarchical {hier.text()} against flat {flat.text()} img/s, "
+                     f"{hier.median / flat.median:.2f}x: {verdict}{why}")
+    overall = found[0] if len(set(found)) == 1 else "mixed"
+    head = {"faster": "DDP training ran faster with the hierarchical all-reduce at every rate measured",
+            "slower": "DDP training ran slower with the hierarchical all-reduce at every rate measured",
+            "matters little": "the all-reduce algorithm changed DDP training speed by less than 10% here",
+            NOT_DISTINGUISHABLE: f"DDP training with the two all-reduces is {NOT_DISTINGUISHABLE}",
+            "mixed": "which all-reduce trains faster depends on the rate here"}[overall]
+    return Claim("hierarchical training", overall, f"{head}: {'; '.join(parts)} (median and range over the "
+                 "interleaved rounds)")
+
+
 def model_error(errors: dict[str, float], limit: float = 0.25) -> Claim:
     """How far the scaling model's predictions are from what was measured: ``errors`` maps a label to the
     relative error (model / measured - 1)."""
