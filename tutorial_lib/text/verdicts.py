@@ -53,12 +53,15 @@ def runs_learn(outcomes: list) -> Claim:
 
 
 def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, measured: float | None,
-                    measured_units: int | None, unit: str = "GPUs") -> Claim:
+                    measured_units: int | None, unit: str = "GPUs", basis: str = "") -> Claim:
     """Why a scaling projection sits at (nearly) 100%, and what the measured efficiency beside it means.
 
     ``efficiencies``: the projected efficiencies (%); ``per_unit_rate``: the measured img/s per rank
-    the projection starts from; ``measured``: the measured efficiency (%) at ``measured_units``."""
+    the projection starts from; ``measured``: the measured efficiency (%) at ``measured_units``;
+    ``basis``: what that rate was measured on (model, image size, device), named in the sentence."""
     lowest = min(efficiencies) if efficiencies else float("nan")
+    counted = "GPUs" if unit == "GPUs" else "modelled ranks"
+    source = f"this run's {per_unit_rate:.1f} img/s per rank" + (f" ({basis})" if basis else "")
     why = ("on this machine the ranks share its CPU cores with each other and with the all-reduce, which the "
            "model's cluster (one GPU per rank, a real network) does not have" if unit != "GPUs" else
            "it comes from this machine's GPUs and links, the projection from the reference cluster's")
@@ -66,10 +69,10 @@ def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, me
                                          f"thing: {why}."
     if lowest >= 99.5:
         return Claim("projection", "flat", f"the model projects {lowest:.1f}% or more at every count up to {top_units} "
-                     f"GPUs (flat) because it starts from this run's {per_unit_rate:.1f} img/s per rank: a step that "
+                     f"{counted} (flat) because it starts from {source}: a step that "
                      f"slow hides the whole all-reduce behind backward, and no file-system limit is modelled.{beside}")
-    return Claim("projection", "falls", f"the model projects {lowest:.1f}% at {top_units} GPUs from this run's "
-                 f"{per_unit_rate:.1f} img/s per rank.{beside}")
+    return Claim("projection", "falls", f"the model projects {lowest:.1f}% at {top_units} {counted} from "
+                 f"{source}.{beside}")
 
 
 # --------------------------------------------------------------------------- notebook 07
