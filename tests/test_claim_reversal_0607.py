@@ -98,3 +98,31 @@ def test_hierarchical_training_decides_nothing_from_one_round():
             for a, v in (("flat", 30.0), ("hierarchical", 40.0))]
     claim = verdicts.hierarchical_training(rows)
     assert claim.verdict == verdicts.NOT_DISTINGUISHABLE and "one round" in claim.sentence
+
+
+def _published(model: list[float], reference: list[float], limited_by: str = "compute") -> list[dict]:
+    return [{"gpus": 8 * 2**i, "model_efficiency": m, "reference_efficiency": r, "limited_by": limited_by}
+            for i, (m, r) in enumerate(zip(model, reference, strict=True))]
+
+
+def test_model_vs_published_reverses():
+    """Goyal et al.'s rows (model 100%, published 91% and 88%): the model is more efficient; swapped, it is less;
+    within 5 points it agrees."""
+    goyal = verdicts.model_vs_published("Goyal et al.", _published([1.0, 1.0, 1.0], [1.0, 0.906, 0.879]))
+    assert goyal.verdict == "model more efficient" and "lost 12 points more than the model" in goyal.sentence
+    assert "at 32 GPUs the model gives 100% against the published 88% (limited by compute)" in goyal.sentence
+    swapped = verdicts.model_vs_published("Goyal et al.", _published([1.0, 0.906, 0.879], [1.0, 1.0, 1.0], "storage"))
+    assert swapped.verdict == "model less efficient" and "storage limit is stricter" in swapped.sentence
+    close = verdicts.model_vs_published("x", _published([1.0, 0.95, 0.90], [1.0, 0.93, 0.88]))
+    assert close.verdict == "agrees" and "lost" not in close.sentence
+    assert verdicts.model_vs_published("Jia et al.", _published([1.0], [1.0])).verdict == "not measured"
+
+
+def test_model_vs_published_names_the_largest_gap_where_it_is_not_the_last_row():
+    """The HAL preset: the model gives 92% against the published 70% at 32 GPUs, 52% against 57% at 64."""
+    from tutorial_lib.scaling.presets import PRESETS, compare
+
+    hal = verdicts.model_vs_published("the HAL benchmark", compare(PRESETS["hal"])["rows"])
+    assert hal.verdict == "model less efficient" and "at 64 GPUs the model gives 52% against the published 57%" \
+        in hal.sentence
+    assert "the largest gap: at 32 GPUs the model gives 92% against the published 70%" in hal.sentence

@@ -75,6 +75,42 @@ def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, me
                  f"{source}.{beside}")
 
 
+MODEL_AGREES_POINTS = 5.0  # model and published efficiency within 5 points "agree" (a chosen threshold)
+
+
+def model_vs_published(name: str, rows: list[dict], agree_points: float = MODEL_AGREES_POINTS) -> Claim:
+    """The scaling model's efficiency against a reference's published one (``rows``: ``compare(preset)["rows"]``,
+    fractions, with ``limited_by``), at the largest published GPU count and where the two differ most.
+
+    Verdict at the largest count: ``agrees`` (within ``agree_points``), ``model more efficient`` (the
+    reference loses something the model lacks) or ``model less efficient`` (the model's limit is stricter than
+    what the reference met)."""
+    published = [r for r in rows if r.get("reference_efficiency") is not None]
+    if len(published) < 2:
+        return Claim(f"model vs {name}", "not measured", f"{name} publishes no efficiency to compare with")
+
+    def gap(row):
+        return 100 * (row["model_efficiency"] - row["reference_efficiency"])
+
+    def at(row):
+        return (f"at {row['gpus']:,} GPUs the model gives {100 * row['model_efficiency']:.0f}% against the "
+                f"published {100 * row['reference_efficiency']:.0f}% (limited by {row['limited_by']})")
+
+    top, worst = published[-1], max(published, key=lambda r: abs(gap(r)))
+    if abs(gap(top)) <= agree_points:
+        verdict, head = "agrees", f"the model agrees with {name}'s published efficiency within {agree_points:g} points"
+    elif gap(top) > 0:
+        verdict, head = "model more efficient", (f"{name} lost {gap(top):.0f} points more than the model: something "
+                                                 "the model leaves out (stragglers and synchronisation jitter are "
+                                                 "candidates)")
+    else:
+        verdict, head = "model less efficient", (f"the model loses {-gap(top):.0f} points more than {name} did: its "
+                                                 f"{top['limited_by']} limit is stricter than what the runs met")
+    largest = "" if worst is top else f"; the largest gap: {at(worst)}"
+    return Claim(f"model vs {name}", verdict, f"{head}: {at(top)}{largest} (time-based efficiency against "
+                 "the smallest published run; the model's numbers, not this machine's)")
+
+
 # --------------------------------------------------------------------------- notebook 07
 STALENESS_TAIL = 0.1  # the share of a run's last evaluations whose range is its noise band (at least 3)
 
