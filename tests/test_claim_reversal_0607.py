@@ -126,3 +126,12 @@ def test_model_vs_published_names_the_largest_gap_where_it_is_not_the_last_row()
     assert hal.verdict == "model less efficient" and "at 64 GPUs the model gives 52% against the published 57%" \
         in hal.sentence
     assert "the largest gap: at 32 GPUs the model gives 92% against the published 70%" in hal.sentence
+
+
+def test_hierarchical_vs_flat_decides_nothing_from_one_round():
+    """nbval's 07 (netlab_repeats 1): one round per size gives no range, so 2.40x at 64 KiB is no win."""
+    rows = [{"rate_mbit": 200, "bytes": 64 << 10, "flat": Spread(0.007, 0.007, 0.007, (0.007,)),
+             "hierarchical": Spread(0.016, 0.016, 0.016, (0.016,))}]
+    claim = verdicts.hierarchical_vs_flat(rows)
+    assert claim.verdict == verdicts.NOT_DISTINGUISHABLE and "faster" not in claim.sentence
+    assert "one round" in claim.sentence

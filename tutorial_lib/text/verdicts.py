@@ -198,7 +198,8 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
     verdicts, largest, parts = [], [], []
     for rate in sorted({r["rate_mbit"] for r in rows}):
         here = sorted((r for r in rows if r["rate_mbit"] == rate), key=lambda r: r["bytes"])
-        kinds = [ratio_verdict(r["hierarchical"], r["flat"], "wins", "loses") for r in here]
+        kinds = [NOT_DISTINGUISHABLE if _one_round(r["hierarchical"], r["flat"]) else
+                 ratio_verdict(r["hierarchical"], r["flat"], "wins", "loses") for r in here]
         verdicts += kinds
         largest.append(kinds[-1])
         said = []
@@ -221,8 +222,15 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
         verdict = "loses"
     else:
         verdict = NOT_DISTINGUISHABLE
+    one_round = any(_one_round(r["hierarchical"], r["flat"]) for r in rows)
     return Claim("hierarchical all-reduce", verdict, "; ".join(parts) + " (bus bandwidth against flat; "
-                 "median and range over interleaved rounds)")
+                 "median and range over interleaved rounds" + ("; one round: no range, so no ranking" if one_round
+                                                               else "") + ")")
+
+
+def _one_round(*spreads) -> bool:
+    """True where a speed came from one round (no range measured): it cannot rank anything."""
+    return any(len(s.samples) == 1 or s.low == s.high for s in spreads)
 
 
 def hierarchical_training(rows: list[dict]) -> Claim:
@@ -240,7 +248,7 @@ def hierarchical_training(rows: list[dict]) -> Claim:
     found, parts = [], []
     for rate, pair in pairs.items():
         flat, hier = pair["flat"], pair["hierarchical"]
-        one_round = any(len(s.samples) == 1 or s.low == s.high for s in (flat, hier))
+        one_round = _one_round(flat, hier)
         verdict = NOT_DISTINGUISHABLE if one_round else ratio_verdict(hier, flat, "faster", "slower")
         found.append(verdict)
         why = " (one round: no range)" if one_round else ""
