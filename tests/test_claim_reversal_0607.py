@@ -135,3 +135,12 @@ def test_hierarchical_vs_flat_decides_nothing_from_one_round():
     claim = verdicts.hierarchical_vs_flat(rows)
     assert claim.verdict == verdicts.NOT_DISTINGUISHABLE and "faster" not in claim.sentence
     assert "one round" in claim.sentence
+
+
+def test_fit_quality_names_where_the_largest_error_is():
+    """07 printed 'on a busy machine the small messages scatter most' whatever size erred most: the sentence
+    names the size instead."""
+    claim = verdicts.fit_quality(0.05, 1.87, worst="4 KiB")
+    assert claim.verdict == "rough" and "largest 187% (at 4 KiB)" in claim.sentence
+    assert "small messages scatter most" not in claim.sentence
+    assert "largest 12% (at 16 MiB)" in verdicts.fit_quality(0.05, 0.12, worst="16 MiB").sentence

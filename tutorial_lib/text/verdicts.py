@@ -171,15 +171,16 @@ def staleness_effect(runs: dict, tail: float = STALENESS_TAIL) -> Claim:
                  f"accuracy {sync_acc.text(3)} ({band})")
 
 
-def fit_quality(median_error: float, max_error: float) -> Claim:
-    """Whether a fitted alpha-beta model reproduces the measured all-reduce times."""
-    numbers = f"median error {100 * median_error:.0f}%, largest {100 * max_error:.0f}%"
+def fit_quality(median_error: float, max_error: float, worst: str = "") -> Claim:
+    """Whether a fitted alpha-beta model reproduces the measured all-reduce times (relative errors; ``worst``:
+    the message size of the largest error, named in the sentence)."""
+    numbers = f"median error {100 * median_error:.0f}%, largest {100 * max_error:.0f}%" + \
+        (f" (at {worst})" if worst else "")
     if median_error <= 0.10 and max_error <= 0.25:
         return Claim("all-reduce fit", "reproduces", f"the latency/bandwidth fit reproduces the measured times "
                      f"({numbers})")
     if median_error <= 0.35:
-        return Claim("all-reduce fit", "rough", f"the fit follows the measured times only roughly ({numbers}); "
-                     "on a busy machine the small messages scatter most")
+        return Claim("all-reduce fit", "rough", f"the fit follows the measured times only roughly ({numbers})")
     return Claim("all-reduce fit", "does not fit", f"the fit does not reproduce the measured times ({numbers}); "
                  "treat alpha and beta as rough guesses")
 
