@@ -298,18 +298,14 @@ def test_issue_23_verdicts_follow_the_numbers():
     assert verdicts.training_outcome("b64", 96.4, 10, [2.3, 0.6]).verdict == "learns"
     assert verdicts.training_outcome("b16", 40.0, 10, [2.3, 1.9]).verdict == "above chance"
     assert verdicts.training_outcome("nan", 9.0, 10, [2.3, float("nan")]).verdict == "diverged"
-    assert stale.verdict == "matters little" and "cost" not in stale.sentence
-    helps = verdicts.staleness_effect({0: {"loss": 0.30, "accuracy": 0.9, "wall_s": 3.0},
-                                     4: {"loss": 0.20, "accuracy": 0.95, "wall_s": 2.0}})
-    assert helps.verdict == "helps" and "costs" not in helps.sentence
-    costs = verdicts.staleness_effect({0: {"loss": 0.20, "accuracy": 0.95, "wall_s": 3.0},
-                                     4: {"loss": 0.30, "accuracy": 0.90, "wall_s": 2.0}})
-    assert costs.verdict == "costs"
-    # a short 07 run: both stale runs ended higher, one within 10% (8%) and one beyond (18%): that is a cost
+    # one final record per bound measures no noise: nothing is decided (tests/test_claim_reversal_0607.py
+    # feeds whole runs, whose own fluctuation is the band)
+    assert stale.verdict == claims.NOT_DISTINGUISHABLE and "cost" not in stale.sentence
+    # a short 07 run: both stale runs ended higher, one by 8% and one by 18%, one run each: still undecided
     both_higher = verdicts.staleness_effect({0: {"loss": 0.945, "accuracy": 0.758, "wall_s": 0.6},
                                            1: {"loss": 1.021, "accuracy": 0.677, "wall_s": 0.4},
                                            4: {"loss": 1.119, "accuracy": 0.660, "wall_s": 0.4}})
-    assert both_higher.verdict == "costs" and "some with a lower one" not in both_higher.sentence
+    assert both_higher.verdict == claims.NOT_DISTINGUISHABLE and "cost progress" not in both_higher.sentence
     assert projection.verdict == "flat" and "70.2 img/s per rank" in projection.sentence
     assert "measured 51.9% at 2 CPU ranks" in projection.sentence and "share its CPU cores" in projection.sentence
     assert verdicts.projection_flat([100.0, 90.0, 60.0], 64, 900.0, None, None).verdict == "falls"
@@ -326,7 +322,8 @@ def test_issue_23_summary_md_has_no_contradicted_sentence(tmp_path, monkeypatch)
                          "diverged: false"):
         assert contradicted not in text, contradicted
     for stated in ("not distinguishable from each other", "threshold", "no ceiling", "did not learn",
-                   "diverged (top-1 17.5%", "near chance (top-1 10.3%", "less than 10%", "measured 51.9%"):
+                   "diverged (top-1 17.5%", "near chance (top-1 10.3%", "too few evaluations were kept",
+                   "measured 51.9%"):
         assert stated in text, stated
 
 

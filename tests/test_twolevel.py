@@ -60,7 +60,8 @@ def test_the_model_beside_a_measurement_of_its_own_network_is_exact():
     rows = twolevel.allreduce_rows(records)
     assert len(rows) == 2 * 2 * len(SIZES) and max(abs(r["model_error"]) for r in rows) < 1e-6
     assert all(abs(r["model_error"]) < 1e-6 for r in twolevel.training_rows(records))
-    verdict, model = twolevel.closing_claims(records)
+    verdict, training, model = twolevel.closing_claims(records)
+    assert training.topic == "hierarchical training" and "at 200 Mbit/s hierarchical" in training.sentence
     assert model.verdict == "within", model.sentence
     assert verdict.verdict == "wins", verdict.sentence  # at 200 Mbit/s the hierarchy sends 1.0x instead of 1.5x
     assert "at 200 Mbit/s hierarchical is faster at 64 KiB 1.53x" in verdict.sentence
@@ -69,7 +70,7 @@ def test_the_model_beside_a_measurement_of_its_own_network_is_exact():
 
 
 def test_model_error_is_reported_where_the_measurement_disagrees():
-    off = twolevel.closing_claims([_record(200, flat_factor=1.5)])[1]
+    off = twolevel.closing_claims([_record(200, flat_factor=1.5)])[2]
     assert off.verdict == "off" and "-33% (flat" in off.sentence  # the model predicted 1/1.5 of the time
 
 

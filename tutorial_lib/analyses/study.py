@@ -118,6 +118,8 @@ def run_record(run) -> dict:
         "top5": float(last.get("top5", math.nan)),
         "hosts": sorted(set(hosts)),
         "on_gpu": str(config["device"]).startswith("cuda") if "device" in config else None,
+        "arch": config.get("arch"),
+        "image_size": config.get("image_size"),
     }
 
 
@@ -126,6 +128,28 @@ def rank_unit(frame: pd.DataFrame) -> str:
     device and none was a GPU, else ``"GPUs"``: labels must say what ran."""
     known = frame["on_gpu"].dropna() if "on_gpu" in frame else []
     return "CPU ranks" if len(known) and not any(known) else "GPUs"
+
+
+def projection_basis(record: Mapping, ranks: bool = True) -> str:
+    """What a projection from this run's measured speed projects from, for the sentence that states it:
+    ``"resnet18 at 16 px on 1 CPU rank"`` (model, image size, device; parts the run did not record are left
+    out); without ``ranks`` the count is left out (``"resnet18 at 16 px on CPU ranks"``)."""
+    unit = rank_unit(pd.DataFrame([{"on_gpu": record.get("on_gpu")}]))
+    count = int(record.get("gpus", 1))
+    what = " at ".join(str(part) for part in (record.get("arch"), record.get("image_size") and
+                                              f"{record['image_size']} px") if part)
+    on = f"{count} {unit if count != 1 else unit[:-1]}" if ranks else unit
+    return f"{what} on {on}" if what else on
+
+
+def time_projection_note(results: pd.DataFrame, epochs: float = REFERENCE_EPOCHS) -> str:
+    """The sentence that goes with :func:`scaling_table`'s projected ImageNet times: what they project from
+    (model, image size, device of these runs) and that they are not this model's ImageNet training times."""
+    basis = projection_basis(results.iloc[0].to_dict(), ranks=False)
+    return (f"The ImageNet times are projected, not measured: {epochs:g} epochs of {IMAGENET_TRAIN_IMAGES:,} images "
+            f"at the img/s each run measured for {basis}. They hold only for that model, "
+            "image size and device: the HAL benchmark's ResNet-50 at 224 px on V100 GPUs trains at another speed "
+            "(its own rows are below).")
 
 
 def projected_time_s(images_per_sec: float, epochs: float = REFERENCE_EPOCHS,
@@ -231,7 +255,9 @@ def projection_from_run(run, gpus: Sequence[int], preset: str = "hal", epochs: f
     """What the scaling model projects for ``gpus`` GPUs from one measured run: that run's per-GPU
     throughput, per-GPU batch and gradient size (fp32 gradients, split into DDP buckets) on
     ``preset``'s cluster (GPUs per node, links), with no file-system or per-epoch limits.
-    Projected, not measured: use it to say what more GPUs would buy, never as a result."""
+    Projected, not measured: use it to say what more GPUs would buy, never as a result. The index is
+    ``GPUs``, or ``modelled ranks (...)`` where the run's ranks were CPU processes; ``attrs["basis"]`` names
+    the run projected from (:func:`projection_basis`)."""
     from dataclasses import replace
 
     from tutorial_lib.scaling import DataPipeline
@@ -247,13 +273,17 @@ def projection_from_run(run, gpus: Sequence[int], preset: str = "hal", epochs: f
                        backward_time_s=None)
     model = replace(base, workload=workload, pipeline=DataPipeline())
     points = model.project(gpus, epochs, dataset_images)
-    return pd.DataFrame({"GPUs": [p.gpus for p in points], "nodes": [p.nodes for p in points],
+    # a CPU rank projected onto a GPU cluster is no GPU: the index says what is counted
+    index = "GPUs" if record.get("on_gpu") is not False else "modelled ranks (each at this CPU rank's speed)"
+    frame = pd.DataFrame({index: [p.gpus for p in points], "nodes": [p.nodes for p in points],
                          "global batch": [p.global_batch for p in points],
                          "projected throughput (img/s)": [round(p.images_per_s) for p in points],
                          "projected efficiency (%)": [round(100 * p.efficiency, 1) for p in points],
                          f"{epochs:g} ImageNet epochs (projected)": [format_duration(p.time_to_train_s)
                                                                      for p in points],
-                         "limited by": [p.limited_by for p in points]}).set_index("GPUs")
+                         "limited by": [p.limited_by for p in points]}).set_index(index)
+    frame.attrs["basis"] = projection_basis(record)
+    return frame
 
 
 def projection_claim(projection: pd.DataFrame, results: pd.DataFrame):
@@ -265,7 +295,7 @@ def projection_claim(projection: pd.DataFrame, results: pd.DataFrame):
     return verdicts.projection_flat(list(projection["projected efficiency (%)"]), int(projection.index[-1]),
                                   first["images_per_sec"] / first["gpus"],
                                   100 * last["efficiency"] if len(results) > 1 else None, int(last["gpus"]),
-                                  rank_unit(results))
+                                  rank_unit(results), projection.attrs.get("basis", ""))
 
 
 def model_comparison_text(preset: str = "hal", details: bool = False) -> str:
@@ -305,17 +335,22 @@ def plot_efficiency_vs_reference(results: pd.DataFrame, reference: pd.DataFrame,
     ax = plots.plot_efficiency(reference["gpus"], reference["efficiency"], ax=ax, label=reference_label)
     ax.plot(results["gpus"], 100 * results["efficiency"], marker="s", label=label)
     ax.set_xticks(sorted(set(reference["gpus"]) | set(results["gpus"])))
+    unit = rank_unit(results)
+    if unit != "GPUs":  # two kinds of rank on one axis: the label says which is which
+        ax.set_xlabel(f"GPUs ({reference_label}), {unit} ({label})")
     ax.legend(fontsize="small")
     return ax
 
 
 def accuracy_runs(runs) -> dict[str, pd.DataFrame]:
-    """``{"<GPUs> GPUs, global batch <B>": epoch events}`` for :func:`tutorial_lib.figures.plots.plot_accuracy`."""
+    """``{"<ranks> GPUs (or CPU ranks) on <nodes> nodes, batch <B>": epoch events}`` for
+    :func:`tutorial_lib.figures.plots.plot_accuracy`."""
     curves = {}
     for run in runs:
         record = run_record(run)
         gpus, nodes = record["gpus"], record["nodes"]
-        label = (f"{gpus} GPU{'s' if gpus > 1 else ''} on {nodes} node{'s' if nodes > 1 else ''}, "
+        unit = rank_unit(pd.DataFrame([record]))
+        label = (f"{gpus} {unit if gpus > 1 else unit[:-1]} on {nodes} node{'s' if nodes > 1 else ''}, "
                  f"batch {record['global_batch']}")
         curves[label] = pd.DataFrame([r for r in read_metrics(_run_dir(run)) if r.get("event") == "epoch"])
     return curves

@@ -73,7 +73,8 @@ def predicted_allreduce_s(record: dict, nbytes: float, algorithm: str) -> float:
 
 
 def _spread(result: dict, key: str) -> Spread:
-    return Spread(result[key], result.get(f"{key}_low", result[key]), result.get(f"{key}_high", result[key]))
+    return Spread(result[key], result.get(f"{key}_low", result[key]), result.get(f"{key}_high", result[key]),
+                  tuple(result.get(f"{key}_samples", ())))
 
 
 def allreduce_rows(records: list[dict]) -> list[dict]:
@@ -137,7 +138,8 @@ def training_table(records: list[dict]):
 
 
 def closing_claims(records: list[dict]) -> list[claims.Claim]:
-    """Where hierarchical wins, where not (bus bandwidth), and how far the model is off."""
+    """Where hierarchical wins, where not (bus bandwidth), whether it trains faster (DDP img/s), and how far
+    the model is off."""
     rows = allreduce_rows(records)
     pairs = {}
     for row in rows:
@@ -148,7 +150,8 @@ def closing_claims(records: list[dict]) -> list[claims.Claim]:
               for r in rows}
     errors.update({f"training {r['algorithm']} at {r['rate_mbit']:g} Mbit/s": r["model_error"]
                    for r in training_rows(records)})
-    return [verdicts.hierarchical_vs_flat(compared), verdicts.model_error(errors)]
+    return [verdicts.hierarchical_vs_flat(compared), verdicts.hierarchical_training(training_rows(records)),
+            verdicts.model_error(errors)]
 
 
 def plot(records: list[dict]):

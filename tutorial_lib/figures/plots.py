@@ -123,26 +123,34 @@ def _log2_gpu_axis(ax, gpus) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
 
 
-def plot_scaling(gpus: Sequence[int], throughput: Sequence[float], ax=None, label: str = "measured"):
-    """Measured global throughput against the GPU count, with ideal linear scaling from the smallest run.
+def _singular(unit: str) -> str:
+    return unit[:-1] if unit.endswith("s") else unit
 
-    The ideal line is ``throughput[smallest] * gpus / smallest`` (the 1-GPU point when there is one).
-    The x axis is log2 (1, 2, 4, 8... GPUs).
+
+def plot_scaling(gpus: Sequence[int], throughput: Sequence[float], ax=None, label: str = "measured",
+                 unit: str = "GPUs"):
+    """Measured global throughput against the rank count, with ideal linear scaling from the smallest run.
+
+    The ideal line is ``throughput[smallest] * ranks / smallest`` (the 1-rank point when there is one).
+    The x axis is log2 (1, 2, 4, 8...); ``unit`` names what a rank was ("GPUs", "CPU ranks": labels say
+    what ran).
     """
     ax = _axes(ax)
     points = sorted(zip(gpus, throughput, strict=True))
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     if xs:
         ax.plot(xs, [ys[0] * x / xs[0] for x in xs], linestyle="--", color="gray",
-                label=f"ideal (linear from {xs[0]} GPU)")
+                label=f"ideal (linear from {xs[0]} {unit if xs[0] != 1 else _singular(unit)})")
         ax.plot(xs, ys, marker="o", label=label)
         _log2_gpu_axis(ax, xs)
-    _finish(ax, "GPUs", "throughput (images/s, all GPUs)", "Scaling", empty_note="no measurements")
+    _finish(ax, unit, f"throughput (images/s, all {unit})", "Scaling", empty_note="no measurements")
     return ax
 
 
-def plot_efficiency(gpus: Sequence[int], efficiency: Sequence[float], ax=None, label: str = "measured"):
-    """Scaling efficiency (a fraction: 1.0 = perfect linear scaling) against the GPU count, shown in %."""
+def plot_efficiency(gpus: Sequence[int], efficiency: Sequence[float], ax=None, label: str = "measured",
+                    unit: str = "GPUs"):
+    """Scaling efficiency (a fraction: 1.0 = perfect linear scaling) against the rank count (``unit``: what a
+    rank was), shown in %."""
     ax = _axes(ax)
     points = sorted(zip(gpus, efficiency, strict=True))
     if points:
@@ -151,7 +159,7 @@ def plot_efficiency(gpus: Sequence[int], efficiency: Sequence[float], ax=None, l
         ax.plot(xs, [100 * p[1] for p in points], marker="o", label=label)
         _log2_gpu_axis(ax, xs)
         ax.set_ylim(bottom=0)
-    _finish(ax, "GPUs", "scaling efficiency (% of linear)", "Scaling efficiency", empty_note="no measurements")
+    _finish(ax, unit, "scaling efficiency (% of linear)", "Scaling efficiency", empty_note="no measurements")
     return ax
 
 

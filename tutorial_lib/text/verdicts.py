@@ -7,8 +7,10 @@ shown by the notebooks and carried into ``SUMMARY.md`` like the speed claims of 
 from __future__ import annotations
 
 import math
+import statistics
 
-from tutorial_lib.text.claims import LITTLE, NOT_DISTINGUISHABLE, Claim, ratio_verdict
+from tutorial_lib.bench.timing import Spread, distinguishable
+from tutorial_lib.text.claims import NOT_DISTINGUISHABLE, Claim, ratio_verdict
 
 LEARNED_SHARE = 0.5  # "learns": top-1 covers at least half the way from chance to 100%
 
@@ -51,12 +53,15 @@ def runs_learn(outcomes: list) -> Claim:
 
 
 def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, measured: float | None,
-                    measured_units: int | None, unit: str = "GPUs") -> Claim:
+                    measured_units: int | None, unit: str = "GPUs", basis: str = "") -> Claim:
     """Why a scaling projection sits at (nearly) 100%, and what the measured efficiency beside it means.
 
     ``efficiencies``: the projected efficiencies (%); ``per_unit_rate``: the measured img/s per rank
-    the projection starts from; ``measured``: the measured efficiency (%) at ``measured_units``."""
+    the projection starts from; ``measured``: the measured efficiency (%) at ``measured_units``;
+    ``basis``: what that rate was measured on (model, image size, device), named in the sentence."""
     lowest = min(efficiencies) if efficiencies else float("nan")
+    counted = "GPUs" if unit == "GPUs" else "modelled ranks"
+    source = f"this run's {per_unit_rate:.1f} img/s per rank" + (f" ({basis})" if basis else "")
     why = ("on this machine the ranks share its CPU cores with each other and with the all-reduce, which the "
            "model's cluster (one GPU per rank, a real network) does not have" if unit != "GPUs" else
            "it comes from this machine's GPUs and links, the projection from the reference cluster's")
@@ -64,57 +69,118 @@ def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, me
                                          f"thing: {why}."
     if lowest >= 99.5:
         return Claim("projection", "flat", f"the model projects {lowest:.1f}% or more at every count up to {top_units} "
-                     f"GPUs (flat) because it starts from this run's {per_unit_rate:.1f} img/s per rank: a step that "
+                     f"{counted} (flat) because it starts from {source}: a step that "
                      f"slow hides the whole all-reduce behind backward, and no file-system limit is modelled.{beside}")
-    return Claim("projection", "falls", f"the model projects {lowest:.1f}% at {top_units} GPUs from this run's "
-                 f"{per_unit_rate:.1f} img/s per rank.{beside}")
+    return Claim("projection", "falls", f"the model projects {lowest:.1f}% at {top_units} {counted} from "
+                 f"{source}.{beside}")
+
+
+MODEL_AGREES_POINTS = 5.0  # model and published efficiency within 5 points "agree" (a chosen threshold)
+
+
+def model_vs_published(name: str, rows: list[dict], agree_points: float = MODEL_AGREES_POINTS) -> Claim:
+    """The scaling model's efficiency against a reference's published one (``rows``: ``compare(preset)["rows"]``,
+    fractions, with ``limited_by``), at the largest published GPU count and where the two differ most.
+
+    Verdict at the largest count: ``agrees`` (within ``agree_points``), ``model more efficient`` (the
+    reference loses something the model lacks) or ``model less efficient`` (the model's limit is stricter than
+    what the reference met)."""
+    published = [r for r in rows if r.get("reference_efficiency") is not None]
+    if len(published) < 2:
+        return Claim(f"model vs {name}", "not measured", f"{name} publishes no efficiency to compare with")
+
+    def gap(row):
+        return 100 * (row["model_efficiency"] - row["reference_efficiency"])
+
+    def at(row):
+        return (f"at {row['gpus']:,} GPUs the model gives {100 * row['model_efficiency']:.0f}% against the "
+                f"published {100 * row['reference_efficiency']:.0f}% (limited by {row['limited_by']})")
+
+    top, worst = published[-1], max(published, key=lambda r: abs(gap(r)))
+    if abs(gap(top)) <= agree_points:
+        verdict, head = "agrees", f"the model agrees with {name}'s published efficiency within {agree_points:g} points"
+    elif gap(top) > 0:
+        verdict, head = "model more efficient", (f"{name} lost {gap(top):.0f} points more than the model: something "
+                                                 "the model leaves out (stragglers and synchronisation jitter are "
+                                                 "candidates)")
+    else:
+        verdict, head = "model less efficient", (f"the model loses {-gap(top):.0f} points more than {name} did: its "
+                                                 f"{top['limited_by']} limit is stricter than what the runs met")
+    largest = "" if worst is top else f"; the largest gap: {at(worst)}"
+    return Claim(f"model vs {name}", verdict, f"{head}: {at(top)}{largest} (time-based efficiency against "
+                 "the smallest published run; the model's numbers, not this machine's)")
 
 
 # --------------------------------------------------------------------------- notebook 07
-def staleness_effect(final: dict, little: float = LITTLE) -> Claim:
-    """What bounded staleness did per step, from each run's last record (``{bound: {"loss", "accuracy",
-    "wall_s"}}``, bound 0 = synchronous): ``costs`` (every stale run ended with a higher loss, one more
-    than ``little`` above synchronous), ``helps`` (every one lower, one by more), ``matters little``
-    (every one within), or ``mixed`` (some above, some below). One run per bound: the ``little`` band is a
-    threshold, not a measured noise."""
-    if 0 not in final or len(final) < 2:
+STALENESS_TAIL = 0.1  # the share of a run's last evaluations whose range is its noise band (at least 3)
+
+
+def _tail_spread(records: list, key: str, tail: float):
+    """Median and range of ``key`` over the last ``tail`` share of ``records`` (at least 3 of them), or
+    None where the run has fewer than 3 evaluations (then no noise band can be measured)."""
+    values = [float(r[key]) for r in records if r.get(key) is not None]
+    count = max(3, math.ceil(tail * len(values)))
+    return Spread.of(values[-count:]) if len(values) >= 3 else None
+
+
+def _direction(stale, sync, higher_is_better: bool) -> str:
+    """``better``/``worse`` for the stale run where the two bands separate, else not distinguishable."""
+    if stale is None or sync is None or not distinguishable(stale, sync):
+        return NOT_DISTINGUISHABLE
+    return "better" if (stale.median > sync.median) == higher_is_better else "worse"
+
+
+def staleness_effect(runs: dict, tail: float = STALENESS_TAIL) -> Claim:
+    """What bounded staleness did per step, from each run's evaluations (``{bound: [{"loss", "accuracy",
+    "wall_s"}, ...]}`` in step order, bound 0 = synchronous; a single record per bound is accepted and
+    decides nothing).
+
+    One run per bound measures no seed-to-seed noise, so the band is each run's own: the range of its loss
+    and accuracy over its last ``tail`` share of evaluations. A stale run ``costs`` where its loss band lies
+    above synchronous or its accuracy band below (and neither says the opposite), ``helps`` the other way,
+    and where loss and accuracy point opposite ways the verdict says so (``loss and accuracy disagree``).
+    Overall: the one verdict every stale bound got, else ``mixed``; bands that overlap are not
+    distinguishable here.
+    """
+    runs = {bound: [value] if isinstance(value, dict) else list(value) for bound, value in runs.items()}
+    if 0 not in runs or len(runs) < 2 or not all(runs.values()):
         return Claim("staleness", "not measured", "staleness was not run against the synchronous bound 0")
-    sync = final[0]
-    ratios, parts = [], []
-    for bound, last in sorted(final.items()):
-        if bound == 0:
-            continue
-        ratios.append(last["loss"] / sync["loss"] if sync["loss"] else float("inf"))
-        parts.append(f"staleness {bound}: loss {last['loss']:.3f}, accuracy {last['accuracy']:.3f}, "
-                     f"{last['wall_s']:.1f} s")
-    listed = f"{'; '.join(parts)}; staleness 0: loss {sync['loss']:.3f}, accuracy {sync['accuracy']:.3f}, " \
-             f"{sync['wall_s']:.1f} s"
-    if all(abs(r - 1) <= little for r in ratios):
-        verdict = "matters little"
-    elif all(r > 1 for r in ratios):
-        verdict = "costs"
-    elif all(r < 1 for r in ratios):
-        verdict = "helps"
-    else:
-        verdict = "mixed"
-    head = {"costs": "per step, staleness cost progress here: every stale run ended with a higher loss",
-            "helps": "per step, the stale runs ended with a lower loss than synchronous SGD here (one run each: "
-                     "staleness is no better in general, this run's noise is not measured)",
-            "matters little": f"per step, staleness changed the final loss by less than {100 * little:.0f}% here "
-                              "(one run each; a threshold, not a measured noise)",
-            "mixed": "per step, some stale runs ended with a higher loss and some with a lower one"}[verdict]
-    return Claim("staleness", verdict, f"{head} ({listed})")
+    bands = {bound: (_tail_spread(records, "loss", tail), _tail_spread(records, "accuracy", tail))
+             for bound, records in runs.items()}
+    sync_loss, sync_acc = bands[0]
+    if sync_loss is None:
+        finals = "; ".join(f"staleness {b}: loss {r[-1]['loss']:.3f}, accuracy {r[-1]['accuracy']:.3f}"
+                           for b, r in sorted(runs.items()))
+        return Claim("staleness", NOT_DISTINGUISHABLE, f"per step, what staleness did is {NOT_DISTINGUISHABLE}: "
+                     f"each bound ran once and too few evaluations were kept to measure a run's noise ({finals})")
+    head = {"costs": "cost progress per step", "helps": "helped progress per step (one run each: not a general "
+            "result)", NOT_DISTINGUISHABLE: f"is {NOT_DISTINGUISHABLE} from synchronous SGD per step",
+            "loss and accuracy disagree": "ended with loss and accuracy pointing opposite ways"}
+    verdicts, parts = [], []
+    for bound in sorted(b for b in runs if b != 0):
+        loss, acc = bands[bound]
+        found = {_direction(loss, sync_loss, False), _direction(acc, sync_acc, True)} - {NOT_DISTINGUISHABLE}
+        verdict = ("loss and accuracy disagree" if len(found) == 2 else
+                   {"worse": "costs", "better": "helps"}[found.pop()] if found else NOT_DISTINGUISHABLE)
+        verdicts.append(verdict)
+        parts.append(f"staleness {bound} {head[verdict]} (loss {loss.text(3)}, accuracy {acc.text(3)})")
+    overall = verdicts[0] if len(set(verdicts)) == 1 else "mixed"
+    band = (f"median and range over each run's last {math.ceil(tail * 100)}% of evaluations, at least 3; one run "
+            "per bound, so seed-to-seed noise is not measured")
+    return Claim("staleness", overall, f"{'; '.join(parts)}; against staleness 0: loss {sync_loss.text(3)}, "
+                 f"accuracy {sync_acc.text(3)} ({band})")
 
 
-def fit_quality(median_error: float, max_error: float) -> Claim:
-    """Whether a fitted alpha-beta model reproduces the measured all-reduce times."""
-    numbers = f"median error {100 * median_error:.0f}%, largest {100 * max_error:.0f}%"
+def fit_quality(median_error: float, max_error: float, worst: str = "") -> Claim:
+    """Whether a fitted alpha-beta model reproduces the measured all-reduce times (relative errors; ``worst``:
+    the message size of the largest error, named in the sentence)."""
+    numbers = f"median error {100 * median_error:.0f}%, largest {100 * max_error:.0f}%" + \
+        (f" (at {worst})" if worst else "")
     if median_error <= 0.10 and max_error <= 0.25:
         return Claim("all-reduce fit", "reproduces", f"the latency/bandwidth fit reproduces the measured times "
                      f"({numbers})")
     if median_error <= 0.35:
-        return Claim("all-reduce fit", "rough", f"the fit follows the measured times only roughly ({numbers}); "
-                     "on a busy machine the small messages scatter most")
+        return Claim("all-reduce fit", "rough", f"the fit follows the measured times only roughly ({numbers})")
     return Claim("all-reduce fit", "does not fit", f"the fit does not reproduce the measured times ({numbers}); "
                  "treat alpha and beta as rough guesses")
 
@@ -133,7 +199,8 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
     verdicts, largest, parts = [], [], []
     for rate in sorted({r["rate_mbit"] for r in rows}):
         here = sorted((r for r in rows if r["rate_mbit"] == rate), key=lambda r: r["bytes"])
-        kinds = [ratio_verdict(r["hierarchical"], r["flat"], "wins", "loses") for r in here]
+        kinds = [NOT_DISTINGUISHABLE if _one_round(r["hierarchical"], r["flat"]) else
+                 ratio_verdict(r["hierarchical"], r["flat"], "wins", "loses") for r in here]
         verdicts += kinds
         largest.append(kinds[-1])
         said = []
@@ -156,8 +223,46 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
         verdict = "loses"
     else:
         verdict = NOT_DISTINGUISHABLE
+    one_round = any(_one_round(r["hierarchical"], r["flat"]) for r in rows)
     return Claim("hierarchical all-reduce", verdict, "; ".join(parts) + " (bus bandwidth against flat; "
-                 "median and range over interleaved rounds)")
+                 "median and range over interleaved rounds" + ("; one round: no range, so no ranking" if one_round
+                                                               else "") + ")")
+
+
+def _one_round(*spreads) -> bool:
+    """True where a speed came from one round (no range measured): it cannot rank anything."""
+    return any(len(s.samples) == 1 or s.low == s.high for s in spreads)
+
+
+def hierarchical_training(rows: list[dict]) -> Claim:
+    """Whether DDP training ran faster with the hierarchical all-reduce than with the flat one, per inter-node
+    rate (``rows``: ``{"rate_mbit", "algorithm", "images_per_sec"}``, speeds as Spreads over interleaved rounds).
+
+    Per rate: ``faster``, ``slower``, ``matters little`` (medians within 10%) or not distinguishable here (ranges
+    overlap, or one round gave no range); overall the one verdict every rate got, else ``mixed``."""
+    speeds = {}
+    for row in rows:
+        speeds.setdefault(row["rate_mbit"], {})[row["algorithm"]] = row["images_per_sec"]
+    pairs = {rate: pair for rate, pair in sorted(speeds.items()) if {"flat", "hierarchical"} <= set(pair)}
+    if not pairs:
+        return Claim("hierarchical training", "not measured", "DDP training was not timed with both all-reduces here")
+    found, parts = [], []
+    for rate, pair in pairs.items():
+        flat, hier = pair["flat"], pair["hierarchical"]
+        one_round = _one_round(flat, hier)
+        verdict = NOT_DISTINGUISHABLE if one_round else ratio_verdict(hier, flat, "faster", "slower")
+        found.append(verdict)
+        why = " (one round: no range)" if one_round else ""
+        parts.append(f"at {rate:g} Mbit/s hierarchical {hier.text()} against flat {flat.text()} img/s, "
+                     f"{hier.median / flat.median:.2f}x: {verdict}{why}")
+    overall = found[0] if len(set(found)) == 1 else "mixed"
+    head = {"faster": "DDP training ran faster with the hierarchical all-reduce at every rate measured",
+            "slower": "DDP training ran slower with the hierarchical all-reduce at every rate measured",
+            "matters little": "the all-reduce algorithm changed DDP training speed by less than 10% here",
+            NOT_DISTINGUISHABLE: f"DDP training with the two all-reduces is {NOT_DISTINGUISHABLE}",
+            "mixed": "which all-reduce trains faster depends on the rate here"}[overall]
+    return Claim("hierarchical training", overall, f"{head}: {'; '.join(parts)} (median and range over the "
+                 "interleaved rounds)")
 
 
 def model_error(errors: dict[str, float], limit: float = 0.25) -> Claim:
@@ -167,7 +272,8 @@ def model_error(errors: dict[str, float], limit: float = 0.25) -> Claim:
         return Claim("model vs measured", "not measured", "no prediction could be compared here")
     worst = max(errors, key=lambda k: abs(errors[k]))
     within = [k for k, e in errors.items() if abs(e) <= limit]
-    numbers = (f"median {100 * sorted(abs(e) for e in errors.values())[len(errors) // 2]:.0f}%, largest "
+    # the ordinary median (mean of the two middle values for an even count): the one a reader takes from the table
+    numbers = (f"median {100 * statistics.median(abs(e) for e in errors.values()):.0f}%, largest "
                f"{100 * errors[worst]:+.0f}% ({worst})")
     if len(within) == len(errors):
         return Claim("model vs measured", "within", f"the model, its links fitted to point-to-point times on the "
