@@ -351,19 +351,7 @@ def test_projection_flat_reverses():
     assert "70.2 img/s per rank" in falls.sentence and "measured 51.9% at 2 CPU ranks" in falls.sentence
 
 
-def test_staleness_effect_reverses():
-    """Swap the synchronous run's loss with the stale run's: a higher stale loss becomes a lower one; within
-    10% either way round it matters little."""
-    low, high = {"loss": 0.20, "accuracy": 0.95, "wall_s": 3.0}, {"loss": 0.30, "accuracy": 0.90, "wall_s": 2.0}
-    higher = verdicts.staleness_effect({0: low, 4: high})
-    lower = verdicts.staleness_effect({0: high, 4: low})
-    assert higher.verdict != lower.verdict
-    assert higher.verdict not in UNRANKED and lower.verdict not in UNRANKED
-    assert "staleness 4: loss 0.300" in higher.sentence and "staleness 0: loss 0.200" in higher.sentence
-    assert "staleness 4: loss 0.200" in lower.sentence and "staleness 0: loss 0.300" in lower.sentence
-    near = {"loss": 0.219, "accuracy": 0.95, "wall_s": 3.0}  # 0.219 / 0.20 = 1.095; 0.20 / 0.219 = 0.913
-    assert verdicts.staleness_effect({0: low, 4: near}).verdict == "matters little"
-    assert verdicts.staleness_effect({0: near, 4: low}).verdict == "matters little"
+# staleness_effect's reversal test is in tests/test_claim_reversal_0607.py (it takes whole runs).
 
 
 def test_fit_quality_reverses():

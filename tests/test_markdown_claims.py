@@ -258,8 +258,6 @@ def test_source_check_rejects_what_names_nothing():
     assert "kind must be" in source_problem({"kind": "TODO", "source": "TODO"})
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30: the notebooks' rewrites (branches i30-a/b/c) move these "
-                   "comparisons into code; after the merge remove the `kind: measured` entries and this mark")
 def test_no_measured_comparison_is_fixed_text():
     pending = [f"{e['notebook']} ({e['kind']}): {e['sentence']}" for e in load_listed()
                if e["kind"] in ("measured", "unsourced")]
