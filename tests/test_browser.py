@@ -219,12 +219,29 @@ class Page:
         if select.count() and "Select Kernel" in self.page.locator(".jp-Dialog").inner_text():
             select.click()
 
+    def click_menu(self, menu: str, item: str) -> None:
+        """Click ``menu`` > ``item`` in the menu bar. The "Select Kernel" dialog can open at any moment after the
+        kernel went idle (seen on a loaded machine, between the check and the click): a click it intercepts is
+        retried after answering it, until the ceiling."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        deadline = time.monotonic() + CEILING_S
+        while True:
+            self.accept_kernel_dialog()
+            try:
+                self.page.locator(".lm-MenuBar-itemLabel", has_text=menu).first.click(timeout=5000)
+                self.page.locator(".lm-Menu-itemLabel", has_text=item).first.click(timeout=5000)
+                return
+            except PlaywrightTimeout:
+                if time.monotonic() > deadline:
+                    raise
+                if not self.page.locator(".jp-Dialog").count():  # Escape would reject the dialog: answered above
+                    self.page.keyboard.press("Escape")  # close a menu left open by a half-done click
+
     def run_all(self) -> None:
         """Run > Run All Cells, from the menu bar; returns once the first cell has started."""
         for _ in range(2):  # a click while the page is still settling can be lost: check, try once more
-            self.accept_kernel_dialog()  # it can open after the kernel went idle, and would take the click
-            self.page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            self.page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            self.click_menu("Run", "Run All Cells")
             clicked_at = time.monotonic()
             while time.monotonic() < clicked_at + CEILING_S:
                 prompts = [cell["prompt"].strip() for cell in self.cells()]
@@ -367,8 +384,7 @@ def _interrupt_then_cancel(page: Page) -> None:
                in page.cell(stuck)["buttons"]):
         assert time.monotonic() < deadline, f"{name} was not running and watched in time"
         time.sleep(0.5)
-    page.page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").first.click()
-    page.page.locator(".lm-Menu-itemLabel", has_text="Interrupt Kernel").first.click()
+    page.click_menu("Kernel", "Interrupt Kernel")
     page.wait_all_done()
     cell = page.cell(stuck)
     assert f"watch: interrupted; still running: {name}" in cell["text"], cell["text"]
