@@ -132,3 +132,31 @@ def test_the_extraction_benchmark_gets_the_same_files_from_prepare_and_gnu_tar(t
     assert by_side["prepare"]["files"] == by_side["gnu_tar"]["files"] + 2 == 2 * 3 + 2 * 1 + 2
     assert all(r["seconds_to_disk"] > 0 and "GNU tar" in r["tar"] for r in records)
     assert split_counts(SIZES["full"]) == (1_281_167, 50_000)
+
+
+def test_the_scale_tree_and_its_archives_hold_imagenet_names_and_prepare_takes_them(tmp_path):
+    from PIL import Image
+
+    from tutorial_lib.bench.scale import build_base, make_form, split_counts, wnids
+    from tutorial_lib.data.prepare import prepare
+
+    base = tmp_path / "base"
+    state = build_base(base, 2_600)
+    train, val = split_counts(2_600)
+    files = sorted(p.relative_to(base).as_posix() for p in base.rglob("*.JPEG"))
+    assert len(files) == train + val == 2_600 and len(state["val"]) == val == 1_000
+    assert f"train/{wnids()[0]}/{wnids()[0]}_1.JPEG" in files and "val/ILSVRC2012_val_00001000.JPEG" in files
+    assert Image.open(base / files[0]).size == (2, 2)  # a real JPEG, not an empty file
+    summary = prepare(make_form(base, state, "archives", tmp_path / "archives"), tmp_path / "dest", progress=False,
+                      subset=True)
+    assert (summary["made"], summary["train"], summary["val"]) == ("extracted", train, val)
+    name, wnid = next(iter(state["val"].items()))
+    assert (tmp_path / "dest" / "val" / wnid / name).read_bytes() == (base / "val" / name).read_bytes()
+
+
+def test_the_scale_benchmark_names_an_unknown_step_and_the_fix(tmp_path):
+    from tutorial_lib.bench.scale import measure_scale
+
+    with pytest.raises(ValueError, match=r"steps: first_step not known\. Fix: pick from prepare, scan, job, stage"):
+        measure_scale("10k", tmp_path, steps=("prepare", "first_step"))
+    assert not any(tmp_path.iterdir())  # refused before any tree is built
