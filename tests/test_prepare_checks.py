@@ -174,3 +174,29 @@ def test_extracting_archives_writes_dests_mark_a_few_times_not_once_per_class(tm
     summary = prepare(source, tmp_path / "dest", progress=False, subset=True)
     assert summary["classes"] == 1_000 and summary["skipped"] == 0
     assert len(writes) <= 3  # at the start and the end (each rewrite of the mark cost ~7 ms on ext4, x 1,000)
+
+
+@pytest.mark.parametrize("form", ["kaggle", "flat_val"])
+def test_every_link_prepare_makes_is_short_enough_to_live_in_its_inode(sources, tmp_path, form):
+    from tutorial_lib.data.links import HUBS, INLINE_TARGET
+
+    source = _copy(sources[form], tmp_path / "downloads", "imagenet-2012-from-the-organisers-website")
+    summary = prepare(source, tmp_path / "dest", progress=False)
+    links = [p for p in (tmp_path / "dest").rglob("*") if p.is_symlink() and p.name not in HUBS.values()]
+    assert len(links) == 3 + summary["val"]  # one per class folder and validation image (+ one per split)
+    assert max(len(os.readlink(p)) for p in links) <= INLINE_TARGET
+    probe = tmp_path / "probe"  # this disk gives a long target a block of its own (ext4 does; tmpfs may not)
+    probe.symlink_to("x" * (INLINE_TARGET + 40))
+    if probe.lstat().st_blocks:
+        assert sum(p.lstat().st_blocks for p in links) == 0
+    assert all(p.exists() for p in links)
+
+
+def test_staging_a_prepared_dest_copies_each_image_once(sources, tmp_path):
+    from tutorial_lib.data import staging
+
+    dest = tmp_path / "dest"
+    summary = prepare(_copy(sources["kaggle"], tmp_path), dest, progress=False)
+    images = [rel for rel, _ in staging.listing(dest) if rel.endswith(".JPEG")]
+    assert len(images) == len(set(images)) == summary["train"] + summary["val"]
+    assert all(rel.split("/")[0] in ("train", "val") for rel in images)
