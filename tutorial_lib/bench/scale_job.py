@@ -9,10 +9,13 @@ the first training step is done), against the wall clock taken just before :func
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 from pathlib import Path
+
+from tutorial_lib.rundir.layout import CONFIG_FILE
 
 FIRST_STEP_GOAL_S = 60.0  # issue 35: the first step within a minute of launch at ImageNet's size
 
@@ -35,13 +38,15 @@ def measure_first_step(data_dir: str | os.PathLike, run_root: str | os.PathLike,
     try:
         step = wait_for_event(job, "step", timeout=timeout, poll=0.2)
         start = next(e for e in job.events() if e.get("event") == "start")
+        resolved = json.loads((job.run_dir / CONFIG_FILE).read_text())  # what the job saw: its image counts
     finally:
         if not job.done():
             job.cancel()
     shutil.rmtree(job.run_dir, ignore_errors=True)
     return {"ranks": ranks, "backend": "local", "dist_backend": "gloo", "arch": config.arch,
             "submit_s": submitted - launched, "to_start_s": start["time"] - launched,
-            "seconds": step["time"] - launched, "goal_s": FIRST_STEP_GOAL_S}
+            "seconds": step["time"] - launched, "goal_s": FIRST_STEP_GOAL_S,
+            "job_train_images": resolved["train_images"], "job_val_images": resolved["val_images"]}
 
 
 def measure_stage(data_dir: str | os.PathLike, stage_to: str | os.PathLike) -> dict:
