@@ -34,5 +34,12 @@ def test_the_table_shows_the_latest_record_of_a_step_and_says_how_it_grows():
                          _record("job", 1_331_167, 40.0, 5)])
     rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
     assert "1.00 s (load 3)" in rows["scan"] and "9.00 s" not in rows["scan"]
-    assert rows["scan"].endswith("| 1.00 (linear or better) |")
-    assert rows["job"].endswith("| 0.06 (linear or better) |") and rows["job"].count(" - ") == 1
+    assert rows["scan"].endswith("| 1.00 (linear or better) | - |")  # no 100k point: no second figure
+    assert rows["job"].endswith("| 0.06 (linear or better) | - |") and rows["job"].count(" - ") == 2
+
+
+def test_the_growth_from_100k_shows_a_step_that_turns_worse_than_linear():
+    table = scale_table([_record("scan", 10_000, 1.0, 1), _record("scan", 100_000, 2.0, 2),
+                         _record("scan", 1_331_167, 100.0, 3)])
+    row = table.splitlines()[2]
+    assert "| 0.94 (linear or better) | 1.51 (worse than linear) |" in row
