@@ -132,3 +132,71 @@ def test_the_extraction_benchmark_gets_the_same_files_from_prepare_and_gnu_tar(t
     assert by_side["prepare"]["files"] == by_side["gnu_tar"]["files"] + 2 == 2 * 3 + 2 * 1 + 2
     assert all(r["seconds_to_disk"] > 0 and "GNU tar" in r["tar"] for r in records)
     assert split_counts(SIZES["full"]) == (1_281_167, 50_000)
+
+
+def test_the_scale_tree_and_its_archives_hold_imagenet_names_and_prepare_takes_them(tmp_path):
+    from PIL import Image
+
+    from tutorial_lib.bench.scale import build_base, make_form, split_counts, wnids
+    from tutorial_lib.data.prepare import prepare
+
+    base = tmp_path / "base"
+    state = build_base(base, 2_600)
+    train, val = split_counts(2_600)
+    files = sorted(p.relative_to(base).as_posix() for p in base.rglob("*.JPEG"))
+    assert len(files) == train + val == 2_600 and len(state["val"]) == val == 1_000
+    assert f"train/{wnids()[0]}/{wnids()[0]}_1.JPEG" in files and "val/ILSVRC2012_val_00001000.JPEG" in files
+    assert Image.open(base / files[0]).size == (2, 2)  # a real JPEG, not an empty file
+    summary = prepare(make_form(base, state, "archives", tmp_path / "archives"), tmp_path / "dest", progress=False,
+                      subset=True)
+    assert (summary["made"], summary["train"], summary["val"]) == ("extracted", train, val)
+    name, wnid = next(iter(state["val"].items()))
+    assert (tmp_path / "dest" / "val" / wnid / name).read_bytes() == (base / "val" / name).read_bytes()
+
+
+def test_the_scale_benchmark_names_an_unknown_step_and_the_fix(tmp_path):
+    from tutorial_lib.bench.scale import measure_scale
+
+    with pytest.raises(ValueError, match=r"steps: first_step not known\. Fix: pick from prepare, scan, job, stage"):
+        measure_scale("10k", tmp_path, steps=("prepare", "first_step"))
+    assert not any(tmp_path.iterdir())  # refused before any tree is built
+
+
+def test_extracting_archives_writes_dests_mark_a_few_times_not_once_per_class(tmp_path, monkeypatch):
+    from tutorial_lib.bench.scale import build_base, make_form
+    from tutorial_lib.data import prepare as prepare_module
+
+    state = build_base(tmp_path / "base", 2_000)
+    source = make_form(tmp_path / "base", state, "archives", tmp_path / "archives")
+    writes = []
+    real = prepare_module._write_state
+    monkeypatch.setattr(prepare_module, "_write_state", lambda dest, state: writes.append(1) or real(dest, state))
+    summary = prepare(source, tmp_path / "dest", progress=False, subset=True)
+    assert summary["classes"] == 1_000 and summary["skipped"] == 0
+    assert len(writes) <= 3  # at the start and the end (each rewrite of the mark cost ~7 ms on ext4, x 1,000)
+
+
+@pytest.mark.parametrize("form", ["kaggle", "flat_val"])
+def test_every_link_prepare_makes_is_short_enough_to_live_in_its_inode(sources, tmp_path, form):
+    from tutorial_lib.data.links import HUBS, INLINE_TARGET
+
+    source = _copy(sources[form], tmp_path / "downloads", "imagenet-2012-from-the-organisers-website")
+    summary = prepare(source, tmp_path / "dest", progress=False)
+    links = [p for p in (tmp_path / "dest").rglob("*") if p.is_symlink() and p.name not in HUBS.values()]
+    assert len(links) == 3 + summary["val"]  # one per class folder and validation image (+ one per split)
+    assert max(len(os.readlink(p)) for p in links) <= INLINE_TARGET
+    probe = tmp_path / "probe"  # this disk gives a long target a block of its own (ext4 does; tmpfs may not)
+    probe.symlink_to("x" * (INLINE_TARGET + 40))
+    if probe.lstat().st_blocks:
+        assert sum(p.lstat().st_blocks for p in links) == 0
+    assert all(p.exists() for p in links)
+
+
+def test_staging_a_prepared_dest_copies_each_image_once(sources, tmp_path):
+    from tutorial_lib.data import staging
+
+    dest = tmp_path / "dest"
+    summary = prepare(_copy(sources["kaggle"], tmp_path), dest, progress=False)
+    images = [rel for rel, _ in staging.listing(dest) if rel.endswith(".JPEG")]
+    assert len(images) == len(set(images)) == summary["train"] + summary["val"]
+    assert all(rel.split("/")[0] in ("train", "val") for rel in images)

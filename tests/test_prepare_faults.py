@@ -247,6 +247,7 @@ def test_a_moved_source_is_named_and_preparing_again_points_the_links_there(sour
     source = _copy(sources["kaggle"], tmp_path)
     dest = tmp_path / "dest"
     prepare(source, dest, progress=False)
+    before = {p: p.lstat().st_ino for p in dest.rglob("*") if p.is_symlink()}
     moved = tmp_path / "elsewhere" / "imagenet"
     moved.parent.mkdir()
     source.rename(moved)
@@ -256,6 +257,8 @@ def test_a_moved_source_is_named_and_preparing_again_points_the_links_there(sour
     assert (summary["train"], summary["val"]) == (12, 6) and check_imagefolder(dest) == dest
     links = [p for p in dest.rglob("*") if p.is_symlink()]
     assert links and all(moved in p.resolve().parents for p in links)
+    rewritten = sorted(p.name for p in links if p.lstat().st_ino != before[p])
+    assert rewritten == [".source_train", ".source_val"]  # the two split links; the class and image links stay
     together = tmp_path / "moved-together"  # SOURCE and DEST moved as one: the relative links still hold
     together.mkdir()
     moved.parent.rename(together / "elsewhere")

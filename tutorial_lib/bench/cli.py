@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--files", default="10k", help="10k, 100k or full (1,281,167 train + 50,000 val)")
     scale.add_argument("--work-dir", default="data/scale", help="where the trees are made (kept between runs)")
     scale.add_argument("--forms", default="kaggle,flat_val,folders,archives", type=_parse_list)
+    scale.add_argument("--steps", default="prepare,scan", type=_parse_list,
+                       help="of prepare, scan, job (4-rank launch to first step), stage (copy to a local folder)")
     stage = sub.add_parser("staging", parents=[common], help="copy the fake ImageNet to a node-local folder "
                            "(stage_to), then read every image from where it is and from the copy, in rounds")
     stage.add_argument("--data-dir", default="data/fake_imagenet", help="generated here unless it is a real set")
@@ -301,7 +303,7 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "scale":
         from tutorial_lib.bench.scale import measure_scale
 
-        _emit(measure_scale(args.files, args.work_dir, tuple(args.forms)), args)
+        _emit(measure_scale(args.files, args.work_dir, tuple(args.forms), tuple(args.steps)), args)
         return 0
     if args.command == "staging":
         from tutorial_lib.bench.staging import measure_staging

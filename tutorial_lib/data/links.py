@@ -1,9 +1,12 @@
 """The links ``prepare`` makes from DEST into an unpacked SOURCE, and what a moved SOURCE does to them.
 
-Links are relative (``../../../imagenet/val/ILSVRC2012_val_00000001.JPEG``): SOURCE and DEST moved together keep
-working, and a short target fits in the link's inode (ext4 stores up to 59 bytes there; a longer one takes a
-4 KiB block). A SOURCE moved alone leaves them dangling; :func:`moved_source` says so in one line, and
-``prepare NEW_SOURCE DEST`` points them at the new place (it replaces only links of its own).
+Each split of SOURCE gets one link in DEST (``DEST/.source_val`` -> ``../imagenet/val``, see :data:`HUBS`), and
+the class folders and validation images link through it (``../../.source_val/ILSVRC2012_val_00000001.JPEG``).
+So every target is short: ext4 stores a target of up to 59 bytes in the link's inode and gives a longer one a
+4 KiB block of its own (a direct link from ``val/<wnid>/`` into Kaggle's ``ILSVRC/Data/CLS-LOC/val`` is ~70
+bytes: ~200 MB for 50,000 links). Links are relative: SOURCE and DEST moved together keep working. A SOURCE
+moved alone leaves them dangling; :func:`moved_source` says so in one line, and ``prepare NEW_SOURCE DEST``
+points the two split links at the new place (it replaces only links of its own).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from pathlib import Path
 from tutorial_lib.data import PREPARE_COMMAND
 
 MARK = ".tutorial_prepared.json"
+HUBS = {"train": ".source_train", "val": ".source_val"}  # DEST's one link to each split of SOURCE
+INLINE_TARGET = 59  # the longest link target ext4 keeps in the inode (no data block)
 
 
 def _target(link: Path) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 from tutorial_lib.data import PREPARE_COMMAND
 from tutorial_lib.data.extract import BROKEN, check_unique, extract_class, extract_val, member_name, why
 from tutorial_lib.data.layouts import FULL_SET, PrepareError, Source, detect, val_labels
-from tutorial_lib.data.links import MARK, make_link
+from tutorial_lib.data.links import HUBS, MARK, make_link
 from tutorial_lib.data.names import is_image, is_system_file
 
 LOCK = ".tutorial_prepare.lock"  # flock'ed while a run writes into DEST (stays, empty, afterwards)
@@ -170,15 +170,26 @@ def plan(found: Source, dest: Path) -> dict:
     return result
 
 
-def _link_train(found: Source, dest: Path, sources: list[Path], classes: list[str], show: bool) -> None:
+def _link_hubs(found: Source, dest: Path, sources: list[Path]) -> dict[str, Path]:
+    """DEST's one link to each split of SOURCE (:data:`.links.HUBS`), which the class and image links go
+    through; PrepareError if a file of the user's has that name."""
+    hubs = {split: dest / name for split, name in HUBS.items()}
+    for split, hub in hubs.items():
+        if not make_link(getattr(found, split), hub, sources):
+            raise PrepareError(f"DEST: {hub} is not a link of {PREPARE_COMMAND}'s; refusing to replace it. Fix: "
+                               "move it out of DEST and run again.")
+    return hubs
+
+
+def _link_train(train: Path, dest: Path, sources: list[Path], classes: list[str], show: bool) -> None:
     (dest / "train").mkdir(parents=True, exist_ok=True)
     with _bar(len(classes), "train: linking class folders", show) as bar:
         for name in classes:
-            make_link(found.train / name, dest / "train" / name, sources)
+            make_link(train / name, dest / "train" / name, sources)
             bar.update(1)
 
 
-def _link_val(found: Source, dest: Path, sources: list[Path], todo: dict, show: bool) -> None:
+def _link_val(val: Path, dest: Path, sources: list[Path], todo: dict, show: bool) -> None:
     made = set()
     with _bar(len(todo["val_names"]), "val: linking images into class folders", show) as bar:
         for name in todo["val_names"]:
@@ -186,7 +197,7 @@ def _link_val(found: Source, dest: Path, sources: list[Path], todo: dict, show: 
             if folder not in made:
                 folder.mkdir(parents=True, exist_ok=True)
                 made.add(folder)
-            make_link(found.val / name, folder / name, sources)
+            make_link(val / name, folder / name, sources)
             bar.update(1)
 
 
@@ -200,10 +211,12 @@ def _extract_train(found: Source, dest: Path, todo: dict, state: dict, show: boo
         files = 0
         for done, member in enumerate(members, 1):
             wnid = Path(member.name).stem
-            written, skipped[wnid] = extract_class(outer, raw.fileno(), member, train / f".part-{wnid}",
-                                                   train / wnid, f"{found.train}:{member.name}", bar)
+            written, system_files = extract_class(outer, raw.fileno(), member, train / f".part-{wnid}",
+                                                  train / wnid, f"{found.train}:{member.name}", bar)
             files += written
-            _write_state(dest, state)
+            if system_files:  # kept for a resumed run's count; a mark rewritten per class cost ~7 ms each
+                skipped[wnid] = system_files
+                _write_state(dest, state)
             bar.set_postfix_str(f"{files:,} files, {done:,}/{len(members):,} classes", refresh=False)
 
 
@@ -290,8 +303,10 @@ def _run(found: Source, dest: Path, todo: dict, subset: bool, progress: bool, st
         _extract_train(found, dest, todo, state, progress)
         _extract_val(found, dest, todo, progress)
     else:
-        _link_train(found, dest, sources, todo["classes"], progress)
-        _link_val(found, dest, sources, todo, progress)
+        hubs = _link_hubs(found, dest, sources)
+        sources = sources + list(hubs.values())  # links made before the split links (or into a moved SOURCE)
+        _link_train(hubs["train"], dest, sources, todo["classes"], progress)
+        _link_val(hubs["val"], dest, sources, todo, progress)
     for wnid in todo.get("classes", ()):  # a class without validation images keeps its label (same folders)
         (dest / "val" / wnid).mkdir(parents=True, exist_ok=True)
     (train, train_skipped), (val, val_skipped) = _count(dest / "train"), _count(dest / "val")

@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tutorial_lib.data.links import HUBS
+
 MARKER = ".tutorial_staged.json"  # {"source", "node", "run", "version"}: this project made the folder
 MANIFEST = ".tutorial_staged.files"  # the relative path of every file the copy holds, one a line
 STAGE_TO_ENV = "TUTORIAL_STAGE_TO"  # the job's stage_to as given ($TMPDIR is expanded on each node)
@@ -75,10 +77,13 @@ def _expand(text: str, environ) -> str:
 
 
 def listing(source: str | os.PathLike) -> list[tuple[str, int]]:
-    """``(relative path, size)`` of every file under ``source`` (links followed: a prepared tree is links)."""
+    """``(relative path, size)`` of every file under ``source`` (links followed: a prepared tree is links; its
+    links to SOURCE's splits, :data:`~tutorial_lib.data.links.HUBS`, are the way in, not data)."""
     source = Path(source)
     found = []
     for folder, dirs, names in os.walk(source, followlinks=True):
+        if folder == str(source):
+            dirs[:] = [d for d in dirs if d not in HUBS.values()]
         dirs.sort()
         rel = os.path.relpath(folder, source)
         for name in sorted(names):
