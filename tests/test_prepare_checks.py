@@ -157,9 +157,21 @@ def test_the_scale_tree_and_its_archives_hold_imagenet_names_and_prepare_takes_t
 def test_the_scale_benchmark_names_an_unknown_step_and_the_fix(tmp_path):
     from tutorial_lib.bench.scale import measure_scale
 
-    with pytest.raises(ValueError, match=r"steps: first_step not known\. Fix: pick from prepare, scan, job, stage"):
+    with pytest.raises(ValueError, match=r"steps: first_step not known\. Fix: pick from prepare, tar, scan, job, "
+                                         r"stage"):
         measure_scale("10k", tmp_path, steps=("prepare", "first_step"))
     assert not any(tmp_path.iterdir())  # refused before any tree is built
+
+
+def test_the_scale_benchmark_times_gnu_tar_on_the_same_archives_beside_prepare(tmp_path):
+    """The ``tar`` step: GNU tar extracts the archives prepare extracts, timed to disk, and leaves nothing behind."""
+    from tutorial_lib.bench.scale import measure_scale
+
+    records = measure_scale("10k", tmp_path, forms=("archives",), steps=("tar", "prepare"))
+    tar, prepared = [r for r in records if r["step"] in ("tar", "prepare")]
+    assert (tar["step"], tar["form"], prepared["step"]) == ("tar", "archives", "prepare")
+    assert tar["files"] == prepared["files"] == prepared["train_images"] + prepared["val_images"] == 10_000
+    assert tar["seconds"] > 0 and not (tmp_path / "tar-10k").exists()
 
 
 def test_extracting_archives_writes_dests_mark_a_few_times_not_once_per_class(tmp_path, monkeypatch):

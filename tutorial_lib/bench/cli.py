@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--work-dir", default="data/scale", help="where the trees are made (kept between runs)")
     scale.add_argument("--forms", default="kaggle,flat_val,folders,archives", type=_parse_list)
     scale.add_argument("--steps", default="prepare,scan", type=_parse_list,
-                       help="of prepare, scan, job (4-rank launch to first step), stage (copy to a local folder)")
+                       help="of prepare, tar (GNU tar on the same archives, beside prepare), scan, job (4-rank "
+                       "launch to first step), stage (copy to a local folder)")
     stage = sub.add_parser("staging", parents=[common], help="copy the fake ImageNet to a node-local folder "
                            "(stage_to), then read every image from where it is and from the copy, in rounds")
     stage.add_argument("--data-dir", default="data/fake_imagenet", help="generated here unless it is a real set")

@@ -22,7 +22,9 @@ from tutorial_lib.data.names import TRAIN_TAR, VAL_TAR
 _CLASS_TAR = 'd="$DEST/${TAR_FILENAME%.tar}" && mkdir -p "$d" && tar -x -C "$d"'
 
 
-def _gnu_tar(source: Path, dest: Path) -> None:
+def gnu_tar(source: Path, dest: Path) -> None:
+    """GNU tar doing ``prepare``'s work on the original archives of ``source``: class tars into ``dest/train/<wnid>/``,
+    the validation tar into a flat ``dest/val/``."""
     (dest / "val").mkdir(parents=True)
     env = {**os.environ, "DEST": str(dest / "train")}
     subprocess.run(["tar", "-xf", str(source / TRAIN_TAR), f"--to-command=sh -c '{_CLASS_TAR}'"], env=env,
@@ -52,7 +54,7 @@ def measure_extract(classes: int = 20, per_class: int = 100, val_per_class: int 
     with tempfile.TemporaryDirectory(prefix="bench-extract-", dir=work_dir) as tmp:
         source = Path(tmp) / "archives"
         make_fake_source(source, "archives", classes, per_class, val_per_class, size)
-        sides = {"gnu_tar": _gnu_tar, "prepare": _prepare}
+        sides = {"gnu_tar": gnu_tar, "prepare": _prepare}
         for round_ in range(rounds):
             order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
             for side in order:

@@ -156,13 +156,29 @@ def _record(step: str, form: str, files: int, seconds: float, load: float, **ext
             "cpus": os.cpu_count(), "timestamp": time.time(), **extra}
 
 
-STEPS = ("prepare", "scan", "job", "stage")
+def _gnu_tar_record(source: Path, dest: Path, files: int) -> dict:
+    """GNU tar extracting the archives of ``source`` into ``dest`` (removed after), timed until on disk: the
+    yardstick of ``prepare``'s extraction at the same size, on the same disk."""
+    from tutorial_lib.bench.extract import gnu_tar
+
+    shutil.rmtree(dest, ignore_errors=True)
+    os.sync()
+    load, began = os.getloadavg()[0], time.perf_counter()
+    gnu_tar(source, dest)
+    os.sync()
+    record = _record("tar", "archives", files, time.perf_counter() - began, load)
+    shutil.rmtree(dest)
+    os.sync()
+    return record
+
+
+STEPS = ("prepare", "tar", "scan", "job", "stage")
 
 
 def measure_scale(size: str = "10k", work_dir: str | os.PathLike = "data/scale",
                   forms=("kaggle", "flat_val", "folders", "archives"), steps=("prepare", "scan")) -> list[dict]:
-    """For each form: ``prepare`` (seconds, to disk with sync), the job's one scan of the prepared DEST
-    (:func:`tutorial_lib.data.file_index.build`), a 4-rank job's launch to first step (``job``) and staging
+    """For each form: ``prepare`` (seconds, to disk with sync; ``tar``: GNU tar on the same archives before it),
+    the job's one scan of the prepared DEST (:func:`tutorial_lib.data.file_index.build`), a 4-rank job's launch to first step (``job``) and staging
     (``stage``) of it, as ``steps`` asks. ``size`` is 10k, 100k or full."""
     from tutorial_lib.bench.scale_job import measure_first_step, measure_stage
     from tutorial_lib.data import file_index
@@ -181,6 +197,8 @@ def measure_scale(size: str = "10k", work_dir: str | os.PathLike = "data/scale",
         source = make_form(work / f"base-{size}", state, form, work / f"{form}-{size}")
         dest = work / f"dest-{form}-{size}"
         shutil.rmtree(dest, ignore_errors=True)
+        if "tar" in steps and form == "archives":  # GNU tar on the same archives, just before prepare, to disk
+            records.append(_gnu_tar_record(source, work / f"tar-{size}", files))
         os.sync()
         load, began = os.getloadavg()[0], time.perf_counter()
         summary = prepare(source, dest, progress=False, subset=True)

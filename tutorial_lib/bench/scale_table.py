@@ -18,7 +18,7 @@ from tutorial_lib.bench.scale import SIZES
 
 BEGIN = "<!-- scale-table: python -m tutorial_lib.bench.scale_table results/scale.jsonl -->"
 END = "<!-- /scale-table -->"
-_ORDER = ("prepare", "scan", "job", "stage")  # the data path (the benchmark's own tree building is not in it)
+_ORDER = ("prepare", "tar", "scan", "job", "stage")  # the data path (the benchmark's own tree building is not in it)
 
 
 def latest(records: list[dict]) -> dict[tuple[str, str, int], dict]:
