@@ -178,8 +178,8 @@ STEPS = ("prepare", "tar", "scan", "job", "stage")
 def measure_scale(size: str = "10k", work_dir: str | os.PathLike = "data/scale",
                   forms=("kaggle", "flat_val", "folders", "archives"), steps=("prepare", "scan")) -> list[dict]:
     """For each form: ``prepare`` (seconds, to disk with sync; ``tar``: GNU tar on the same archives before it),
-    the job's one scan of the prepared DEST (:func:`tutorial_lib.data.file_index.build`), a 4-rank job's launch to first step (``job``) and staging
-    (``stage``) of it, as ``steps`` asks. ``size`` is 10k, 100k or full."""
+    the job's one scan of the prepared DEST (:func:`tutorial_lib.data.file_index.build`), a 4-rank job's launch to
+    first step (``job``) and staging (``stage``) of it, as ``steps`` asks. ``size`` is 10k, 100k or full."""
     from tutorial_lib.bench.scale_job import measure_first_step, measure_stage
     from tutorial_lib.data import file_index
     from tutorial_lib.data.prepare import prepare
