@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from tutorial_lib.jobs.slurm_values import time_limit_seconds
 from tutorial_lib.jobs.states import FINAL_STATES, read_state, write_state
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STOP_FILE
@@ -33,6 +35,7 @@ class Supervisor:
         self.run_dir = run_dir
         self.record = json.loads((run_dir / JOB_FILE).read_text())
         self.procs: list[subprocess.Popen] = []
+        self.ranks: dict[int, psutil.Process] = {}  # every process under the agents, seen while stopping
         self.cancelled = False
         signal.signal(signal.SIGTERM, self._on_cancel)
         signal.signal(signal.SIGINT, self._on_cancel)
@@ -58,6 +61,27 @@ class Supervisor:
                     os.killpg(proc.pid, sig)
                 except ProcessLookupError:
                     pass
+
+    def _note_ranks(self) -> None:
+        """Remember every process under the agents: torchrun starts its ranks in sessions of their own, so a rank
+        that outlives its agent (killed after the grace period) is no longer in any group this supervisor kills."""
+        for proc in self.procs:
+            try:
+                for child in psutil.Process(proc.pid).children(recursive=True):
+                    self.ranks.setdefault(child.pid, child)
+            except psutil.NoSuchProcess:
+                pass
+
+    def _kill_ranks(self, grace_until: float) -> None:
+        """After a stop: wait for the remembered ranks until ``grace_until``, then SIGKILL those still running
+        (psutil checks each one's start time: a pid reused by another program is left alone)."""
+        alive = [rank for rank in self.ranks.values() if rank.is_running()]
+        _, alive = psutil.wait_procs(alive, timeout=max(0.0, grace_until - time.time()))
+        for rank in alive:
+            try:
+                rank.kill()
+            except psutil.NoSuchProcess:
+                pass
 
     def run(self) -> int:
         """Start the agents, wait for them (or cancel / time limit) and record the final state."""
@@ -87,10 +111,16 @@ class Supervisor:
             if (final or failed) and term_sent is None:
                 # cancelled, out of time, or one agent failed (the others would wait for it forever)
                 term_sent = time.time()
+                self._note_ranks()
                 self._terminate(signal.SIGTERM)
             elif term_sent is not None and time.time() - term_sent > STOP_GRACE_S:
+                self._note_ranks()
                 self._terminate(signal.SIGKILL)
+            elif term_sent is not None:
+                self._note_ranks()
             time.sleep(0.2)
+        if term_sent is not None:
+            self._kill_ranks(term_sent + STOP_GRACE_S)
         codes = [p.returncode for p in self.procs]
         exit_code = next((c for c in codes if c != 0), 0)
         if final is None:
