@@ -212,3 +212,23 @@ def test_staging_a_prepared_dest_copies_each_image_once(sources, tmp_path):
     images = [rel for rel, _ in staging.listing(dest) if rel.endswith(".JPEG")]
     assert len(images) == len(set(images)) == summary["train"] + summary["val"]
     assert all(rel.split("/")[0] in ("train", "val") for rel in images)
+
+
+def test_the_scale_benchmark_times_a_multi_rank_job_to_its_first_step(tmp_path):
+    """The ``job`` step: torchrun's ranks on a prepared DEST, launch to first step, every image seen, no rank
+    left running after it."""
+    import psutil
+
+    from tutorial_lib.bench.scale import build_base, make_form
+    from tutorial_lib.bench.scale_job import measure_first_step
+    from tutorial_lib.data.prepare import prepare
+
+    state = build_base(tmp_path / "base", 2_600)
+    prepare(make_form(tmp_path / "base", state, "folders", tmp_path / "folders"), tmp_path / "dest", progress=False,
+            subset=True)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    record = measure_first_step(tmp_path / "dest", tmp_path / "runs", ranks=2, timeout=600)
+    assert 0 < record["to_start_s"] <= record["seconds"]
+    assert (record["ranks"], record["job_train_images"], record["job_val_images"]) == (2, 1_600, 1_000)
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert not psutil.wait_procs(left, timeout=30)[1], "ranks still running after the measurement"
