@@ -402,7 +402,7 @@ def test_on_the_strict_cluster_the_preflight_names_the_failing_setup_line(tmp_pa
     assert [check.ok for check in report.checks] == [True, False], str(report)
     assert ("error: site setup line" in str(report.checks[1]) and "(module_missing load nosuch) failed with exit "
             "status 127" in str(report.checks[1])), str(report)
-    assert len(str(report).splitlines()) == 2
+    assert len(str(report).splitlines()) == 2 and str(report).count("First error") == 1, str(report)
 
 
 def test_on_the_strict_cluster_more_cpus_than_a_node_has_is_refused_before_submitting(tmp_path, slurm, digits_dir):

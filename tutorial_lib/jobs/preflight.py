@@ -157,7 +157,7 @@ def run(config, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto", 
     if state != "COMPLETED" and not found:
         explained = job.explain()
         if "\n" in explained:
-            explained = explained.splitlines()[0] + _first_error(job)
+            explained = explained.splitlines()[0].removesuffix(" First error lines:") + _first_error(job)
         report.checks.append(Check("python on every node imports torch and tutorial_lib", False, explained))
         return report
     names = sorted({f["node"] for f in found})
