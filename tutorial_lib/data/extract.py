@@ -83,6 +83,34 @@ def _feed_tar(fd: int, offset: int, size: int, part: Path, options: list[str], l
         raise
 
 
+_BLOCK = tarfile.BLOCKSIZE
+
+
+def plain_listing(fd: int, offset: int, size: int) -> list[str] | None:
+    """The member names of the tar of ``size`` bytes at ``offset`` of ``fd`` when every member is a regular file
+    under a plain ustar header with a valid checksum and a name without folders (ImageNet's class tars), read from
+    the headers alone; None for anything else (long names, pax headers, links, folders, a bad or truncated block),
+    which :mod:`tarfile` then reads. tarfile parses every field of every header (~65 us a member, a minute and a
+    half for ImageNet's 1.28 million); this reads three fields."""
+    names, position = [], 0
+    while position + _BLOCK <= size:
+        header = os.pread(fd, _BLOCK, offset + position)
+        if len(header) < _BLOCK:
+            return None
+        if header == bytes(_BLOCK):  # the end-of-archive blocks
+            return names
+        stored, counted = header[148:156].strip(b" \0"), sum(header) - sum(header[148:156]) + 8 * 32
+        if (header[156:157] not in (b"0", b"\0") or header[257:262] != b"ustar" or header[124] & 0x80
+                or not stored or int(stored, 8) != counted or header[345:346] != b"\0"):
+            return None
+        name = header[:100].split(b"\0", 1)[0]
+        if not name or b"/" in name or name in (b".", b".."):
+            return None
+        names.append(os.fsdecode(name))
+        position += _BLOCK + -(-int(header[124:136].strip(b" \0") or b"0", 8) // _BLOCK) * _BLOCK
+    return names if position == size else None
+
+
 def _check_written(part: Path, expected: set[str], label: str) -> None:
     """PrepareError unless ``part`` holds exactly the ``expected`` names, each a regular file (tar wrote what
     the listing said, nothing else)."""
@@ -102,13 +130,15 @@ def extract_class(outer: tarfile.TarFile, fd: int, member: tarfile.TarInfo, part
     shutil.rmtree(part, ignore_errors=True)  # an interrupted extraction of our own
     part.mkdir()
     try:
-        try:
-            with tarfile.open(fileobj=outer.extractfile(member)) as inner:
-                listed = [m for m in inner.getmembers() if not m.isdir()]
-        except BROKEN as exc:
-            raise PrepareError(f"SOURCE: {label} is corrupt or truncated ({why(exc)}). Fix: download the archive again "
-                               "(the run resumes where it stopped).") from None
-        names = [member_name(m, label) for m in listed]
+        names = plain_listing(fd, member.offset_data, member.size)
+        if names is None:  # anything but plain ustar files: tarfile reads it and names what is wrong
+            try:
+                with tarfile.open(fileobj=outer.extractfile(member)) as inner:
+                    listed = [m for m in inner.getmembers() if not m.isdir()]
+            except BROKEN as exc:
+                raise PrepareError(f"SOURCE: {label} is corrupt or truncated ({why(exc)}). Fix: download the archive "
+                                   "again (the run resumes where it stopped).") from None
+            names = [member_name(m, label) for m in listed]
         check_unique(names, label)
         _feed_tar(fd, member.offset_data, member.size, part, [], label, bar)
         _check_written(part, set(names), label)
