@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tutorial_lib.bench import data as bench_data
-from tutorial_lib.bench.timing import Spread
-from tutorial_lib.text import claims
+from tutorial_lib.bench.timing import Spread, store
+from tutorial_lib.text import claims, pipeline_claims
 
 
 def test_benchmark_vs_jobs_judges_each_precision_and_overlap_is_not_a_difference():
@@ -78,3 +78,40 @@ def test_data_wait_names_several_fastest_pipelines_in_the_plural():
     assert "not distinguishable from each other; highest median 2 workers) deliver 485.5" in claim.sentence
     one = claims.data_wait(Spread(88.1, 79.0, 89.5), {"2 workers": Spread(485.5, 312.5, 552.6)})
     assert "the fastest input pipeline (2 workers) delivers 485.5" in one.sentence
+
+
+def _train_record(precision, spread, channels_last=False):
+    record = {"kind": "train", "status": "ok", "precision": precision, "channels_last": channels_last,
+              "compile": "none"}
+    return store(record, "images_per_sec", spread)
+
+
+def test_fastest_setting_gives_each_member_of_the_top_group_its_own_ratio():
+    """The issue-30 read: bf16 +channels_last 316.7 and bf16 293.2 were not distinguishable, and the sentence
+    gave both "1.45x fp32", the ratio of bf16 +channels_last alone (bf16 is 1.34x)."""
+    fp32, bf16, bf16_cl = Spread(219.1, 207.0, 222.0), Spread(293.2, 270.0, 298.0), Spread(316.7, 292.0, 318.0)
+    claim = claims.fastest_setting([_train_record("fp32", fp32), _train_record("bf16", bf16),
+                                    _train_record("bf16", bf16_cl, True)])
+    assert claim.verdict == "faster"
+    assert "bf16 +channels_last 1.45x (between 1.32x and 1.54x) fp32" in claim.sentence
+    assert "bf16 1.34x (between 1.22x and 1.44x) fp32" in claim.sentence
+
+
+def test_benchmark_vs_jobs_does_not_assert_that_the_jobs_shared_the_machine():
+    """The issue-30 read: the fp32 job ended before the bf16 job started, yet the sentence said the jobs
+    "share the machine with each other"."""
+    claim = claims.benchmark_vs_jobs({"fp32": Spread(230.0, 220.0, 238.0)}, {"fp32": Spread(150.0, 140.0, 160.0)})
+    assert claim.verdict == "differ"
+    assert "share the machine" not in claim.sentence and "each other" not in claim.sentence
+
+
+def test_process_vs_worker_within_ten_percent_names_the_gap_when_the_ranges_separate():
+    """The issue-30 read: 1 worker 551.6 (513.4-552.5), 0 workers 602.2 (587.6-607.7) img/s were called "the
+    same speed within 10%" and explained as "the same work on one core each", hiding a gap outside both ranges."""
+    claim = pipeline_claims.process_vs_worker(Spread(602.2, 587.6, 607.7), Spread(551.6, 513.4, 552.5))
+    assert claim.verdict == "matters little"
+    assert "same speed" not in claim.sentence
+    assert "the process 1.09x (between 1.06x and 1.18x) the worker" in claim.sentence
+    assert "ranges do not overlap" in claim.sentence
+    overlapping = pipeline_claims.process_vs_worker(Spread(100.0, 95.0, 104.0), Spread(105.0, 99.0, 108.0))
+    assert overlapping.verdict == "matters little" and "ranges overlap" in overlapping.sentence
