@@ -62,5 +62,6 @@ def process_vs_worker(zero_workers: Spread | None, one_worker: Spread | None) ->
                     "trains")
     else:
         sentence = (f"one worker against the training process itself is {NOT_DISTINGUISHABLE} ({numbers}); both run "
-                    "the same code on one torch thread; a worker pays off because it works while the training process trains")
+                    "the same code on one torch thread; a worker pays off because it works while the training "
+                    "process trains")
     return Claim("one process vs one worker", verdict, sentence)
