@@ -55,11 +55,13 @@ def test_train_record_memory_names_what_the_figure_shows():
            "training_memory_bytes": 250 * 2**20,
            "peak_memory_source": "getrusage max RSS of the whole process (torch itself included)"}
     line = bench.describe(cpu)
-    assert "peak 1.1 GiB RSS of the whole process, 250 MiB of it added by training" in line
+    # one unit for every record's memory (the issue-30 read: "peak 1019.8 MiB RSS" beside "peak 1.0 GiB RSS")
+    assert "peak 1,126.4 MiB RSS of the whole process, 250.0 MiB of it added by training" in line
+    assert "peak 1,019.8 MiB RSS" in bench.describe({**cpu, "peak_memory_bytes": int(1019.8 * 2**20)})
     assert bench.memory_title([cpu]) == "memory training added (peak RSS minus the process before the model)"
     gpu = {**cpu, "peak_memory_bytes": 3 * 2**30, "training_memory_bytes": 3 * 2**30,
            "peak_memory_source": "torch.cuda.max_memory_allocated"}
-    assert "peak 3 GiB allocated by training (CUDA)" in bench.describe(gpu)
+    assert "peak 3,072.0 MiB allocated by training (CUDA)" in bench.describe(gpu)
     assert bench.memory_title([gpu]) == "peak CUDA memory allocated by training"
 
 
