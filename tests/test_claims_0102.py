@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 from tutorial_lib.bench import data as bench_data
 from tutorial_lib.bench.timing import Spread, store
 from tutorial_lib.text import claims, pipeline_claims
@@ -58,7 +62,7 @@ def test_train_record_memory_names_what_the_figure_shows():
     # one unit for every record's memory (the issue-30 read: "peak 1019.8 MiB RSS" beside "peak 1.0 GiB RSS")
     assert "peak 1,126.4 MiB RSS of the whole process, 250.0 MiB of it added by training" in line
     assert "peak 1,019.8 MiB RSS" in bench.describe({**cpu, "peak_memory_bytes": int(1019.8 * 2**20)})
-    assert bench.memory_title([cpu]) == "memory training added (peak RSS minus the process before the model)"
+    assert bench.memory_title([cpu]) == "memory training added\n(peak RSS minus the process before the model)"
     gpu = {**cpu, "peak_memory_bytes": 3 * 2**30, "training_memory_bytes": 3 * 2**30,
            "peak_memory_source": "torch.cuda.max_memory_allocated"}
     assert "peak 3,072.0 MiB allocated by training (CUDA)" in bench.describe(gpu)
@@ -117,3 +121,32 @@ def test_process_vs_worker_within_ten_percent_names_the_gap_when_the_ranges_sepa
     assert "ranges do not overlap" in claim.sentence
     overlapping = pipeline_claims.process_vs_worker(Spread(100.0, 95.0, 104.0), Spread(105.0, 99.0, 108.0))
     assert overlapping.verdict == "matters little" and "ranges overlap" in overlapping.sentence
+
+
+def test_notebook_01_panel_titles_do_not_run_into_each_other():
+    """The issue-30 read: the speed and memory panels' titles of notebook 01 ran into each other. Drawn as the
+    notebook draws them (its figure size and titles), the two titles' boxes must not overlap."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tutorial_lib import bench
+    from tutorial_lib.figures import plots
+
+    source = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "01_mixed_precision.ipynb")
+                        .read_text())["cells"]
+    cell = next("".join(c["source"]) for c in source if "ax_memory" in "".join(c["source"]))
+    speed_title = re.search(r'title=f"\{arch\} (training throughput[^"]*)"', cell).group(1)
+    cpu = {"kind": "train", "status": "ok", "precision": "fp32", "channels_last": False,
+           "peak_memory_source": "getrusage max RSS of the whole process (torch itself included)"}
+    fig, (ax_speed, ax_memory) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    plots.plot_bars(["fp32", "bf16 +CL"], [200.0, 300.0], "images/s", ax=ax_speed,
+                    title=f"resnet18 {speed_title}".replace("\\n", "\n"))
+    plots.plot_bars(["fp32", "bf16 +CL"], [250.0, 240.0], "MiB", ax=ax_memory, title=bench.memory_title([cpu]))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    left, right = (ax.title.get_window_extent(renderer) for ax in (ax_speed, ax_memory))
+    width = fig.bbox.width
+    plt.close(fig)
+    assert left.x1 < right.x0 and left.x0 >= 0 and right.x1 <= width, (left, right, width)

@@ -227,7 +227,7 @@ def memory_title(records: list[dict]) -> str:
     ok = [r for r in records if r.get("status") == "ok" and r.get("kind") == "train"]
     if ok and all(str(r.get("peak_memory_source", "")).startswith("torch.cuda") for r in ok):
         return "peak CUDA memory allocated by training"
-    return "memory training added (peak RSS minus the process before the model)"
+    return "memory training added\n(peak RSS minus the process before the model)"  # two lines: half a figure wide
 
 
 def bar_values(records: list[dict], key: str = "images_per_sec", scale: float = 1.0) -> tuple[list, list]:
