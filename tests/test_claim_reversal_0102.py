@@ -32,7 +32,9 @@ def test_process_vs_worker_reverses():
     overlap = pipeline_claims.process_vs_worker(Spread(309.3, 160.9, 311.7), Spread(221.1, 181.9, 305.1))
     assert overlap.verdict == claims.NOT_DISTINGUISHABLE and "faster" not in overlap.sentence
     close = pipeline_claims.process_vs_worker(Spread(100.0, 99.0, 101.0), Spread(105.0, 104.0, 106.0))
-    assert close.verdict == "matters little"
+    assert close.verdict == "matters little" and "the worker 1.05x" in close.sentence
+    close_reversed = pipeline_claims.process_vs_worker(Spread(105.0, 104.0, 106.0), Spread(100.0, 99.0, 101.0))
+    assert close_reversed.verdict == "matters little" and "the process 1.05x" in close_reversed.sentence
     assert pipeline_claims.process_vs_worker(None, fast).verdict == "not measured"
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 from tutorial_lib.bench import data as bench_data
-from tutorial_lib.bench.timing import Spread
-from tutorial_lib.text import claims
+from tutorial_lib.bench.timing import Spread, store
+from tutorial_lib.text import claims, pipeline_claims
 
 
 def test_benchmark_vs_jobs_judges_each_precision_and_overlap_is_not_a_difference():
@@ -55,11 +59,13 @@ def test_train_record_memory_names_what_the_figure_shows():
            "training_memory_bytes": 250 * 2**20,
            "peak_memory_source": "getrusage max RSS of the whole process (torch itself included)"}
     line = bench.describe(cpu)
-    assert "peak 1.1 GiB RSS of the whole process, 250 MiB of it added by training" in line
-    assert bench.memory_title([cpu]) == "memory training added (peak RSS minus the process before the model)"
+    # one unit for every record's memory (the issue-30 read: "peak 1019.8 MiB RSS" beside "peak 1.0 GiB RSS")
+    assert "peak 1,126.4 MiB RSS of the whole process, 250.0 MiB of it added by training" in line
+    assert "peak 1,019.8 MiB RSS" in bench.describe({**cpu, "peak_memory_bytes": int(1019.8 * 2**20)})
+    assert bench.memory_title([cpu]) == "memory training added\n(peak RSS minus the process before the model)"
     gpu = {**cpu, "peak_memory_bytes": 3 * 2**30, "training_memory_bytes": 3 * 2**30,
            "peak_memory_source": "torch.cuda.max_memory_allocated"}
-    assert "peak 3 GiB allocated by training (CUDA)" in bench.describe(gpu)
+    assert "peak 3,072.0 MiB allocated by training (CUDA)" in bench.describe(gpu)
     assert bench.memory_title([gpu]) == "peak CUDA memory allocated by training"
 
 
@@ -78,3 +84,69 @@ def test_data_wait_names_several_fastest_pipelines_in_the_plural():
     assert "not distinguishable from each other; highest median 2 workers) deliver 485.5" in claim.sentence
     one = claims.data_wait(Spread(88.1, 79.0, 89.5), {"2 workers": Spread(485.5, 312.5, 552.6)})
     assert "the fastest input pipeline (2 workers) delivers 485.5" in one.sentence
+
+
+def _train_record(precision, spread, channels_last=False):
+    record = {"kind": "train", "status": "ok", "precision": precision, "channels_last": channels_last,
+              "compile": "none"}
+    return store(record, "images_per_sec", spread)
+
+
+def test_fastest_setting_gives_each_member_of_the_top_group_its_own_ratio():
+    """The issue-30 read: bf16 +channels_last 316.7 and bf16 293.2 were not distinguishable, and the sentence
+    gave both "1.45x fp32", the ratio of bf16 +channels_last alone (bf16 is 1.34x)."""
+    fp32, bf16, bf16_cl = Spread(219.1, 207.0, 222.0), Spread(293.2, 270.0, 298.0), Spread(316.7, 292.0, 318.0)
+    claim = claims.fastest_setting([_train_record("fp32", fp32), _train_record("bf16", bf16),
+                                    _train_record("bf16", bf16_cl, True)])
+    assert claim.verdict == "faster"
+    assert "bf16 +channels_last 1.45x (between 1.32x and 1.54x) fp32" in claim.sentence
+    assert "bf16 1.34x (between 1.22x and 1.44x) fp32" in claim.sentence
+
+
+def test_benchmark_vs_jobs_does_not_assert_that_the_jobs_shared_the_machine():
+    """The issue-30 read: the fp32 job ended before the bf16 job started, yet the sentence said the jobs
+    "share the machine with each other"."""
+    claim = claims.benchmark_vs_jobs({"fp32": Spread(230.0, 220.0, 238.0)}, {"fp32": Spread(150.0, 140.0, 160.0)})
+    assert claim.verdict == "differ"
+    assert "share the machine" not in claim.sentence and "each other" not in claim.sentence
+
+
+def test_process_vs_worker_within_ten_percent_names_the_gap_when_the_ranges_separate():
+    """The issue-30 read: 1 worker 551.6 (513.4-552.5), 0 workers 602.2 (587.6-607.7) img/s were called "the
+    same speed within 10%" and explained as "the same work on one core each", hiding a gap outside both ranges."""
+    claim = pipeline_claims.process_vs_worker(Spread(602.2, 587.6, 607.7), Spread(551.6, 513.4, 552.5))
+    assert claim.verdict == "matters little"
+    assert "same speed" not in claim.sentence
+    assert "the process 1.09x (between 1.06x and 1.18x) the worker" in claim.sentence
+    assert "ranges do not overlap" in claim.sentence
+    overlapping = pipeline_claims.process_vs_worker(Spread(100.0, 95.0, 104.0), Spread(105.0, 99.0, 108.0))
+    assert overlapping.verdict == "matters little" and "ranges overlap" in overlapping.sentence
+
+
+def test_notebook_01_panel_titles_do_not_run_into_each_other():
+    """The issue-30 read: the speed and memory panels' titles of notebook 01 ran into each other. Drawn as the
+    notebook draws them (its figure size and titles), the two titles' boxes must not overlap."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tutorial_lib import bench
+    from tutorial_lib.figures import plots
+
+    source = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "01_mixed_precision.ipynb")
+                        .read_text())["cells"]
+    cell = next("".join(c["source"]) for c in source if "ax_memory" in "".join(c["source"]))
+    speed_title = re.search(r'title=f"\{arch\} (training throughput[^"]*)"', cell).group(1)
+    cpu = {"kind": "train", "status": "ok", "precision": "fp32", "channels_last": False,
+           "peak_memory_source": "getrusage max RSS of the whole process (torch itself included)"}
+    fig, (ax_speed, ax_memory) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    plots.plot_bars(["fp32", "bf16 +CL"], [200.0, 300.0], "images/s", ax=ax_speed,
+                    title=f"resnet18 {speed_title}".replace("\\n", "\n"))
+    plots.plot_bars(["fp32", "bf16 +CL"], [250.0, 240.0], "MiB", ax=ax_memory, title=bench.memory_title([cpu]))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    left, right = (ax.title.get_window_extent(renderer) for ax in (ax_speed, ax_memory))
+    width = fig.bbox.width
+    plt.close(fig)
+    assert left.x1 < right.x0 and left.x0 >= 0 and right.x1 <= width, (left, right, width)

@@ -212,11 +212,14 @@ def setting_label(record: dict) -> str:
 def memory_text(record: dict) -> str:
     """A train record's memory, each figure named for what it counts: on a CUDA device the allocator's peak
     (what training needed); on a CPU the whole process's peak RSS (torch itself included) and what training
-    added to it (``training_memory_bytes``, the figure's bars)."""
+    added to it (``training_memory_bytes``, the figure's bars); all in MiB, the figure's unit."""
+    def mib(nbytes: float) -> str:  # one unit for every record, the unit of the memory panel
+        return f"{nbytes / 2**20:,.1f} MiB"
+
     if str(record.get("peak_memory_source", "")).startswith("torch.cuda"):
-        return f"peak {human_bytes(record['peak_memory_bytes'])} allocated by training (CUDA)"
-    return (f"peak {human_bytes(record['peak_memory_bytes'])} RSS of the whole process, "
-            f"{human_bytes(record.get('training_memory_bytes', 0))} of it added by training")
+        return f"peak {mib(record['peak_memory_bytes'])} allocated by training (CUDA)"
+    return (f"peak {mib(record['peak_memory_bytes'])} RSS of the whole process, "
+            f"{mib(record.get('training_memory_bytes', 0))} of it added by training")
 
 
 def memory_title(records: list[dict]) -> str:
@@ -224,7 +227,7 @@ def memory_title(records: list[dict]) -> str:
     ok = [r for r in records if r.get("status") == "ok" and r.get("kind") == "train"]
     if ok and all(str(r.get("peak_memory_source", "")).startswith("torch.cuda") for r in ok):
         return "peak CUDA memory allocated by training"
-    return "memory training added (peak RSS minus the process before the model)"
+    return "memory training added\n(peak RSS minus the process before the model)"  # two lines: half a figure wide
 
 
 def bar_values(records: list[dict], key: str = "images_per_sec", scale: float = 1.0) -> tuple[list, list]:

@@ -112,12 +112,15 @@ def fastest_setting(records: list[dict]) -> Claim:
                      "channels_last do not pay on this device")
     if base not in spreads:
         return Claim("fastest setting", "no fp32 baseline", f"fastest here: {listed} img/s (no fp32 measurement)")
-    which = _label(best) if len(top) == 1 else " and ".join(_label(k) for k in top)
-    tie = "" if len(top) == 1 else " (not distinguishable from each other)"
+    numbers = f"({listed} vs fp32 {spreads[base].text()} img/s; median and range over the rounds)"
+    if len(top) == 1:
+        return Claim("fastest setting", "faster", f"{_label(best)} is the fastest here, "
+                     f"{_ratio_text(spreads[best], spreads[base])} fp32 {numbers}")
+    # each member of a tied top group gets its own ratio: the best one's would overstate the others
+    ratios = ", ".join(f"{_label(k)} {_ratio_text(spreads[k], spreads[base])} fp32" for k in top)
     return Claim("fastest setting", "faster",
-                 f"{which} {'is' if len(top) == 1 else 'are'} the fastest here{tie}, "
-                 f"{_ratio_text(spreads[best], spreads[base])} fp32 ({listed} vs fp32 {spreads[base].text()} "
-                 "img/s; median and range over the rounds)")
+                 f"{' and '.join(_label(k) for k in top)} are the fastest here (not distinguishable from each "
+                 f"other): {ratios} {numbers}")
 
 
 def channels_last_effect(records: list[dict]) -> Claim:
@@ -201,8 +204,8 @@ def benchmark_vs_jobs(benchmark: dict, jobs: dict) -> Claim:
     verdict = "differ" if len(apart) == len(pairs) else "differ for some"
     which = "every precision" if verdict == "differ" else " and ".join(apart)
     return Claim("benchmark vs jobs", verdict, f"the training jobs and the benchmark measured different speeds for "
-                 f"{which} ({listed}): they do not time the same work (the jobs read and augment image files, run "
-                 "their own processes and share the machine with each other), so compare settings within the "
+                 f"{which} ({listed}): they do not time the same work (the jobs read and augment image files and run "
+                 "in their own processes), so compare settings within the "
                  "benchmark table, not against the jobs")
 
 

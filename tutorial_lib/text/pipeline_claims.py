@@ -6,7 +6,7 @@ overlap are "not distinguishable here"), shown by the notebook and carried into 
 
 from __future__ import annotations
 
-from tutorial_lib.bench.timing import Spread
+from tutorial_lib.bench.timing import Spread, distinguishable
 from tutorial_lib.text.claims import NOT_DISTINGUISHABLE, Claim, _ratio_text, ratio_verdict, top_group
 
 PART_NAMES = {"read": "reading the file", "decode": "decoding the JPEG", "augment": "augmenting (crop, resize, flip)"}
@@ -52,10 +52,16 @@ def process_vs_worker(zero_workers: Spread | None, one_worker: Spread | None) ->
                     "process to the training process (through shared memory), with the worker competing for this "
                     "machine's cores, cost more here than the overlap gains")
     elif verdict == "matters little":
-        sentence = (f"one worker and the training process itself prepare images at the same speed within 10% "
-                    f"({numbers}): the same work on one core each; a worker pays off because it works while "
-                    "the training process trains")
+        faster, slower = ("the process", "the worker") if zero_workers.median >= one_worker.median \
+            else ("the worker", "the process")
+        ratio = _ratio_text(*((zero_workers, one_worker) if faster == "the process" else (one_worker, zero_workers)))
+        ranges = "do not overlap" if distinguishable(zero_workers, one_worker) else "overlap"
+        sentence = (f"one worker and the training process itself prepare images within 10% of each other, "
+                    f"{faster} {ratio} {slower}, and their ranges {ranges} ({numbers}); both run the same "
+                    "code on one torch thread; a worker pays off because it works while the training process "
+                    "trains")
     else:
-        sentence = (f"one worker against the training process itself is {NOT_DISTINGUISHABLE} ({numbers}): the same "
-                    "work on one core each; a worker pays off because it works while the training process trains")
+        sentence = (f"one worker against the training process itself is {NOT_DISTINGUISHABLE} ({numbers}); both run "
+                    "the same code on one torch thread; a worker pays off because it works while the training "
+                    "process trains")
     return Claim("one process vs one worker", verdict, sentence)
