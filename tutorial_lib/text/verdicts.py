@@ -15,22 +15,31 @@ from tutorial_lib.text.claims import NOT_DISTINGUISHABLE, Claim, ratio_verdict
 LEARNED_SHARE = 0.5  # "learns": top-1 covers at least half the way from chance to 100%
 
 
-def training_outcome(name: str, top1: float | None, num_classes: int, losses: list) -> Claim:
+def training_outcome(name: str, top1: float | None, num_classes: int, losses: list,
+                     step_losses: list = ()) -> Claim:
     """Whether one training run learned, against chance (100 / ``num_classes`` %) and its loss trend
-    (``losses``: its train losses in order, e.g. per epoch):
+    (``losses``: its epochs' mean train losses in order; ``step_losses``: its logged step losses, only
+    checked for non-finite values). The sentence names the one measure it compares: the mean train loss
+    of the first epoch against that of the last.
 
-    * ``diverged``: a non-finite loss, or the last loss above the first (training made it worse);
+    * ``diverged``: a non-finite loss, or the last epoch's mean loss above the first's (training made it worse);
     * ``near chance``: top-1 below twice chance;
     * ``learns``: top-1 at least ``LEARNED_SHARE`` of the way from chance to 100%;
     * ``above chance``: in between (learned something, not much).
     """
     chance = 100.0 / max(1, int(num_classes or 1))
     finite = [float(v) for v in losses if v is not None and math.isfinite(float(v))]
+    given = [v for v in list(losses) + list(step_losses) if v is not None]
     if top1 is None or (isinstance(top1, float) and math.isnan(top1)):
         return Claim(name, "not measured", "no validation accuracy was recorded")
-    trend = f"train loss {finite[0]:.2f} -> {finite[-1]:.2f}" if finite else "no finite train loss"
+    if not finite:
+        trend = "no finite train loss"
+    elif len(losses) == 1:
+        trend = f"mean train loss of epoch 1: {finite[0]:.2f}"
+    else:
+        trend = f"mean train loss of epoch 1 -> epoch {len(losses)}: {finite[0]:.2f} -> {finite[-1]:.2f}"
     numbers = f"top-1 {top1:.1f}% against {chance:.1f}% for guessing; {trend}"
-    if len(finite) < len([v for v in losses if v is not None]) or not finite or finite[-1] > finite[0]:
+    if any(not math.isfinite(float(v)) for v in given) or not finite or finite[-1] > finite[0]:
         verdict = "diverged"
     elif top1 < 2 * chance:
         verdict = "near chance"
