@@ -233,3 +233,32 @@ def test_lr_explorer_adds_sliders_with_a_frontend(monkeypatch):
     assert sliders["global batch"].options == (256, 1024, 4096)
     assert sliders["warmup epochs"].max == 3.0
     sliders["warmup epochs"].value = 2.0  # moving a slider redraws without error
+
+
+def test_outcome_trend_is_the_epochs_mean_train_loss(tmp_path):
+    """The loss trend names one measure: the mean train loss of the first and last epoch, not the first logged
+    step's loss against the last epoch's mean (2.22 -> 0.60 in a fresh-clone run, matching neither)."""
+    run_dir = tmp_path / "ddp"
+    run_dir.mkdir()
+    (run_dir / CONFIG_FILE).write_text(json.dumps({"name": "ddp", "num_classes": 10}))
+    writer = MetricsWriter(run_dir)
+    for step, loss in ((5, 2.22), (10, 1.0), (15, 0.32)):
+        writer.write("step", epoch=1, step=step, loss=loss, lr=0.1)
+    for epoch, loss in ((1, 2.293), (2, 1.1), (3, 0.601)):
+        writer.write("epoch", epoch=epoch, top1=90.0, top5=99.0, train_loss=loss, epoch_time=1.0)
+    claim = analysis.outcome(run_dir)
+    assert claim.verdict == "learns"
+    assert "mean train loss of epoch 1 -> epoch 3: 2.29 -> 0.60" in claim.sentence
+    assert "2.22" not in claim.sentence
+
+
+def test_outcome_non_finite_step_loss_diverges(tmp_path):
+    """A non-finite step loss still makes the run diverged when the epochs' means are finite."""
+    run_dir = tmp_path / "nan"
+    run_dir.mkdir()
+    (run_dir / CONFIG_FILE).write_text(json.dumps({"name": "nan", "num_classes": 10}))
+    writer = MetricsWriter(run_dir)
+    writer.write("step", epoch=1, step=5, loss=float("nan"), lr=0.1)
+    writer.write("epoch", epoch=1, top1=90.0, top5=99.0, train_loss=2.3, epoch_time=1.0)
+    writer.write("epoch", epoch=2, top1=90.0, top5=99.0, train_loss=1.0, epoch_time=1.0)
+    assert analysis.outcome(run_dir).verdict == "diverged"

@@ -325,7 +325,9 @@ def test_training_outcome_reverses():
     learns = verdicts.training_outcome("run", 94.4, 10, [2.30, 1.10, 0.40])
     rising = verdicts.training_outcome("run", 94.4, 10, [0.40, 1.10, 2.30])
     assert (learns.verdict, rising.verdict) == ("learns", "diverged")
-    assert "train loss 2.30 -> 0.40" in learns.sentence and "train loss 0.40 -> 2.30" in rising.sentence
+    assert "mean train loss of epoch 1 -> epoch 3: 2.30 -> 0.40" in learns.sentence
+    assert "mean train loss of epoch 1 -> epoch 3: 0.40 -> 2.30" in rising.sentence
+    assert verdicts.training_outcome("run", 94.4, 10, [2.3, 0.4], step_losses=[float("inf")]).verdict == "diverged"
     assert verdicts.training_outcome("run", 19.9, 10, [2.3, 2.2]).verdict == "near chance"
     assert verdicts.training_outcome("run", 20.0, 10, [2.3, 2.2]).verdict == "above chance"
     assert verdicts.training_outcome("run", 54.9, 10, [2.3, 2.2]).verdict == "above chance"

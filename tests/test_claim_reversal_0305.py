@@ -41,12 +41,14 @@ def test_tensor_kind_names_the_last_norm_of_each_block_only():
     assert tc.tensor_kind("fc.bias", 1, last) == tc.CLASSIFIER
 
 
-def _sweep(pairs: dict, outcome: str = "learns") -> list[dict]:
-    """Sweep rows: ``{global_batch: (top1 without warmup, top1 with warmup)}``."""
+def _sweep(pairs: dict, outcome: str = "learns", outcomes: dict | None = None) -> list[dict]:
+    """Sweep rows: ``{global_batch: (top1 without warmup, top1 with warmup)}``; ``outcomes``:
+    ``{global_batch: (outcome without, outcome with)}`` where not ``outcome``."""
     rows = []
     for batch, (without, with_) in pairs.items():
-        rows.append({"global_batch": batch, "warmup_epochs": 0.0, "top1": without, "outcome": outcome})
-        rows.append({"global_batch": batch, "warmup_epochs": 1.0, "top1": with_, "outcome": outcome})
+        out_without, out_with = (outcomes or {}).get(batch, (outcome, outcome))
+        rows.append({"global_batch": batch, "warmup_epochs": 0.0, "top1": without, "outcome": out_without})
+        rows.append({"global_batch": batch, "warmup_epochs": 1.0, "top1": with_, "outcome": out_with})
     return rows
 
 
@@ -59,6 +61,11 @@ def test_warmup_effect_reverses():
     assert "batch 256: 26.2% -> 14.2% (-12.0 points, lower with warmup)" in said.sentence
     assert said.sentence.startswith("warmup changed top-1 by no more than the threshold (not decided) at global "
                                     "batch 16, 64; warmup lowered top-1 at global batch 256 here")
+    # the fresh-clone run: neither batch-256 run learned (above chance, near chance), so nothing is decided there
+    failed = tc.warmup_effect(_sweep(measured, outcomes={256: ("above chance", "near chance")}))
+    assert "warmup lowered" not in failed.sentence and "lower with warmup" not in failed.sentence
+    assert "neither run learned at global batch 256" in failed.sentence
+    assert "batch 256: 26.2% (above chance) -> 14.2% (near chance), neither learned" in failed.sentence
     assert "one seed" in said.sentence and "not a measured noise" in said.sentence
     lower = tc.warmup_effect(_sweep(measured), tolerance_points=0.5)
     assert lower.verdict == "lower with warmup" and "warmup lowered top-1 at every global batch" in lower.sentence
@@ -69,7 +76,9 @@ def test_warmup_effect_reverses():
     flat = tc.warmup_effect(_sweep({16: (97.8, 97.2), 64: (96.4, 95.8)}))
     assert flat.verdict == "not decided" and "(not decided) at every global batch here" in flat.sentence
     chance = tc.warmup_effect(_sweep({256: (11.0, 14.0)}, outcome="near chance"))
-    assert chance.verdict == "near chance" and "say nothing about warmup" in chance.sentence
+    assert chance.verdict == "neither learned" and "says nothing about warmup" in chance.sentence
+    one_learned = tc.warmup_effect(_sweep({256: (11.0, 60.0)}, outcomes={256: ("near chance", "learns")}))
+    assert one_learned.verdict == "higher with warmup"
     assert tc.warmup_effect(_sweep({16: (97.8, 97.2)})[:1]).verdict == "not measured"
 
 
@@ -97,6 +106,13 @@ def test_batch_size_accuracy_reverses():
     measured = {"SGD, no warmup": {16: 97.8, 64: 96.4, 256: 26.2}, "SGD, warmup 1 ep": {16: 97.2, 64: 95.8, 256: 14.2}}
     said = tc.batch_size_accuracy(_recipes(measured))
     assert said.verdict == "holds, then falls" and "batch 256 26.2% (-71.6)" in said.sentence
+    # the batch it held to and the one it fell at are named: only 16, 64 and 256 ran
+    assert said.sentence.startswith("top-1 held up to global batch 64 and fell by global batch 256 here (no batch "
+                                    "in between ran): the breaking point of this data set at this number of "
+                                    "epochs lies between them")
+    apart = tc.batch_size_accuracy(_recipes({"a": {16: 97.0, 64: 96.0, 256: 30.0},
+                                             "b": {16: 97.0, 32: 96.5, 64: 40.0}}))
+    assert apart.verdict == "holds, then falls" and "the batch it held to differs by recipe" in apart.sentence
     assert "not a measured noise" in said.sentence
     # reversed: the largest batch is now the best one, the smallest the worst
     reversed_ = {r: dict(zip(points, reversed(list(points.values())), strict=True)) for r, points in measured.items()}

@@ -144,3 +144,26 @@ def test_fit_quality_names_where_the_largest_error_is():
     assert claim.verdict == "rough" and "largest 187% (at 4 KiB)" in claim.sentence
     assert "small messages scatter most" not in claim.sentence
     assert "largest 12% (at 16 MiB)" in verdicts.fit_quality(0.05, 0.12, worst="16 MiB").sentence
+
+
+def _rounds(*values) -> Spread:
+    return Spread.of(values)
+
+
+def test_hierarchical_claims_rank_nothing_from_two_rounds():
+    """The fresh-clone read: netlab_repeats 2 gave 'hierarchical 25.8 (24.9-26.7) against flat 21.0 (20.9-21.1)
+    img/s, 1.23x: faster' and 'faster at 1 MiB 1.39x' from a range of two values; ranking takes 3 rounds."""
+    two = [{"rate_mbit": 200, "algorithm": "flat", "images_per_sec": _rounds(20.9, 21.1)},
+           {"rate_mbit": 200, "algorithm": "hierarchical", "images_per_sec": _rounds(24.9, 26.7)}]
+    claim = verdicts.hierarchical_training(two)
+    assert claim.verdict == verdicts.NOT_DISTINGUISHABLE and "faster" not in claim.sentence
+    assert "2 rounds: too few to rank, 3 needed" in claim.sentence
+    three = [{**two[0], "images_per_sec": _rounds(20.9, 21.0, 21.1)},
+             {**two[1], "images_per_sec": _rounds(24.9, 25.8, 26.7)}]
+    assert verdicts.hierarchical_training(three).verdict == "faster"
+    sizes = [{"rate_mbit": 200, "bytes": 1 << 20, "flat": _rounds(0.010, 0.011), "hierarchical": _rounds(0.015, 0.016)}]
+    bus = verdicts.hierarchical_vs_flat(sizes)
+    assert bus.verdict == verdicts.NOT_DISTINGUISHABLE and "faster" not in bus.sentence
+    assert "2 rounds: too few to rank, 3 needed" in bus.sentence
+    sizes3 = [{**sizes[0], "flat": _rounds(0.010, 0.0105, 0.011), "hierarchical": _rounds(0.015, 0.0155, 0.016)}]
+    assert verdicts.hierarchical_vs_flat(sizes3).verdict == "wins"

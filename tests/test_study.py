@@ -299,3 +299,14 @@ def test_readable_log_drops_progress_bars_and_folds_stack_frames():
         "    [... 4 stack frame lines ...]", "done"]
     assert batch_jobs.readable_log(raw, tail=2).splitlines() == ["    [... 4 stack frame lines ...]", "done"]
     assert batch_jobs.readable_log("") == ""
+
+
+def test_readable_log_keeps_a_line_printed_into_a_progress_bar_redraw():
+    """The fresh-clone 05 log: rank 0's 'epoch 2/3: ...' line landed inside a half-written tqdm redraw (stdout
+    and stderr share the Slurm output file), and dropping the redraw dropped the epoch line with it."""
+    raw = ("epoch 2/3:  91%|█████████ | 20/22 [00:05<00:00,  3.59it/s, img_s=233, epoch 2/3: train loss 1.494  "
+           "val loss 3.334  top-1 63.2%\n"
+           "epoch 3/3: 100%|██████████| 22/22 [00:06<00:00,  3.59it/s, loss=1.062]epoch 3/3: train loss 0.601\n"
+           "epoch 3/3:  50%|#####     | 11/22 [00:02<00:02,  3.61it/s, img_s=252, loss=2.173]\n")
+    assert batch_jobs.readable_log(raw).splitlines() == [
+        "epoch 2/3: train loss 1.494  val loss 3.334  top-1 63.2%", "epoch 3/3: train loss 0.601"]

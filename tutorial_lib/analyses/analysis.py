@@ -148,13 +148,15 @@ def num_classes(config: Mapping) -> int:
 
 def _outcome(label: str, config: Mapping, events: list) -> claims.Claim:
     epochs = [e for e in events if e["event"] == "epoch"]
-    losses = [e.get("loss") for e in events if e["event"] == "step"] + [e.get("train_loss") for e in epochs]
-    return verdicts.training_outcome(label, epochs[-1].get("top1") if epochs else None, num_classes(config), losses)
+    steps = [e.get("loss") for e in events if e["event"] == "step"]
+    return verdicts.training_outcome(label, epochs[-1].get("top1") if epochs else None, num_classes(config),
+                                     [e.get("train_loss") for e in epochs], step_losses=steps)
 
 
 def outcome(run, label: str | None = None) -> claims.Claim:
     """Whether a finished run learned (:func:`tutorial_lib.text.verdicts.training_outcome`): its last
-    top-1 against chance and its loss trend, read from its run directory (a Job or a path)."""
+    top-1 against chance and its loss trend (the mean train loss of the first epoch against the last's; a
+    non-finite step loss counts as diverged), read from its run directory (a Job or a path)."""
     run_dir = run_dir_of(run)
     return _outcome(label or run_label(run), _config(run_dir), read_metrics(run_dir))
 

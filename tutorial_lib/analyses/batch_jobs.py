@@ -153,11 +153,29 @@ def wait_for_event(job, event: str = "step", timeout: float = 300, poll: float =
 
 _STACK_FRAME = re.compile(r"^frame #\d+: ")
 _PROGRESS_BAR = re.compile(r"\d{1,3}%\|.*\|\s*\d+/\d+")  # a tqdm redraw: "epoch 1/2:  50%|#####  | 5/10 [..]"
+_BAR_FIELD = re.compile(r"\s*([\d:?]+<[\d:?]*|[\d.?]+(it/s|s/it)|\w+=\S*)\s*")  # elapsed<left, rate, key=value
+
+
+def _after_progress_bar(line: str) -> str:
+    """Text printed into a tqdm redraw (stdout and stderr share one log file, so rank 0's own line can land
+    inside a half-written bar): what follows the bar's closing ``]``, or, where the bar was cut off, what
+    follows its last ``[elapsed<left, rate, key=value`` field. Empty for a plain redraw."""
+    rest = line[_PROGRESS_BAR.search(line).end():].lstrip()
+    if not rest.startswith("["):
+        return rest.strip()
+    rest = rest[1:]
+    if "]" in rest:
+        return rest.split("]", 1)[1].strip()
+    fields = rest.split(",")
+    while fields and _BAR_FIELD.fullmatch(fields[0]):
+        fields.pop(0)
+    return ",".join(fields).strip()
 
 
 def readable_log(text: str, tail: int | None = None) -> str:
     """A job log made for reading: progress-bar redraws dropped (tqdm writes one per update; text
-    read in Python's universal-newline mode turns each ``\\r`` into a line break), blank lines dropped,
+    read in Python's universal-newline mode turns each ``\\r`` into a line break) but a line printed into
+    one kept, blank lines dropped,
     runs of C++ stack frames (``frame #3: ...``) folded into one line; the last ``tail`` lines if given.
 
     ``Job.logs()`` gives the raw text; this is for reading it in a notebook.
@@ -172,7 +190,9 @@ def readable_log(text: str, tail: int | None = None) -> str:
         if frames:
             lines.append(f"    [... {frames} stack frame lines ...]")
             frames = 0
-        if line and not _PROGRESS_BAR.search(line):
+        if line and _PROGRESS_BAR.search(line):
+            line = _after_progress_bar(line)
+        if line:
             lines.append(line)
     if frames:
         lines.append(f"    [... {frames} stack frame lines ...]")

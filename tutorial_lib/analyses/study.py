@@ -337,7 +337,7 @@ def plot_efficiency_vs_reference(results: pd.DataFrame, reference: pd.DataFrame,
     ax.set_xticks(sorted(set(reference["gpus"]) | set(results["gpus"])))
     unit = rank_unit(results)
     if unit != "GPUs":  # two kinds of rank on one axis: the label says which is which
-        ax.set_xlabel(f"GPUs ({reference_label}), {unit} ({label})")
+        ax.set_xlabel(f"GPUs: {reference_label}; {unit}: {label}")
     ax.legend(fontsize="small")
     return ax
 

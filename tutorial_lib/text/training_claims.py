@@ -79,9 +79,10 @@ def warmup_effect(rows: Sequence[Mapping], tolerance_points: float = 2.0) -> Cla
     ``rows``: one per run, with ``global_batch``, ``warmup_epochs`` (0 for the runs without warmup), ``top1``
     (%) and ``outcome`` (:func:`tutorial_lib.text.verdicts.training_outcome`'s verdict). Each cell ran once
     (one seed), so no run-to-run noise is measured: a difference within ``tolerance_points`` is not decided
-    (a chosen threshold, said so in the sentence). A batch where both runs ended near chance or diverged
-    compares nothing. Verdict: ``higher with warmup``/``lower with warmup``/``not decided`` at every batch,
-    ``near chance`` at every batch, or ``mixed``.
+    (a chosen threshold, said so in the sentence). A batch where neither run learned (neither outcome is
+    ``learns``) compares nothing: the sentence says so and decides nothing about warmup there. Verdict:
+    ``higher with warmup``/``lower with warmup``/``not decided`` at every batch, ``neither learned`` at every
+    batch, or ``mixed``.
     """
     pairs: dict[int, dict] = {}
     for row in rows:
@@ -92,14 +93,17 @@ def warmup_effect(rows: Sequence[Mapping], tolerance_points: float = 2.0) -> Cla
     pairs = {batch: pair for batch, pair in sorted(pairs.items()) if len(pair) == 2}
     if not pairs:
         return Claim("warmup", "not measured", "no global batch ran both with and without warmup")
-    failed = {"near chance", "diverged"}
     verdicts, parts = [], []
     for batch, pair in pairs.items():
         without, with_ = float(pair[False]["top1"]), float(pair[True]["top1"])
         gap = with_ - without
-        if pair[False].get("outcome") in failed and pair[True].get("outcome") in failed:
-            verdict = "near chance"
-        elif abs(gap) <= tolerance_points:
+        outcomes = pair[False].get("outcome", "learns"), pair[True].get("outcome", "learns")
+        if "learns" not in outcomes:
+            verdicts.append("neither learned")
+            parts.append(f"batch {batch}: {without:.1f}% ({outcomes[0]}) -> {with_:.1f}% ({outcomes[1]}), "
+                         "neither learned")
+            continue
+        if abs(gap) <= tolerance_points:
             verdict = "not decided"
         else:
             verdict = "higher with warmup" if gap > 0 else "lower with warmup"
@@ -108,7 +112,7 @@ def warmup_effect(rows: Sequence[Mapping], tolerance_points: float = 2.0) -> Cla
     overall = verdicts[0] if len(set(verdicts)) == 1 else "mixed"
     phrase = {"higher with warmup": "warmup raised top-1", "lower with warmup": "warmup lowered top-1",
               "not decided": "warmup changed top-1 by no more than the threshold (not decided)",
-              "near chance": "both runs ended near chance (they say nothing about warmup)"}
+              "neither learned": "neither run learned"}
     if overall == "mixed":
         head = "; ".join(f"{phrase[v]} at global batch "
                          f"{', '.join(str(b) for b, w in zip(pairs, verdicts, strict=True) if w == v)}"
@@ -116,6 +120,8 @@ def warmup_effect(rows: Sequence[Mapping], tolerance_points: float = 2.0) -> Cla
     else:
         every = "at every global batch" if len(pairs) > 1 else f"at the one global batch ({next(iter(pairs))})"
         head = f"{phrase[overall]} {every} here"
+    if "neither learned" in verdicts:
+        head += " (a pair where neither run learned says nothing about warmup)"
     honest = (f"One run (one seed) per cell, so the run-to-run noise is not measured: a difference within "
               f"{tolerance_points:g} points (a chosen threshold, not a measured noise) is not decided, and a "
               "larger one is this sweep's result, not a general law")
@@ -168,7 +174,7 @@ def batch_size_accuracy(rows: Sequence[Mapping], tolerance_points: float = 2.0) 
     recipes = {name: dict(sorted(points.items())) for name, points in recipes.items() if len(points) > 1}
     if not recipes:
         return Claim("accuracy against batch", "not measured", "no recipe ran at two or more global batches")
-    verdicts, parts = [], []
+    verdicts, parts, breaks = [], [], set()
     for name, points in recipes.items():
         (smallest, base), *larger = points.items()
         steps = [_gap_verdict(top1 - base, tolerance_points, "higher", "lower") for _, top1 in larger]
@@ -179,6 +185,8 @@ def batch_size_accuracy(rows: Sequence[Mapping], tolerance_points: float = 2.0) 
         elif "lower" in steps and set(steps[:steps.index("lower")]) == {"within"} and set(
                 steps[steps.index("lower"):]) == {"lower"}:
             verdict = "holds, then falls"
+            fell = steps.index("lower")
+            breaks.add((larger[fell - 1][0] if fell else smallest, larger[fell][0]))
         elif "higher" in steps and "lower" not in steps:
             verdict = "rises"
         else:
@@ -188,13 +196,23 @@ def batch_size_accuracy(rows: Sequence[Mapping], tolerance_points: float = 2.0) 
         parts.append(f"{name}: {verdict} (batch {smallest} {base:.1f}%; {said})")
     overall = verdicts[0] if len(set(verdicts)) == 1 else "mixed"
     head = {"holds": "top-1 held at every global batch here: the linear scaling rule kept the accuracy",
-            "holds, then falls": "top-1 held up to a global batch and fell beyond it here: the breaking point of "
-                                 "this data set at this number of epochs",
+            "holds, then falls": _breaking_point(breaks),
             "falls": "top-1 fell at every larger global batch here",
             "rises": "top-1 rose with the global batch here",
             "mixed": "top-1 against the global batch does not follow one pattern here"}[overall]
     return Claim("accuracy against batch", overall,
                  f"{head} (each against its smallest batch: {'; '.join(parts)}). {_threshold_note(tolerance_points)}")
+
+
+def _breaking_point(breaks: set) -> str:
+    """The head of a ``holds, then falls`` sentence: the last batch top-1 held at and the first it fell at
+    (consecutive batches of the sweep), or that they differ by recipe."""
+    if len(breaks) != 1:
+        return ("top-1 held up to a global batch and fell beyond it here, and the batch it held to differs by "
+                "recipe (in brackets)")
+    held, fell = next(iter(breaks))
+    return (f"top-1 held up to global batch {held} and fell by global batch {fell} here (no batch in between "
+            f"ran): the breaking point of this data set at this number of epochs lies between them")
 
 
 def lars_vs_sgd(lars_top1: float | None, sgd_top1: Mapping[str, float], batch: int,

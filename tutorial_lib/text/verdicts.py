@@ -15,22 +15,31 @@ from tutorial_lib.text.claims import NOT_DISTINGUISHABLE, Claim, ratio_verdict
 LEARNED_SHARE = 0.5  # "learns": top-1 covers at least half the way from chance to 100%
 
 
-def training_outcome(name: str, top1: float | None, num_classes: int, losses: list) -> Claim:
+def training_outcome(name: str, top1: float | None, num_classes: int, losses: list,
+                     step_losses: list = ()) -> Claim:
     """Whether one training run learned, against chance (100 / ``num_classes`` %) and its loss trend
-    (``losses``: its train losses in order, e.g. per epoch):
+    (``losses``: its epochs' mean train losses in order; ``step_losses``: its logged step losses, only
+    checked for non-finite values). The sentence names the one measure it compares: the mean train loss
+    of the first epoch against that of the last.
 
-    * ``diverged``: a non-finite loss, or the last loss above the first (training made it worse);
+    * ``diverged``: a non-finite loss, or the last epoch's mean loss above the first's (training made it worse);
     * ``near chance``: top-1 below twice chance;
     * ``learns``: top-1 at least ``LEARNED_SHARE`` of the way from chance to 100%;
     * ``above chance``: in between (learned something, not much).
     """
     chance = 100.0 / max(1, int(num_classes or 1))
     finite = [float(v) for v in losses if v is not None and math.isfinite(float(v))]
+    given = [v for v in list(losses) + list(step_losses) if v is not None]
     if top1 is None or (isinstance(top1, float) and math.isnan(top1)):
         return Claim(name, "not measured", "no validation accuracy was recorded")
-    trend = f"train loss {finite[0]:.2f} -> {finite[-1]:.2f}" if finite else "no finite train loss"
+    if not finite:
+        trend = "no finite train loss"
+    elif len(losses) == 1:
+        trend = f"mean train loss of epoch 1: {finite[0]:.2f}"
+    else:
+        trend = f"mean train loss of epoch 1 -> epoch {len(losses)}: {finite[0]:.2f} -> {finite[-1]:.2f}"
     numbers = f"top-1 {top1:.1f}% against {chance:.1f}% for guessing; {trend}"
-    if len(finite) < len([v for v in losses if v is not None]) or not finite or finite[-1] > finite[0]:
+    if any(not math.isfinite(float(v)) for v in given) or not finite or finite[-1] > finite[0]:
         verdict = "diverged"
     elif top1 < 2 * chance:
         verdict = "near chance"
@@ -199,7 +208,7 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
     verdicts, largest, parts = [], [], []
     for rate in sorted({r["rate_mbit"] for r in rows}):
         here = sorted((r for r in rows if r["rate_mbit"] == rate), key=lambda r: r["bytes"])
-        kinds = [NOT_DISTINGUISHABLE if _one_round(r["hierarchical"], r["flat"]) else
+        kinds = [NOT_DISTINGUISHABLE if _too_few_rounds(r["hierarchical"], r["flat"]) else
                  ratio_verdict(r["hierarchical"], r["flat"], "wins", "loses") for r in here]
         verdicts += kinds
         largest.append(kinds[-1])
@@ -223,15 +232,26 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
         verdict = "loses"
     else:
         verdict = NOT_DISTINGUISHABLE
-    one_round = any(_one_round(r["hierarchical"], r["flat"]) for r in rows)
+    thin = [s for r in rows if _too_few_rounds(r["hierarchical"], r["flat"]) for s in (r["hierarchical"], r["flat"])]
     return Claim("hierarchical all-reduce", verdict, "; ".join(parts) + " (bus bandwidth against flat; "
-                 "median and range over interleaved rounds" + ("; one round: no range, so no ranking" if one_round
-                                                               else "") + ")")
+                 "median and range over interleaved rounds" + (f"; {_rounds_note(*thin)}" if thin else "") + ")")
 
 
-def _one_round(*spreads) -> bool:
-    """True where a speed came from one round (no range measured): it cannot rank anything."""
-    return any(len(s.samples) == 1 or s.low == s.high for s in spreads)
+MIN_ROUNDS_TO_RANK = 3  # a range of two values is too thin to rank two settings (a chosen rule)
+
+
+def _too_few_rounds(*spreads) -> bool:
+    """True where a speed came from fewer than ``MIN_ROUNDS_TO_RANK`` rounds (or has no range): it ranks
+    nothing. A Spread that does not record its samples counts by its range alone."""
+    return any(s.low == s.high or 0 < len(s.samples) < MIN_ROUNDS_TO_RANK for s in spreads)
+
+
+def _rounds_note(*spreads) -> str:
+    """Why a pair was not ranked: ``one round: no range`` or ``N rounds: too few to rank, 3 needed``."""
+    fewest = min((len(s.samples) for s in spreads if s.samples), default=1)
+    if fewest <= 1:
+        return "one round: no range, so no ranking"
+    return f"{fewest} rounds: too few to rank, {MIN_ROUNDS_TO_RANK} needed"
 
 
 def hierarchical_training(rows: list[dict]) -> Claim:
@@ -239,7 +259,7 @@ def hierarchical_training(rows: list[dict]) -> Claim:
     rate (``rows``: ``{"rate_mbit", "algorithm", "images_per_sec"}``, speeds as Spreads over interleaved rounds).
 
     Per rate: ``faster``, ``slower``, ``matters little`` (medians within 10%) or not distinguishable here (ranges
-    overlap, or one round gave no range); overall the one verdict every rate got, else ``mixed``."""
+    overlap, or fewer than ``MIN_ROUNDS_TO_RANK`` rounds); overall the one verdict every rate got, else ``mixed``."""
     speeds = {}
     for row in rows:
         speeds.setdefault(row["rate_mbit"], {})[row["algorithm"]] = row["images_per_sec"]
@@ -249,10 +269,10 @@ def hierarchical_training(rows: list[dict]) -> Claim:
     found, parts = [], []
     for rate, pair in pairs.items():
         flat, hier = pair["flat"], pair["hierarchical"]
-        one_round = _one_round(flat, hier)
-        verdict = NOT_DISTINGUISHABLE if one_round else ratio_verdict(hier, flat, "faster", "slower")
+        thin = _too_few_rounds(flat, hier)
+        verdict = NOT_DISTINGUISHABLE if thin else ratio_verdict(hier, flat, "faster", "slower")
         found.append(verdict)
-        why = " (one round: no range)" if one_round else ""
+        why = f" ({_rounds_note(flat, hier)})" if thin else ""
         parts.append(f"at {rate:g} Mbit/s hierarchical {hier.text()} against flat {flat.text()} img/s, "
                      f"{hier.median / flat.median:.2f}x: {verdict}{why}")
     overall = found[0] if len(set(found)) == 1 else "mixed"
