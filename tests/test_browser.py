@@ -65,7 +65,11 @@ monitor.watch(stuck_job, timeout=watch_timeout)"""
 LAB_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
                                                                          "checkForUpdates": False},
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    # autoStartDefaultKernel: the notebook's own kernel starts without the "Select Kernel" dialog, which a loaded
+    # machine opened at any moment and which took clicks meant for the menu (as if a student had ticked its
+    # "Always start the preferred kernel")
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none",
+                                                                    "autoStartDefaultKernel": True},
 }
 
 # In-page: per code cell, its input text, prompt, and outputs (image sources, text, buttons).
