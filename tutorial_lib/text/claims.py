@@ -307,11 +307,12 @@ def model_vs_files(model: Spread | None, from_files: Spread | None) -> Claim:
     if from_files.low > model.high:
         return Claim("model vs files", "inconsistent",
                      f"the trainer fed from files ({from_files.text()} img/s) measured faster than the model alone "
-                     f"({model.text()}): the load on this machine changed between the measurements; rerun them")
+                     f"({model.text()}), which the extra work of reading files cannot cause: something else changed "
+                     "between the two measurements (other work on this machine, its clock speed); rerun them")
     numbers = f"the trainer fed from files runs at {from_files.text()} img/s, the model alone at {model.text()}"
     if from_files.high < model.low:
-        return Claim("model vs files", "slower", f"{numbers}: the input pipeline costs the step time even when it "
-                     "does not keep it waiting, because its work competes with training for this machine's cores")
+        return Claim("model vs files", "slower", f"{numbers}: the input pipeline costs step time even when it "
+                     "does not keep the step waiting (where cores are few, its work competes with training for them)")
     return Claim("model vs files", "consistent", numbers)
 
 
