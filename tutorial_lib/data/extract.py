@@ -12,6 +12,7 @@ already there (a user's) is never replaced.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ from tutorial_lib.data import PrepareError
 from tutorial_lib.data.names import is_system_file
 
 BROKEN = (tarfile.TarError, EOFError, zlib.error)  # what reading a truncated or corrupt archive raises
+_BLOCK = tarfile.BLOCKSIZE
 
 
 def why(exc: BaseException) -> str:
@@ -55,25 +57,31 @@ TAR_SAFETY = ["--no-same-owner", "--no-same-permissions", "--keep-old-files",
               "--transform=s,.*/,,"]  # base names only, as member_name() says; nothing existing replaced
 
 
-def _feed_tar(fd: int, offset: int, size: int, part: Path, options: list[str], label: str, bar) -> None:
-    """Run GNU tar in ``part`` on ``size`` bytes of ``fd`` from ``offset`` (sent through a pipe by the kernel:
-    ``sendfile``), updating ``bar`` by bytes; PrepareError naming ``label`` if tar fails."""
-    proc = subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(part), *TAR_SAFETY, *options],
+def _feed_tar(fd: int, ranges: list[tuple[int, int]], part: Path, label: str, bar, trailer: bytes = b"") -> None:
+    """Run GNU tar in ``part`` on the byte ``ranges`` (offset, size) of ``fd``, in order, then ``trailer``; the
+    bytes go through a pipe by the kernel (``sendfile``) and ``bar`` counts them. PrepareError naming ``label`` if
+    tar fails."""
+    proc = subprocess.Popen(["tar", "-x", "-f", "-", "-C", str(part), *TAR_SAFETY],
                             stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        sent, end = 0, offset + size
+        complete = True
         try:
-            while offset < end:
-                sent = os.sendfile(proc.stdin.fileno(), fd, offset, min(end - offset, 1 << 26))
-                if sent == 0:
-                    break
-                offset += sent
-                bar.update(sent)
+            for offset, size in ranges:
+                end = offset + size
+                while offset < end:
+                    sent = os.sendfile(proc.stdin.fileno(), fd, offset, min(end - offset, 1 << 26))
+                    if sent == 0:
+                        break
+                    offset += sent
+                    bar.update(sent)
+                complete = complete and offset == end
+            proc.stdin.write(trailer)
         except BrokenPipeError:
-            pass  # tar stopped early: its status and message say why
-        proc.stdin.close()
+            complete = False  # tar stopped early: its status and message say why
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
         error = proc.stderr.read().decode(errors="replace").strip().splitlines()
-        if proc.wait() != 0 or offset < end:
+        if proc.wait() != 0 or not complete:
             said = error[0].removeprefix("tar: ") if error else "it ended early"
             raise PrepareError(f"SOURCE: {label} is corrupt or truncated (tar: {said}). Fix: download the archive "
                                "again (the run resumes where it stopped).")
@@ -83,7 +91,18 @@ def _feed_tar(fd: int, offset: int, size: int, part: Path, options: list[str], l
         raise
 
 
-_BLOCK = tarfile.BLOCKSIZE
+def member_ranges(members: list[tarfile.TarInfo]) -> list[tuple[int, int]]:
+    """The byte ranges (offset, size) of ``members`` in their archive, each from its first header (long-name and
+    pax headers included) to the end of its data blocks; neighbours merged into one range."""
+    ranges: list[tuple[int, int]] = []
+    for member in sorted(members, key=lambda m: m.offset):
+        start, end = member.offset, member.offset_data + -(-member.size // _BLOCK) * _BLOCK
+        if ranges and ranges[-1][0] + ranges[-1][1] == start:
+            ranges[-1] = (ranges[-1][0], end - ranges[-1][0])
+        else:
+            ranges.append((start, end - start))
+    return ranges
+
 
 
 def plain_listing(fd: int, offset: int, size: int) -> list[str] | None:
@@ -122,25 +141,31 @@ def _check_written(part: Path, expected: set[str], label: str) -> None:
                            "again (the run resumes where it stopped).")
 
 
-def extract_class(outer: tarfile.TarFile, fd: int, member: tarfile.TarInfo, part: Path, folder: Path,
-                  label: str, bar) -> tuple[int, int]:
-    """One class tar (``member`` of ``outer``, whose file is open as ``fd``) into ``part`` by GNU tar, then renamed
-    to ``folder``; returns (images written, system files skipped). Its listing is checked first (regular files,
-    base names, no name twice); ``part`` is removed if anything goes wrong."""
+def list_class(outer: tarfile.TarFile, fd: int, member: tarfile.TarInfo, label: str) -> list[str]:
+    """The names the class tar ``member`` of ``outer`` (open as ``fd``) will be written under, checked: regular
+    files, base names, no name twice; PrepareError naming ``label`` otherwise."""
+    names = plain_listing(fd, member.offset_data, member.size)
+    if names is None:  # anything but plain ustar files: tarfile reads it and names what is wrong
+        try:
+            with tarfile.open(fileobj=outer.extractfile(member)) as inner:
+                listed = [m for m in inner.getmembers() if not m.isdir()]
+        except BROKEN as exc:
+            raise PrepareError(f"SOURCE: {label} is corrupt or truncated ({why(exc)}). Fix: download the archive "
+                               "again (the run resumes where it stopped).") from None
+        names = [member_name(m, label) for m in listed]
+    check_unique(names, label)
+    return names
+
+
+def extract_class(fd: int, member: tarfile.TarInfo, names: list[str], part: Path, folder: Path, label: str,
+                  bar) -> tuple[int, int]:
+    """One class tar (``member`` of the archive open as ``fd``, listed as ``names`` by :func:`list_class`) into
+    ``part`` by GNU tar, then renamed to ``folder``; returns (images written, system files skipped). ``part`` is
+    removed if anything goes wrong."""
     shutil.rmtree(part, ignore_errors=True)  # an interrupted extraction of our own
     part.mkdir()
     try:
-        names = plain_listing(fd, member.offset_data, member.size)
-        if names is None:  # anything but plain ustar files: tarfile reads it and names what is wrong
-            try:
-                with tarfile.open(fileobj=outer.extractfile(member)) as inner:
-                    listed = [m for m in inner.getmembers() if not m.isdir()]
-            except BROKEN as exc:
-                raise PrepareError(f"SOURCE: {label} is corrupt or truncated ({why(exc)}). Fix: download the archive "
-                                   "again (the run resumes where it stopped).") from None
-            names = [member_name(m, label) for m in listed]
-        check_unique(names, label)
-        _feed_tar(fd, member.offset_data, member.size, part, [], label, bar)
+        _feed_tar(fd, [(member.offset_data, member.size)], part, label, bar)
         _check_written(part, set(names), label)
         skipped = [n for n in names if is_system_file(n)]
         for name in skipped:
@@ -154,20 +179,18 @@ def extract_class(outer: tarfile.TarFile, fd: int, member: tarfile.TarInfo, part
 
 def extract_val(archive: Path, members: list[tarfile.TarInfo], targets: list[Path], part: Path, bar) -> None:
     """The validation images ``members`` of ``archive`` into their ``targets`` (class folders) by GNU tar: all
-    into ``part``, then each renamed into place (a file already at a target is never replaced)."""
+    into ``part``, then each renamed into place (a file already at a target is never replaced). tar reads only
+    these members' bytes (:func:`member_ranges`): its ``--files-from`` compares every member with every listed
+    name (18 s against 1.6 s for 50,000 names, measured)."""
     shutil.rmtree(part, ignore_errors=True)
     part.mkdir(parents=True)
-    listing = part.with_name(f"{part.name}.list")
     try:
-        listing.write_bytes(b"".join(m.name.encode() + b"\0" for m in members))
         with open(archive, "rb") as raw:
-            _feed_tar(raw.fileno(), 0, os.fstat(raw.fileno()).st_size, part,
-                      ["--null", "--verbatim-files-from", f"--files-from={listing}"], str(archive), bar)
+            _feed_tar(raw.fileno(), member_ranges(members), part, str(archive), bar, bytes(2 * _BLOCK))
         _check_written(part, {t.name for t in targets}, str(archive))
         for target in targets:
             target.parent.mkdir(parents=True, exist_ok=True)
             if not os.path.lexists(target):
                 os.rename(part / target.name, target)
     finally:
-        listing.unlink(missing_ok=True)
         shutil.rmtree(part, ignore_errors=True)

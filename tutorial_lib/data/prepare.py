@@ -24,10 +24,20 @@ import os
 import shutil
 import tarfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tutorial_lib.data import PREPARE_COMMAND
-from tutorial_lib.data.extract import BROKEN, check_unique, extract_class, extract_val, member_name, why
+from tutorial_lib.data.extract import (
+    BROKEN,
+    check_unique,
+    extract_class,
+    extract_val,
+    list_class,
+    member_name,
+    member_ranges,
+    why,
+)
 from tutorial_lib.data.layouts import FULL_SET, PrepareError, Source, detect, val_labels
 from tutorial_lib.data.links import HUBS, MARK, make_link
 from tutorial_lib.data.names import is_image, is_system_file
@@ -202,22 +212,36 @@ def _link_val(val: Path, dest: Path, sources: list[Path], todo: dict, show: bool
 
 
 def _extract_train(found: Source, dest: Path, todo: dict, state: dict, show: bool) -> None:
+    """The class tars not extracted yet, one at a time: GNU tar writes a class (in a thread that mostly waits
+    on tar) while Python lists and checks the next one."""
     train = dest / "train"
     train.mkdir(parents=True, exist_ok=True)
     skipped = state.setdefault("skipped_train", {})
     members = [m for m in todo["members"] if not (train / Path(m.name).stem).is_dir()]
-    with tarfile.open(found.train) as outer, open(found.train, "rb") as raw, \
+    files, done = 0, 0
+
+    def finish(running) -> None:  # wait for the class being written, then count it
+        nonlocal files, done
+        if running is None:
+            return
+        wnid, future = running
+        written, system_files = future.result()
+        files, done = files + written, done + 1
+        if system_files:  # kept for a resumed run's count; a mark rewritten per class cost ~7 ms each
+            skipped[wnid] = system_files
+            _write_state(dest, state)
+        bar.set_postfix_str(f"{files:,} files, {done:,}/{len(members):,} classes", refresh=False)
+
+    with tarfile.open(found.train) as outer, open(found.train, "rb") as raw, ThreadPoolExecutor(1) as writer, \
             _bar(sum(m.size for m in members), "train: extracting", show, "B") as bar:
-        files = 0
-        for done, member in enumerate(members, 1):
-            wnid = Path(member.name).stem
-            written, system_files = extract_class(outer, raw.fileno(), member, train / f".part-{wnid}",
-                                                  train / wnid, f"{found.train}:{member.name}", bar)
-            files += written
-            if system_files:  # kept for a resumed run's count; a mark rewritten per class cost ~7 ms each
-                skipped[wnid] = system_files
-                _write_state(dest, state)
-            bar.set_postfix_str(f"{files:,} files, {done:,}/{len(members):,} classes", refresh=False)
+        running = None
+        for member in members:
+            wnid, label = Path(member.name).stem, f"{found.train}:{member.name}"
+            names = list_class(outer, raw.fileno(), member, label)
+            finish(running)
+            running = wnid, writer.submit(extract_class, raw.fileno(), member, names, train / f".part-{wnid}",
+                                          train / wnid, label, bar)
+        finish(running)
 
 
 def _extract_val(found: Source, dest: Path, todo: dict, show: bool) -> None:
@@ -225,8 +249,10 @@ def _extract_val(found: Source, dest: Path, todo: dict, show: bool) -> None:
              for m, n in zip(todo["val_members"], todo["val_names"], strict=True)]
     pairs = [(m, t) for m, t in pairs if not os.path.lexists(t)]
     if pairs:
-        with _bar(found.val.stat().st_size, f"val: extracting {len(pairs):,} images", show, "B") as bar:
-            extract_val(found.val, *map(list, zip(*pairs, strict=True)), dest / "val" / ".part-flat", bar)
+        members, targets = map(list, zip(*pairs, strict=True))
+        total = sum(size for _, size in member_ranges(members))
+        with _bar(total, f"val: extracting {len(pairs):,} images", show, "B") as bar:
+            extract_val(found.val, members, targets, dest / "val" / ".part-flat", bar)
 
 
 def _count(split: Path) -> tuple[dict[str, int], int]:
