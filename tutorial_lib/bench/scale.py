@@ -20,8 +20,10 @@ import shutil
 import subprocess
 import tarfile
 import time
+from functools import partial
 from pathlib import Path
 
+from tutorial_lib.bench.disk import wait_for_quiet_disk
 from tutorial_lib.data.names import DEVKIT_TAR, TRAIN_TAR, VAL_TAR
 
 SIZES = {"10k": 10_000, "100k": 100_000, "full": 1_331_167}
@@ -157,55 +159,85 @@ def _record(step: str, form: str, files: int, seconds: float, load: float, **ext
 
 
 def _gnu_tar_record(source: Path, dest: Path, files: int) -> dict:
-    """GNU tar extracting the archives of ``source`` into ``dest`` (removed after), timed until on disk: the
-    yardstick of ``prepare``'s extraction at the same size, on the same disk."""
+    """GNU tar extracting the archives of ``source`` into a new ``dest`` (kept: deleting a million files keeps
+    the disk busy for minutes, see :mod:`.disk`), timed until on disk after the disk went quiet: the yardstick
+    of ``prepare``'s extraction at the same size, on the same disk."""
     from tutorial_lib.bench.extract import gnu_tar
 
-    shutil.rmtree(dest, ignore_errors=True)
-    os.sync()
+    waited = wait_for_quiet_disk(dest.parent)
     load, began = os.getloadavg()[0], time.perf_counter()
     gnu_tar(source, dest)
     os.sync()
-    record = _record("tar", "archives", files, time.perf_counter() - began, load)
-    shutil.rmtree(dest)
-    os.sync()
-    return record
+    return _record("tar", "archives", files, time.perf_counter() - began, load, disk_wait_s=waited)
 
 
 STEPS = ("prepare", "tar", "scan", "job", "stage")
 
 
+def _prepare_record(source: Path, dest: Path, form: str, files: int) -> dict:
+    """``prepare`` of ``source`` into a new ``dest`` (kept for the later steps), timed until on disk after the
+    disk went quiet."""
+    from tutorial_lib.data.prepare import prepare
+
+    waited = wait_for_quiet_disk(dest.parent)
+    load, began = os.getloadavg()[0], time.perf_counter()
+    summary = prepare(source, dest, progress=False, subset=True)
+    os.sync()
+    return _record("prepare", form, files, time.perf_counter() - began, load, made=summary["made"],
+                   train_images=summary["train"], val_images=summary["val"], disk_wait_s=waited)
+
+
+def _tar_beside_prepare(source: Path, work: Path, size: str, files: int, rounds: int) -> tuple[list[dict], Path]:
+    """``rounds`` pairs of GNU tar and ``prepare`` on the archives, in alternating order, each into a folder of
+    its own and nothing deleted until all are timed; returns the records and the last prepared DEST (kept)."""
+    dests = [(work / f"tar-{size}-{r}", work / f"dest-archives-{size}-{r}") for r in range(rounds)]
+    for path in (p for pair in dests for p in pair):
+        shutil.rmtree(path, ignore_errors=True)  # an interrupted earlier run's
+    needed, free = 2 * rounds * files * 5000, shutil.disk_usage(work).free  # a block and an inode a tiny file
+    if needed > free:
+        raise ValueError(f"rounds: {rounds} pairs at {size} need about {needed / 1e9:.0f} GB, {work} has "
+                         f"{free / 1e9:.0f} GB free. Fix: fewer rounds, or a --work-dir on a larger disk.")
+    records = []
+    for round_, (tar_dest, dest) in enumerate(dests):
+        pair = [partial(_gnu_tar_record, source, tar_dest, files),
+                partial(_prepare_record, source, dest, "archives", files)]
+        records += [{**side(), "round": round_} for side in (pair if round_ % 2 == 0 else pair[::-1])]
+    for path in [p for pair in dests for p in pair][:-1]:
+        shutil.rmtree(path)
+    return records, dests[-1][1]
+
+
 def measure_scale(size: str = "10k", work_dir: str | os.PathLike = "data/scale",
-                  forms=("kaggle", "flat_val", "folders", "archives"), steps=("prepare", "scan")) -> list[dict]:
-    """For each form: ``prepare`` (seconds, to disk with sync; ``tar``: GNU tar on the same archives before it),
-    the job's one scan of the prepared DEST (:func:`tutorial_lib.data.file_index.build`), a 4-rank job's launch to
-    first step (``job``) and staging (``stage``) of it, as ``steps`` asks. ``size`` is 10k, 100k or full."""
+                  forms=("kaggle", "flat_val", "folders", "archives"), steps=("prepare", "scan"),
+                  rounds: int = 1) -> list[dict]:
+    """For each form: ``prepare`` (seconds, to disk with sync; ``tar``: GNU tar on the same archives beside it,
+    ``rounds`` pairs in alternating order, each record naming its round), the job's one scan of the prepared DEST
+    (:func:`tutorial_lib.data.file_index.build`), a 4-rank job's launch to first step (``job``) and staging
+    (``stage``) of it, as ``steps`` asks. ``size`` is 10k, 100k or full."""
     from tutorial_lib.bench.scale_job import measure_first_step, measure_stage
     from tutorial_lib.data import file_index
-    from tutorial_lib.data.prepare import prepare
 
     if size not in SIZES:
         raise ValueError(f"files: {size!r} is not one of {', '.join(SIZES)}. Fix: pass one of them.")
     unknown = sorted(set(steps) - set(STEPS))
     if unknown:
         raise ValueError(f"steps: {', '.join(unknown)} not known. Fix: pick from {', '.join(STEPS)}.")
+    if rounds < 1:
+        raise ValueError(f"rounds: {rounds} is not a count of rounds. Fix: pass 1 or more.")
     files, work = SIZES[size], Path(work_dir)
     started, built = time.perf_counter(), not (work / f"base-{size}" / "scale_tree.json").is_file()
     state = build_base(work / f"base-{size}", files)
     records = [_record("build", "base", files, time.perf_counter() - started, os.getloadavg()[0])] if built else []
     for form in forms:
         source = make_form(work / f"base-{size}", state, form, work / f"{form}-{size}")
-        dest = work / f"dest-{form}-{size}"
-        shutil.rmtree(dest, ignore_errors=True)
-        if "tar" in steps and form == "archives":  # GNU tar on the same archives, just before prepare, to disk
-            records.append(_gnu_tar_record(source, work / f"tar-{size}", files))
-        os.sync()
-        load, began = os.getloadavg()[0], time.perf_counter()
-        summary = prepare(source, dest, progress=False, subset=True)
-        os.sync()
-        if "prepare" in steps:
-            records.append(_record("prepare", form, files, time.perf_counter() - began, load, made=summary["made"],
-                                   train_images=summary["train"], val_images=summary["val"]))
+        if "tar" in steps and form == "archives":  # GNU tar on the same archives beside prepare, interleaved
+            paired, dest = _tar_beside_prepare(source, work, size, files, rounds)
+            records += [r for r in paired if r["step"] == "tar" or "prepare" in steps]
+        else:
+            dest = work / f"dest-{form}-{size}"
+            shutil.rmtree(dest, ignore_errors=True)
+            record = _prepare_record(source, dest, form, files)
+            records += [record] if "prepare" in steps else []
         if "scan" in steps:
             load, began = os.getloadavg()[0], time.perf_counter()
             index = file_index.build(dest, work / f"run-{form}-{size}")
