@@ -6,7 +6,7 @@ import pytest
 
 from tutorial_lib import REPO_ROOT
 from tutorial_lib.bench.records import read_records
-from tutorial_lib.bench.scale_table import BEGIN, END, growth, scale_table
+from tutorial_lib.bench.scale_table import BEGIN, END, TAR_BEGIN, TAR_END, growth, scale_table, tar_table, update
 
 
 def _record(step: str, files: int, seconds: float, timestamp: float = 0.0) -> dict:
@@ -43,3 +43,45 @@ def test_the_growth_from_100k_shows_a_step_that_turns_worse_than_linear():
                          _record("scan", 1_331_167, 100.0, 3)])
     row = table.splitlines()[2]
     assert "| 0.94 (linear or better) | 1.51 (worse than linear) |" in row
+
+
+def _paired(step: str, files: int, seconds: float, round_: int, timestamp: float) -> dict:
+    return {**_record(step, files, seconds, timestamp), "form": "archives", "round": round_, "disk_wait_s": 5.0}
+
+
+def test_the_tar_table_shows_each_set_of_pairs_and_decides_from_its_median_ratio():
+    old_set = [_paired("tar", 10_000, 1.0, 0, 1), _paired("prepare", 10_000, 9.0, 0, 2)]
+    new_set = [_paired("tar", 10_000, 10.0, 0, 3), _paired("prepare", 10_000, 10.5, 0, 4),
+               _paired("prepare", 10_000, 30.0, 1, 5), _paired("tar", 10_000, 20.0, 1, 6),
+               _paired("tar", 10_000, 10.0, 2, 7), _paired("prepare", 10_000, 10.0, 2, 8)]
+    unsettled = [{**_record("tar", 10_000, 1.0, 0.5), "form": "archives", "round": 0}]  # no quiet-disk wait
+    first, row = tar_table(unsettled + old_set + new_set).splitlines()[2:]
+    assert first.startswith("| 10,000 | 1 | 1.00 | 9.00 | 9.00 | 9.00 |") and first.endswith("over 1.1x |")
+    assert row.startswith("| 10,000 | 3 | 10.0, 20.0, 10.0 | 10.5, 30.0, 10.0 | 1.05, 1.50, 1.00 | 1.05 |")
+    assert row.endswith("| within 1.1x of tar |")
+
+
+def test_the_tar_table_says_how_far_over_the_goal_a_size_is():
+    table = tar_table([_paired("tar", 1_331_167, 50.0, 0, 1), _paired("prepare", 1_331_167, 66.0, 0, 2),
+                       _paired("prepare", 1_331_167, 65.0, 1, 3), _paired("tar", 1_331_167, 50.0, 1, 4)])
+    assert table.splitlines()[2].endswith("| 1.32, 1.30 | 1.31 | 3.0-3.0 | 1.31x tar's time: over 1.1x |")
+
+
+def test_the_docs_tar_table_is_the_one_the_results_give():
+    text = (REPO_ROOT / "docs" / "imagenet.md").read_text()
+    assert TAR_BEGIN in text and TAR_END in text, "docs/imagenet.md lost its tar table markers"
+    shown = text.split(TAR_BEGIN, 1)[1].split(TAR_END, 1)[0].strip()
+    assert shown == tar_table(read_records(REPO_ROOT / "results" / "scale.jsonl")).strip()
+
+
+def test_update_rewrites_both_tables_between_their_markers_and_names_a_missing_one(tmp_path):
+    records = [_record("scan", 10_000, 1.0, 1), _paired("tar", 10_000, 2.0, 0, 2),
+               _paired("prepare", 10_000, 2.1, 0, 3)]
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"intro\n{BEGIN}\nold table\n{END}\nmiddle\n{TAR_BEGIN}\n{TAR_END}\nend\n")
+    update(doc, records)
+    assert doc.read_text() == (f"intro\n{BEGIN}\n{scale_table(records)}{END}\nmiddle\n{TAR_BEGIN}\n"
+                               f"{tar_table(records)}{TAR_END}\nend\n")
+    doc.write_text(f"{BEGIN}\n{END}\n")
+    with pytest.raises(ValueError, match="lacks the marker <!-- tar-table"):
+        update(doc, records)

@@ -1,7 +1,10 @@
-"""The table of docs/imagenet.md that says how each step of the data path grows from 10k files to ImageNet's
-1,331,167, made from ``results/scale.jsonl`` (the latest record of each step, form and size).
+"""The tables of docs/imagenet.md made from ``results/scale.jsonl``: how each step of the data path grows from
+10k files to ImageNet's 1,331,167 (the latest record of each step, form and size), and ``prepare`` against GNU
+tar on the same archives (every set of paired rounds, with its verdict).
 
-    python -m tutorial_lib.bench.scale_table results/scale.jsonl    # prints the markdown table
+    python -m tutorial_lib.bench.scale_table results/scale.jsonl         # prints the growth table
+    python -m tutorial_lib.bench.scale_table --tar results/scale.jsonl   # prints the tar comparison
+    python -m tutorial_lib.bench.scale_table --update docs/imagenet.md   # rewrites both between their markers
 
 Growth is the exponent ``k`` of ``seconds ~ files**k`` from the smallest (10k) and from the middle size (100k)
 to the largest measured: 1 is linear, below 1 better (a fixed cost such as a process start dominates), above 1
@@ -12,12 +15,18 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import statistics
+from pathlib import Path
 
 from tutorial_lib.bench.records import read_records
 from tutorial_lib.bench.scale import SIZES
 
 BEGIN = "<!-- scale-table: python -m tutorial_lib.bench.scale_table results/scale.jsonl -->"
 END = "<!-- /scale-table -->"
+TAR_BEGIN = "<!-- tar-table: python -m tutorial_lib.bench.scale_table --tar results/scale.jsonl -->"
+TAR_END = "<!-- /tar-table -->"
+WITHIN = 1.1  # the issue's goal: extraction within 1.1x of GNU tar's time
 _ORDER = ("prepare", "tar", "scan", "job", "stage")  # the data path (the benchmark's own tree building is not in it)
 
 
@@ -71,12 +80,73 @@ def scale_table(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paired_sets(records: list[dict]) -> list[list[dict]]:
+    """The sets of paired tar/prepare rounds timed on a quiet disk (records with ``round`` and ``disk_wait_s``),
+    each in the order run, sets ordered by
+    size then time. A set ends where round 0 comes again at its size."""
+    sets: dict[int, list[list[dict]]] = {}
+    for record in sorted(records, key=lambda r: r.get("timestamp", 0)):
+        if (record.get("step") not in ("tar", "prepare") or "round" not in record or "disk_wait_s" not in record
+                or record.get("status") != "ok"):
+            continue  # only pairs timed on a quiet disk (see bench/disk.py)
+        runs = sets.setdefault(record["files"], [[]])
+        if record["round"] == 0 and any(r["round"] > 0 or r["step"] == record["step"] for r in runs[-1]):
+            runs.append([])
+        runs[-1].append(record)
+    return [run for files in sorted(sets) for run in sets[files]]
+
+
+def tar_table(records: list[dict]) -> str:
+    """Markdown: one row per set of paired rounds: each round's GNU tar and ``prepare`` seconds, the ratio of each
+    pair, their median and the verdict against :data:`WITHIN`, with the load."""
+    head = ["files", "rounds", "GNU tar, s", "prepare, s", "prepare / tar, each round", "median", "load", "verdict"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for chosen in paired_sets(records):
+        side = {(r["step"], r["round"]): r for r in chosen}
+        rounds = sorted({r["round"] for r in chosen})
+        pairs = [(side[("tar", n)]["seconds"], side[("prepare", n)]["seconds"]) for n in rounds
+                 if ("tar", n) in side and ("prepare", n) in side]
+        if not pairs:
+            continue
+        ratios = [prep / tar for tar, prep in pairs]
+        median = statistics.median(ratios)
+        loads = [r["load_average_1m"] for r in chosen]
+        verdict = f"within {WITHIN}x of tar" if median <= WITHIN else f"{median:.2f}x tar's time: over {WITHIN}x"
+        lines.append(f"| {chosen[0]['files']:,} | {len(pairs)} | {', '.join(_seconds(t) for t, _ in pairs)} | "
+                     f"{', '.join(_seconds(p) for _, p in pairs)} | {', '.join(f'{x:.2f}' for x in ratios)} | "
+                     f"{median:.2f} | {min(loads):.1f}-{max(loads):.1f} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def update(doc: str | os.PathLike, records: list[dict]) -> None:
+    """Rewrite both tables of ``doc`` between their markers; ValueError naming a marker that is missing."""
+    path = Path(doc)
+    text = path.read_text()
+    for begin, end, table in ((BEGIN, END, scale_table(records)), (TAR_BEGIN, TAR_END, tar_table(records))):
+        if begin not in text or end not in text:
+            raise ValueError(f"--update: {path} lacks the marker {begin if begin not in text else end}. Fix: put "
+                             "the two markers where the table goes.")
+        head, rest = text.split(begin, 1)
+        text = head + begin + "\n" + table + end + rest.split(end, 1)[1]
+    path.write_text(text)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the table of the result file named on the command line."""
+    """Print the growth table (``--tar``: the tar comparison) of the result file, or ``--update`` a document."""
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.bench.scale_table",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("results", nargs="?", default="results/scale.jsonl", help="the scale benchmark's JSON lines")
-    print(scale_table(read_records(parser.parse_args(argv).results)), end="")
+    parser.add_argument("--tar", action="store_true", help="the comparison with GNU tar instead")
+    parser.add_argument("--update", metavar="DOC", help="rewrite both tables in DOC between their markers")
+    args = parser.parse_args(argv)
+    records = read_records(args.results)
+    if args.update:
+        try:
+            update(args.update, records)
+        except (ValueError, OSError) as exc:
+            parser.exit(2, f"{exc}\n")
+        return 0
+    print(tar_table(records) if args.tar else scale_table(records), end="")
     return 0
 
 
