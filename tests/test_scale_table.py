@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tutorial_lib import REPO_ROOT
+from tutorial_lib.bench.pairs import shown_between
 from tutorial_lib.bench.records import read_records
 from tutorial_lib.bench.scale_table import BEGIN, END, TAR_BEGIN, TAR_END, growth, scale_table, tar_table, update
 
@@ -15,9 +16,8 @@ def _record(step: str, files: int, seconds: float, timestamp: float = 0.0) -> di
 
 
 def test_the_docs_table_is_the_one_the_results_give():
-    text = (REPO_ROOT / "docs" / "imagenet.md").read_text()
-    assert BEGIN in text and END in text, "docs/imagenet.md lost its scale table markers"
-    shown = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    shown = shown_between(REPO_ROOT / "docs" / "imagenet.md", BEGIN, END)
+    assert shown is not None, "docs/imagenet.md lost its scale table markers"
     assert shown == scale_table(read_records(REPO_ROOT / "results" / "scale.jsonl")).strip()
 
 
@@ -68,9 +68,8 @@ def test_the_tar_table_says_how_far_over_the_goal_a_size_is():
 
 
 def test_the_docs_tar_table_is_the_one_the_results_give():
-    text = (REPO_ROOT / "docs" / "imagenet.md").read_text()
-    assert TAR_BEGIN in text and TAR_END in text, "docs/imagenet.md lost its tar table markers"
-    shown = text.split(TAR_BEGIN, 1)[1].split(TAR_END, 1)[0].strip()
+    shown = shown_between(REPO_ROOT / "docs" / "imagenet.md", TAR_BEGIN, TAR_END)
+    assert shown is not None, "docs/imagenet.md lost its tar table markers"
     assert shown == tar_table(read_records(REPO_ROOT / "results" / "scale.jsonl")).strip()
 
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 from pathlib import Path
 
+from tutorial_lib.bench.pairs import median_ratio, paired_sets, pairs, replace_between
 from tutorial_lib.bench.records import read_records
 from tutorial_lib.bench.scale import SIZES
 
@@ -80,20 +80,11 @@ def scale_table(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def paired_sets(records: list[dict]) -> list[list[dict]]:
-    """The sets of paired tar/prepare rounds timed on a quiet disk (records with ``round`` and ``disk_wait_s``),
-    each in the order run, sets ordered by
-    size then time. A set ends where round 0 comes again at its size."""
-    sets: dict[int, list[list[dict]]] = {}
-    for record in sorted(records, key=lambda r: r.get("timestamp", 0)):
-        if (record.get("step") not in ("tar", "prepare") or "round" not in record or "disk_wait_s" not in record
-                or record.get("status") != "ok"):
-            continue  # only pairs timed on a quiet disk (see bench/disk.py)
-        runs = sets.setdefault(record["files"], [[]])
-        if record["round"] == 0 and any(r["round"] > 0 or r["step"] == record["step"] for r in runs[-1]):
-            runs.append([])
-        runs[-1].append(record)
-    return [run for files in sorted(sets) for run in sets[files]]
+def _tar_side(record: dict) -> str | None:
+    """``tar`` or ``prepare`` for a record of a pair timed on a quiet disk (see bench/disk.py), else None."""
+    if record.get("step") in ("tar", "prepare") and "disk_wait_s" in record:
+        return record["step"]
+    return None
 
 
 def tar_table(records: list[dict]) -> str:
@@ -101,19 +92,15 @@ def tar_table(records: list[dict]) -> str:
     pair, their median and the verdict against :data:`WITHIN`, with the load."""
     head = ["files", "rounds", "GNU tar, s", "prepare, s", "prepare / tar, each round", "median", "load", "verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for chosen in paired_sets(records):
-        side = {(r["step"], r["round"]): r for r in chosen}
-        rounds = sorted({r["round"] for r in chosen})
-        pairs = [(side[("tar", n)]["seconds"], side[("prepare", n)]["seconds"]) for n in rounds
-                 if ("tar", n) in side and ("prepare", n) in side]
-        if not pairs:
+    for chosen in paired_sets(records, _tar_side, lambda r: r["files"]):
+        timed = pairs(chosen, _tar_side, lambda r: r["seconds"], "tar", "prepare")
+        if not timed:
             continue
-        ratios = [prep / tar for tar, prep in pairs]
-        median = statistics.median(ratios)
+        ratios, median = [prep / tar for tar, prep in timed], median_ratio(timed)
         loads = [r["load_average_1m"] for r in chosen]
         verdict = f"within {WITHIN}x of tar" if median <= WITHIN else f"{median:.2f}x tar's time: over {WITHIN}x"
-        lines.append(f"| {chosen[0]['files']:,} | {len(pairs)} | {', '.join(_seconds(t) for t, _ in pairs)} | "
-                     f"{', '.join(_seconds(p) for _, p in pairs)} | {', '.join(f'{x:.2f}' for x in ratios)} | "
+        lines.append(f"| {chosen[0]['files']:,} | {len(timed)} | {', '.join(_seconds(t) for t, _ in timed)} | "
+                     f"{', '.join(_seconds(p) for _, p in timed)} | {', '.join(f'{x:.2f}' for x in ratios)} | "
                      f"{median:.2f} | {min(loads):.1f}-{max(loads):.1f} | {verdict} |")
     return "\n".join(lines) + "\n"
 
@@ -123,11 +110,7 @@ def update(doc: str | os.PathLike, records: list[dict]) -> None:
     path = Path(doc)
     text = path.read_text()
     for begin, end, table in ((BEGIN, END, scale_table(records)), (TAR_BEGIN, TAR_END, tar_table(records))):
-        if begin not in text or end not in text:
-            raise ValueError(f"--update: {path} lacks the marker {begin if begin not in text else end}. Fix: put "
-                             "the two markers where the table goes.")
-        head, rest = text.split(begin, 1)
-        text = head + begin + "\n" + table + end + rest.split(end, 1)[1]
+        text = replace_between(text, begin, end, table, str(path))
     path.write_text(text)
 
 

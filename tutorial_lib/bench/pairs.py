@@ -1,0 +1,60 @@
+"""Side-by-side comparisons kept as JSON lines: the sets of paired rounds in a result file, each pair's ratio,
+and the generated blocks of a document (between two HTML comment markers) that show them.
+
+Used by :mod:`tutorial_lib.bench.scale_table` (``prepare`` against GNU tar at ImageNet's file count) and
+:mod:`tutorial_lib.bench.extract_table` (the same at ImageNet's file size, and the full set's time).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+
+def paired_sets(records: list[dict], side_of: Callable[[dict], str | None],
+                size_of: Callable[[dict], int]) -> list[list[dict]]:
+    """The sets of paired rounds among ``records`` (those ``side_of`` names a side of; each has ``round``), each
+    in the order run, sets ordered by size (``size_of``) then time. A set ends where round 0 comes again at its
+    size or a side repeats in round 0."""
+    sets: dict[int, list[list[dict]]] = {}
+    for record in sorted(records, key=lambda r: r.get("timestamp", 0)):
+        if side_of(record) is None or "round" not in record or record.get("status") != "ok":
+            continue
+        runs = sets.setdefault(size_of(record), [[]])
+        if record["round"] == 0 and any(r["round"] > 0 or side_of(r) == side_of(record) for r in runs[-1]):
+            runs.append([])
+        runs[-1].append(record)
+    return [run for size in sorted(sets) for run in sets[size]]
+
+
+def pairs(chosen: list[dict], side_of: Callable[[dict], str | None], seconds_of: Callable[[dict], float],
+          baseline: str, measured: str) -> list[tuple[float, float]]:
+    """``(baseline seconds, measured seconds)`` of each round of a set in which both sides ran."""
+    side = {(side_of(r), r["round"]): seconds_of(r) for r in chosen}
+    rounds = sorted({r["round"] for r in chosen})
+    return [(side[(baseline, n)], side[(measured, n)]) for n in rounds
+            if (baseline, n) in side and (measured, n) in side]
+
+
+def median_ratio(timed: list[tuple[float, float]]) -> float:
+    """The median of the rounds' ``measured / baseline`` (each pair ran side by side, under the same load)."""
+    return statistics.median(measured / baseline for baseline, measured in timed)
+
+
+def replace_between(text: str, begin: str, end: str, body: str, where: str) -> str:
+    """``text`` with the lines between the markers ``begin`` and ``end`` replaced by ``body``; ValueError naming
+    the marker ``where`` lacks."""
+    if begin not in text or end not in text:
+        raise ValueError(f"--update: {where} lacks the marker {begin if begin not in text else end}. Fix: put the "
+                         "two markers where the generated text goes.")
+    head, rest = text.split(begin, 1)
+    return head + begin + "\n" + body + end + rest.split(end, 1)[1]
+
+
+def shown_between(path: str | Path, begin: str, end: str) -> str | None:
+    """What a document shows between two markers (stripped), None where a marker is missing."""
+    text = Path(path).read_text()
+    if begin not in text or end not in text:
+        return None
+    return text.split(begin, 1)[1].split(end, 1)[0].strip()
