@@ -289,3 +289,25 @@ def test_bench_keeps_the_contract_on_torn_files(command, path, content):
             for name in ("config.json", "metrics.jsonl"):
                 (Path(target) / name).write_bytes(content)
         _check_contract(box, main, [command, target])
+
+
+BAD_SIZES = ["0x5", "5", "axb", "-3x4", "", "500x", "x375", "1e3x2", "500 x 375x2"]
+
+
+@CASES
+@given(argv=st.one_of(
+    st.integers(max_value=0).map(lambda n: ["extract", "--rounds", str(n)]),
+    st.one_of(st.integers(max_value=0), st.integers(min_value=21)).map(lambda n: ["extract", "--classes", str(n)]),
+    st.integers(max_value=0).map(lambda n: ["extract", "--per-class", str(n)]),
+    st.sampled_from(BAD_SIZES).map(lambda text: ["extract", "--jpeg-size", text]),
+    TEXT.filter(lambda text: text not in ("10k", "100k", "full")).map(lambda text: ["scale", "--files", text]),
+    st.integers(max_value=0).map(lambda n: ["scale", "--rounds", str(n)]),
+    TEXT.filter(lambda text: text.strip(", ") and not set(text.split(",")) <= {"prepare", "tar", "scan", "job",
+                                                                              "stage"})
+    .map(lambda text: ["scale", "--steps", text])))
+def test_the_data_benchmarks_refuse_bad_values_before_they_write(argv):
+    from tutorial_lib.bench.cli import main
+
+    with _sandbox() as box:
+        _check_contract(box, main, [*argv, "--work-dir", str(box.dest / "work")])
+        assert not (box.dest / "work").exists(), argv

@@ -124,12 +124,15 @@ def test_the_extraction_benchmark_gets_the_same_files_from_prepare_and_gnu_tar(t
     from tutorial_lib.bench.extract import measure_extract
     from tutorial_lib.bench.scale import SIZES, split_counts
 
-    records = measure_extract(classes=2, per_class=3, val_per_class=1, rounds=2, size=(20, 15), work_dir=tmp_path)
-    assert [(r["side"], r["round"]) for r in records] == [("gnu_tar", 0), ("prepare", 0), ("prepare", 1),
-                                                          ("gnu_tar", 1)]
+    records = measure_extract(classes=2, per_class=3, val_per_class=1, rounds=2, size=(20, 15), work_dir=tmp_path,
+                              quiet_s=0)
+    assert [(r["side"], r["round"]) for r in records] == [("gnu_tar", 0), ("prepare", 0), ("copy", 0),
+                                                          ("copy", 1), ("prepare", 1), ("gnu_tar", 1)]
     by_side = {r["side"]: r for r in records}
     # prepare writes its mark and its lock file beside the same images
     assert by_side["prepare"]["files"] == by_side["gnu_tar"]["files"] + 2 == 2 * 3 + 2 * 1 + 2
+    assert by_side["copy"]["bytes"] == by_side["copy"]["archive_bytes"] > by_side["gnu_tar"]["bytes"]
+    assert all(r["disk_wait_s"] >= 0 and r["image_size"] == [20, 15] for r in records)
     assert all(r["seconds_to_disk"] > 0 and "GNU tar" in r["tar"] for r in records)
     assert split_counts(SIZES["full"]) == (1_281_167, 50_000)
 

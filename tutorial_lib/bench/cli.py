@@ -51,6 +51,16 @@ def _parse_list(text: str, kind=str) -> list:
     return [kind(v) for v in str(text).replace(" ", "").split(",") if v]
 
 
+def _width_height(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        width = height = 0
+    if width < 1 or height < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT in pixels; pass e.g. 500x375")
+    return width, height
+
+
 def _algorithms(text: str) -> list[str]:
     from tutorial_lib.engine.config import ALLREDUCE_MODES
 
@@ -100,9 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
     ext = sub.add_parser("extract", parents=[common], help="`prepare` on the original archives against GNU tar "
                          "doing the same work, timed until on disk (sync), in interleaved rounds")
     ext.add_argument("--classes", type=int, default=20)
-    ext.add_argument("--per-class", type=int, default=100)
-    ext.add_argument("--val-per-class", type=int, default=10)
+    ext.add_argument("--per-class", type=int, default=250)
+    ext.add_argument("--val-per-class", type=int, default=25)
     ext.add_argument("--rounds", type=int, default=3)
+    ext.add_argument("--jpeg-size", default=(500, 375), type=_width_height,
+                     help="generated image size WxH (the default gives ImageNet's mean file size, about 110 KB)")
+    ext.add_argument("--cold-cache", action="store_true", help="drop the page cache before each timed run (root), so "
+                     "the archives are read from the disk as the real 145 GB must be")
     ext.add_argument("--work-dir", help="where the archives and both extractions go (default: the temporary folder)")
     scale = sub.add_parser("scale", parents=[common], help="the data path at 10k, 100k or ImageNet's 1,331,167 "
                            "files: prepare of each form and the job's one scan (empty files, real wnids)")
@@ -183,7 +197,7 @@ def add_data_arguments(sub, common) -> None:
                             "missing; pass a real ImageNet to measure it)")
         parser.add_argument("--classes", type=int, help="classes of the generated set")
         parser.add_argument("--per-class", type=int, help="training images per class of the generated set")
-        parser.add_argument("--jpeg-size", default="500x375", help="generated image size WxH")
+        parser.add_argument("--jpeg-size", default=(500, 375), type=_width_height, help="generated image size WxH")
         parser.add_argument("--workers", type=lambda t: _parse_list(t, int), help="comma list of worker counts")
         parser.add_argument("--batch-size", type=int)
         parser.add_argument("--image-size", type=int)
@@ -215,8 +229,7 @@ def _ensure_data(args, d: dict) -> None:
     root = Path(args.data_dir)
     if root.is_dir() and not (root / FAKE_MARKER).is_file() and any(root.iterdir()):
         return  # a real data set: use it as it is
-    width, height = (int(v) for v in args.jpeg_size.lower().split("x"))
-    make_fake_imagenet(root, args.classes or d["classes"], args.per_class or d["per_class"], (width, height))
+    make_fake_imagenet(root, args.classes or d["classes"], args.per_class or d["per_class"], args.jpeg_size)
 
 
 def run_data_command(args, device: torch.device, emit) -> None:
@@ -299,8 +312,8 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "extract":
         from tutorial_lib.bench.extract import measure_extract
 
-        _emit(measure_extract(args.classes, args.per_class, args.val_per_class, args.rounds,
-                              work_dir=args.work_dir), args)
+        _emit(measure_extract(args.classes, args.per_class, args.val_per_class, args.rounds, args.jpeg_size,
+                              work_dir=args.work_dir, cold_cache=args.cold_cache), args)
         return 0
     if args.command == "scale":
         from tutorial_lib.bench.scale import measure_scale

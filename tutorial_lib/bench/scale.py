@@ -25,6 +25,7 @@ from pathlib import Path
 
 from tutorial_lib.bench.disk import wait_for_quiet_disk
 from tutorial_lib.data.names import DEVKIT_TAR, TRAIN_TAR, VAL_TAR
+from tutorial_lib.engine.errors import ConfigError
 
 SIZES = {"10k": 10_000, "100k": 100_000, "full": 1_331_167}
 FULL_TRAIN, FULL_VAL, CLASSES = 1_281_167, 50_000, 1_000
@@ -195,7 +196,7 @@ def _tar_beside_prepare(source: Path, work: Path, size: str, files: int, rounds:
         shutil.rmtree(path, ignore_errors=True)  # an interrupted earlier run's
     needed, free = 2 * rounds * files * 5000, shutil.disk_usage(work).free  # a block and an inode a tiny file
     if needed > free:
-        raise ValueError(f"rounds: {rounds} pairs at {size} need about {needed / 1e9:.0f} GB, {work} has "
+        raise ConfigError(f"rounds: {rounds} pairs at {size} need about {needed / 1e9:.0f} GB, {work} has "
                          f"{free / 1e9:.0f} GB free. Fix: fewer rounds, or a --work-dir on a larger disk.")
     records = []
     for round_, (tar_dest, dest) in enumerate(dests):
@@ -218,12 +219,12 @@ def measure_scale(size: str = "10k", work_dir: str | os.PathLike = "data/scale",
     from tutorial_lib.data import file_index
 
     if size not in SIZES:
-        raise ValueError(f"files: {size!r} is not one of {', '.join(SIZES)}. Fix: pass one of them.")
+        raise ConfigError(f"files: {size!r} is not one of {', '.join(SIZES)}. Fix: pass one of them.")
     unknown = sorted(set(steps) - set(STEPS))
     if unknown:
-        raise ValueError(f"steps: {', '.join(unknown)} not known. Fix: pick from {', '.join(STEPS)}.")
+        raise ConfigError(f"steps: {', '.join(unknown)} not known. Fix: pick from {', '.join(STEPS)}.")
     if rounds < 1:
-        raise ValueError(f"rounds: {rounds} is not a count of rounds. Fix: pass 1 or more.")
+        raise ConfigError(f"rounds: {rounds} is not a count of rounds. Fix: pass 1 or more.")
     files, work = SIZES[size], Path(work_dir)
     started, built = time.perf_counter(), not (work / f"base-{size}" / "scale_tree.json").is_file()
     state = build_base(work / f"base-{size}", files)
