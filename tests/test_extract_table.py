@@ -88,7 +88,7 @@ def test_update_rewrites_the_blocks_a_document_has_and_refuses_one_with_none(tmp
     assert doc.read_text() == f"intro\n{TABLE_BEGIN}\n{extract_table(records)}{TABLE_END}\nend\n"
     assert readme.read_text() == f"{TIME_BEGIN}\n{full_set_time(records)}{TIME_END}\n"
     doc.write_text("no markers\n")
-    with pytest.raises(ValueError, match="has no block of this table"):
+    with pytest.raises(ValueError, match="has no block of the extraction comparison"):
         update([doc], records)
     doc.write_text(f"{TABLE_BEGIN}\n")
     with pytest.raises(ValueError, match="lacks the marker <!-- /extract-table"):

@@ -73,14 +73,25 @@ def test_the_docs_tar_table_is_the_one_the_results_give():
     assert shown == tar_table(read_records(REPO_ROOT / "results" / "scale.jsonl")).strip()
 
 
-def test_update_rewrites_both_tables_between_their_markers_and_names_a_missing_one(tmp_path):
+def test_update_rewrites_the_tables_each_document_has_and_names_a_missing_marker(tmp_path):
     records = [_record("scan", 10_000, 1.0, 1), _paired("tar", 10_000, 2.0, 0, 2),
                _paired("prepare", 10_000, 2.1, 0, 3)]
-    doc = tmp_path / "doc.md"
+    doc, readme = tmp_path / "doc.md", tmp_path / "README.md"
     doc.write_text(f"intro\n{BEGIN}\nold table\n{END}\nmiddle\n{TAR_BEGIN}\n{TAR_END}\nend\n")
-    update(doc, records)
+    readme.write_text(f"top\n{BEGIN}\n{END}\n")
+    update([doc, readme], records)
     assert doc.read_text() == (f"intro\n{BEGIN}\n{scale_table(records)}{END}\nmiddle\n{TAR_BEGIN}\n"
                                f"{tar_table(records)}{TAR_END}\nend\n")
-    doc.write_text(f"{BEGIN}\n{END}\n")
-    with pytest.raises(ValueError, match="lacks the marker <!-- tar-table"):
-        update(doc, records)
+    assert readme.read_text() == f"top\n{BEGIN}\n{scale_table(records)}{END}\n"
+    doc.write_text(f"{BEGIN}\n{END}\n{TAR_BEGIN}\n")
+    with pytest.raises(ValueError, match="lacks the marker <!-- /tar-table"):
+        update([doc], records)
+    doc.write_text("nothing generated here\n")
+    with pytest.raises(ValueError, match="has no block of the scale tables"):
+        update([doc], records)
+
+
+def test_the_readme_shows_the_growth_table_the_results_give():
+    shown = shown_between(REPO_ROOT / "README.md", BEGIN, END)
+    assert shown is not None, "README.md lost its scale table markers"
+    assert shown == scale_table(read_records(REPO_ROOT / "results" / "scale.jsonl")).strip()

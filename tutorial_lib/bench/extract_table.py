@@ -15,9 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-from pathlib import Path
 
-from tutorial_lib.bench.pairs import median_ratio, paired_sets, pairs, replace_between
+from tutorial_lib.bench.pairs import median_ratio, paired_sets, pairs, update_blocks
 from tutorial_lib.bench.records import read_records
 from tutorial_lib.bench.scale_table import WITHIN
 
@@ -134,18 +133,8 @@ def _bound(summary: dict) -> str:
 def update(docs: list[str | os.PathLike], records: list[dict]) -> None:
     """Rewrite the generated blocks each of ``docs`` has (the table, the time); ValueError for a document with
     neither."""
-    for doc in docs:
-        path = Path(doc)
-        text = original = path.read_text()
-        blocks = [(TABLE_BEGIN, TABLE_END, extract_table), (TIME_BEGIN, TIME_END, full_set_time)]
-        present = [block for block in blocks if block[0] in text or block[1] in text]
-        if not present:
-            raise ValueError(f"--update: {path} has no block of this table ({TABLE_BEGIN} or {TIME_BEGIN}). Fix: "
-                             "put the two markers where the generated text goes.")
-        for begin, end, make in present:
-            text = replace_between(text, begin, end, make(records), str(path))
-        if text != original:
-            path.write_text(text)
+    update_blocks(docs, [(TABLE_BEGIN, TABLE_END, lambda: extract_table(records)),
+                         (TIME_BEGIN, TIME_END, lambda: full_set_time(records))], "the extraction comparison")
 
 
 def main(argv: list[str] | None = None) -> int:

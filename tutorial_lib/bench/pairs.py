@@ -8,7 +8,7 @@ Used by :mod:`tutorial_lib.bench.scale_table` (``prepare`` against GNU tar at Im
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -58,3 +58,19 @@ def shown_between(path: str | Path, begin: str, end: str) -> str | None:
     if begin not in text or end not in text:
         return None
     return text.split(begin, 1)[1].split(end, 1)[0].strip()
+
+
+def update_blocks(docs: Iterable[str | Path], blocks: list[tuple[str, str, Callable[[], str]]], what: str) -> None:
+    """Rewrite, in each of ``docs``, the generated blocks it has (``(begin, end, make)``: ``make()`` gives the
+    text); ValueError for a document with none of them or with half a block."""
+    for doc in docs:
+        path = Path(doc)
+        text = original = path.read_text()
+        present = [block for block in blocks if block[0] in text or block[1] in text]
+        if not present:
+            raise ValueError(f"--update: {path} has no block of {what} ({blocks[0][0]}). Fix: put the two markers "
+                             "where the generated text goes.")
+        for begin, end, make in present:
+            text = replace_between(text, begin, end, make(), str(path))
+        if text != original:
+            path.write_text(text)

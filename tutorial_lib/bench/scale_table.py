@@ -4,7 +4,7 @@ tar on the same archives (every set of paired rounds, with its verdict).
 
     python -m tutorial_lib.bench.scale_table results/scale.jsonl         # prints the growth table
     python -m tutorial_lib.bench.scale_table --tar results/scale.jsonl   # prints the tar comparison
-    python -m tutorial_lib.bench.scale_table --update docs/imagenet.md   # rewrites both between their markers
+    python -m tutorial_lib.bench.scale_table --update README.md docs/imagenet.md   # rewrites the tables they have
 
 Growth is the exponent ``k`` of ``seconds ~ files**k`` from the smallest (10k) and from the middle size (100k)
 to the largest measured: 1 is linear, below 1 better (a fixed cost such as a process start dominates), above 1
@@ -16,9 +16,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from pathlib import Path
 
-from tutorial_lib.bench.pairs import median_ratio, paired_sets, pairs, replace_between
+from tutorial_lib.bench.pairs import median_ratio, paired_sets, pairs, update_blocks
 from tutorial_lib.bench.records import read_records
 from tutorial_lib.bench.scale import SIZES
 
@@ -105,13 +104,11 @@ def tar_table(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def update(doc: str | os.PathLike, records: list[dict]) -> None:
-    """Rewrite both tables of ``doc`` between their markers; ValueError naming a marker that is missing."""
-    path = Path(doc)
-    text = path.read_text()
-    for begin, end, table in ((BEGIN, END, scale_table(records)), (TAR_BEGIN, TAR_END, tar_table(records))):
-        text = replace_between(text, begin, end, table, str(path))
-    path.write_text(text)
+def update(docs: list[str | os.PathLike], records: list[dict]) -> None:
+    """Rewrite the tables each of ``docs`` has between their markers; ValueError for a document with neither or
+    with half a block."""
+    update_blocks(docs, [(BEGIN, END, lambda: scale_table(records)), (TAR_BEGIN, TAR_END, lambda: tar_table(records))],
+                  "the scale tables")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("results", nargs="?", default="results/scale.jsonl", help="the scale benchmark's JSON lines")
     parser.add_argument("--tar", action="store_true", help="the comparison with GNU tar instead")
-    parser.add_argument("--update", metavar="DOC", help="rewrite both tables in DOC between their markers")
+    parser.add_argument("--update", metavar="DOC", nargs="+", help="rewrite the tables these documents have")
     args = parser.parse_args(argv)
     records = read_records(args.results)
     if args.update:
