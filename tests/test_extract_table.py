@@ -3,6 +3,8 @@ the README are the ones results/extract.jsonl gives, and the projection scales b
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tutorial_lib import REPO_ROOT
@@ -93,3 +95,16 @@ def test_update_rewrites_the_blocks_a_document_has_and_refuses_one_with_none(tmp
     doc.write_text(f"{TABLE_BEGIN}\n")
     with pytest.raises(ValueError, match="lacks the marker <!-- /extract-table"):
         update([doc], records)
+
+
+def test_the_command_prints_each_block_and_refuses_a_missing_result_file_in_one_line(tmp_path, capsys):
+    from tutorial_lib.bench.extract_table import main
+
+    results = tmp_path / "extract.jsonl"
+    pair = [_record("gnu_tar", 0, 2.0, 1), _record("prepare", 0, 2.1, 2)]
+    results.write_text("".join(f"{json.dumps(record)}\n" for record in pair))
+    assert main([str(results)]) == 0 and capsys.readouterr().out == extract_table(read_records(results))
+    assert main([str(results), "--time"]) == 0 and capsys.readouterr().out == full_set_time(read_records(results))
+    assert main([str(tmp_path / "missing.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: results: ") and "missing.jsonl is not a file" in err and len(err.splitlines()) == 1

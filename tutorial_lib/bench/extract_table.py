@@ -12,12 +12,10 @@ both ends. Only sets timed on a quiet disk (records with ``disk_wait_s``) count.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 
-from tutorial_lib.bench.pairs import median_ratio, paired_sets, pairs, update_blocks
-from tutorial_lib.bench.records import read_records
+from tutorial_lib.bench.pairs import blocks_main, median_ratio, paired_sets, pairs, update_blocks
 from tutorial_lib.bench.scale_table import WITHIN
 
 TABLE_BEGIN = "<!-- extract-table: python -m tutorial_lib.bench.extract_table results/extract.jsonl -->"
@@ -131,30 +129,19 @@ def _bound(summary: dict) -> str:
 
 
 def update(docs: list[str | os.PathLike], records: list[dict]) -> None:
-    """Rewrite the generated blocks each of ``docs`` has (the table, the time); ValueError for a document with
+    """Rewrite the generated blocks each of ``docs`` has (the table, the time); BlockError for a document with
     neither."""
-    update_blocks(docs, [(TABLE_BEGIN, TABLE_END, lambda: extract_table(records)),
-                         (TIME_BEGIN, TIME_END, lambda: full_set_time(records))], "the extraction comparison")
+    update_blocks(docs, [(begin, end, lambda make=make: make(records)) for begin, end, make in _BLOCKS.values()],
+                  "the extraction comparison")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison table (``--time``: the full set's time) of a result file, or ``--update`` documents."""
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.bench.extract_table",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("results", nargs="?", default="results/extract.jsonl", help="the extract benchmark's lines")
-    parser.add_argument("--time", action="store_true", help="the full archives' time instead")
-    parser.add_argument("--update", metavar="DOC", nargs="+", help="rewrite the generated blocks of these documents")
-    args = parser.parse_args(argv)
-    records = read_records(args.results)
-    if args.update:
-        try:
-            update(args.update, records)
-        except (ValueError, OSError) as exc:
-            parser.exit(2, f"{exc}\n")
-        return 0
-    print(full_set_time(records) if args.time else extract_table(records), end="")
-    return 0
+    return blocks_main(argv, "tutorial_lib.bench.extract_table", "results/extract.jsonl", _BLOCKS,
+                       "the extraction comparison")
 
+
+_BLOCKS = {"table": (TABLE_BEGIN, TABLE_END, extract_table), "time": (TIME_BEGIN, TIME_END, full_set_time)}
 
 if __name__ == "__main__":
     raise SystemExit(main())

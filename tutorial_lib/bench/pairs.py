@@ -7,9 +7,15 @@ Used by :mod:`tutorial_lib.bench.scale_table` (``prepare`` against GNU tar at Im
 
 from __future__ import annotations
 
+import argparse
 import statistics
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+
+class BlockError(ValueError):
+    """Bad input to the generated blocks: a document without their markers, a result file that is not there; the
+    message names it and the fix."""
 
 
 def paired_sets(records: list[dict], side_of: Callable[[dict], str | None],
@@ -43,10 +49,10 @@ def median_ratio(timed: list[tuple[float, float]]) -> float:
 
 
 def replace_between(text: str, begin: str, end: str, body: str, where: str) -> str:
-    """``text`` with the lines between the markers ``begin`` and ``end`` replaced by ``body``; ValueError naming
+    """``text`` with the lines between the markers ``begin`` and ``end`` replaced by ``body``; BlockError naming
     the marker ``where`` lacks."""
     if begin not in text or end not in text:
-        raise ValueError(f"--update: {where} lacks the marker {begin if begin not in text else end}. Fix: put the "
+        raise BlockError(f"--update: {where} lacks the marker {begin if begin not in text else end}. Fix: put the "
                          "two markers where the generated text goes.")
     head, rest = text.split(begin, 1)
     return head + begin + "\n" + body + end + rest.split(end, 1)[1]
@@ -62,15 +68,47 @@ def shown_between(path: str | Path, begin: str, end: str) -> str | None:
 
 def update_blocks(docs: Iterable[str | Path], blocks: list[tuple[str, str, Callable[[], str]]], what: str) -> None:
     """Rewrite, in each of ``docs``, the generated blocks it has (``(begin, end, make)``: ``make()`` gives the
-    text); ValueError for a document with none of them or with half a block."""
+    text); BlockError for a document with none of them or with half a block."""
     for doc in docs:
         path = Path(doc)
         text = original = path.read_text()
         present = [block for block in blocks if block[0] in text or block[1] in text]
         if not present:
-            raise ValueError(f"--update: {path} has no block of {what} ({blocks[0][0]}). Fix: put the two markers "
+            raise BlockError(f"--update: {path} has no block of {what} ({blocks[0][0]}). Fix: put the two markers "
                              "where the generated text goes.")
         for begin, end, make in present:
             text = replace_between(text, begin, end, make(), str(path))
         if text != original:
             path.write_text(text)
+
+
+def blocks_main(argv: list[str] | None, module: str, default_results: str,
+                blocks: dict[str, tuple[str, str, Callable[[list[dict]], str]]], what: str) -> int:
+    """The command line of a module that generates ``blocks`` (``{name: (begin, end, make(records))}``) from a
+    result file: print the first block (``--<name>``: another), or ``--update DOC...`` to rewrite the blocks each
+    document has. Exit statuses of :mod:`tutorial_lib.exits`."""
+    from tutorial_lib.bench.records import read_records
+    from tutorial_lib.exits import run_main
+
+    first, *others = blocks
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=f"prints {what} from a result file")
+    parser.add_argument("results", nargs="?", default=default_results, help="the benchmark's JSON lines")
+    for name in others:
+        parser.add_argument(f"--{name}", action="store_true", help=f"print the {name} block instead of the {first}")
+    parser.add_argument("--update", metavar="DOC", nargs="+", help="rewrite the blocks these documents have")
+
+    def body() -> int:
+        args = parser.parse_args(argv)
+        if not Path(args.results).is_file():
+            raise BlockError(f"results: {args.results} is not a file. Fix: pass the benchmark's JSON lines (default "
+                             f"{default_results}, run from the project's root).")
+        records = read_records(args.results)
+        if args.update:
+            update_blocks(args.update, [(begin, end, lambda make=make: make(records))
+                                        for begin, end, make in blocks.values()], what)
+            return 0
+        chosen = next((name for name in others if getattr(args, name)), first)
+        print(blocks[chosen][2](records), end="")
+        return 0
+
+    return run_main(body, refused=(BlockError,))

@@ -13,12 +13,10 @@ worse; the second says how a step grows where the data no longer fits in caches.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 
-from tutorial_lib.bench.pairs import median_ratio, paired_sets, pairs, update_blocks
-from tutorial_lib.bench.records import read_records
+from tutorial_lib.bench.pairs import blocks_main, median_ratio, paired_sets, pairs, update_blocks
 from tutorial_lib.bench.scale import SIZES
 
 BEGIN = "<!-- scale-table: python -m tutorial_lib.bench.scale_table results/scale.jsonl -->"
@@ -105,30 +103,18 @@ def tar_table(records: list[dict]) -> str:
 
 
 def update(docs: list[str | os.PathLike], records: list[dict]) -> None:
-    """Rewrite the tables each of ``docs`` has between their markers; ValueError for a document with neither or
+    """Rewrite the tables each of ``docs`` has between their markers; BlockError for a document with neither or
     with half a block."""
-    update_blocks(docs, [(BEGIN, END, lambda: scale_table(records)), (TAR_BEGIN, TAR_END, lambda: tar_table(records))],
+    update_blocks(docs, [(begin, end, lambda make=make: make(records)) for begin, end, make in _BLOCKS.values()],
                   "the scale tables")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the growth table (``--tar``: the tar comparison) of the result file, or ``--update`` a document."""
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.bench.scale_table",
-                                     description=__doc__.split("\n")[0])
-    parser.add_argument("results", nargs="?", default="results/scale.jsonl", help="the scale benchmark's JSON lines")
-    parser.add_argument("--tar", action="store_true", help="the comparison with GNU tar instead")
-    parser.add_argument("--update", metavar="DOC", nargs="+", help="rewrite the tables these documents have")
-    args = parser.parse_args(argv)
-    records = read_records(args.results)
-    if args.update:
-        try:
-            update(args.update, records)
-        except (ValueError, OSError) as exc:
-            parser.exit(2, f"{exc}\n")
-        return 0
-    print(tar_table(records) if args.tar else scale_table(records), end="")
-    return 0
+    """Print the growth table (``--tar``: the tar comparison) of the result file, or ``--update`` documents."""
+    return blocks_main(argv, "tutorial_lib.bench.scale_table", "results/scale.jsonl", _BLOCKS, "the scale tables")
 
+
+_BLOCKS = {"growth": (BEGIN, END, scale_table), "tar": (TAR_BEGIN, TAR_END, tar_table)}
 
 if __name__ == "__main__":
     raise SystemExit(main())
