@@ -21,7 +21,7 @@ import zlib
 from pathlib import Path
 
 from tutorial_lib.data import PrepareError
-from tutorial_lib.data.names import is_system_file
+from tutorial_lib.data.names import is_image, is_system_file
 
 BROKEN = (tarfile.TarError, EOFError, zlib.error)  # what reading a truncated or corrupt archive raises
 _BLOCK = tarfile.BLOCKSIZE
@@ -160,7 +160,8 @@ def list_class(outer: tarfile.TarFile, fd: int, member: tarfile.TarInfo, label: 
 def extract_class(fd: int, member: tarfile.TarInfo, names: list[str], part: Path, folder: Path, label: str,
                   bar) -> tuple[int, int]:
     """One class tar (``member`` of the archive open as ``fd``, listed as ``names`` by :func:`list_class`) into
-    ``part`` by GNU tar, then renamed to ``folder``; returns (images written, system files skipped). ``part`` is
+    ``part`` by GNU tar, then renamed to ``folder``; returns (images, system files skipped) as checked on disk, so
+    that the final count need not list the folder again. ``part`` is
     removed if anything goes wrong."""
     shutil.rmtree(part, ignore_errors=True)  # an interrupted extraction of our own
     part.mkdir()
@@ -174,7 +175,7 @@ def extract_class(fd: int, member: tarfile.TarInfo, names: list[str], part: Path
         shutil.rmtree(part, ignore_errors=True)
         raise
     os.replace(part, folder)
-    return len(names) - len(skipped), len(skipped)
+    return sum(map(is_image, names)), len(skipped)
 
 
 def extract_val(archive: Path, members: list[tarfile.TarInfo], targets: list[Path], part: Path, bar) -> None:

@@ -211,26 +211,26 @@ def _link_val(val: Path, dest: Path, sources: list[Path], todo: dict, show: bool
             bar.update(1)
 
 
-def _extract_train(found: Source, dest: Path, todo: dict, state: dict, show: bool) -> None:
+def _extract_train(found: Source, dest: Path, todo: dict, state: dict, show: bool) -> dict[str, int]:
     """The class tars not extracted yet, one at a time: GNU tar writes a class (in a thread that mostly waits
-    on tar) while Python lists and checks the next one."""
+    on tar) while Python lists and checks the next one. Returns the images of each class written, as checked
+    on disk after tar (the final count lists only the classes of an earlier run)."""
     train = dest / "train"
     train.mkdir(parents=True, exist_ok=True)
     skipped = state.setdefault("skipped_train", {})
     members = [m for m in todo["members"] if not (train / Path(m.name).stem).is_dir()]
-    files, done = 0, 0
+    counts: dict[str, int] = {}
 
     def finish(running) -> None:  # wait for the class being written, then count it
-        nonlocal files, done
         if running is None:
             return
         wnid, future = running
-        written, system_files = future.result()
-        files, done = files + written, done + 1
+        counts[wnid], system_files = future.result()
         if system_files:  # kept for a resumed run's count; a mark rewritten per class cost ~7 ms each
             skipped[wnid] = system_files
             _write_state(dest, state)
-        bar.set_postfix_str(f"{files:,} files, {done:,}/{len(members):,} classes", refresh=False)
+        bar.set_postfix_str(f"{sum(counts.values()):,} images, {len(counts):,}/{len(members):,} classes",
+                            refresh=False)
 
     with tarfile.open(found.train) as outer, open(found.train, "rb") as raw, ThreadPoolExecutor(1) as writer, \
             _bar(sum(m.size for m in members), "train: extracting", show, "B") as bar:
@@ -242,6 +242,7 @@ def _extract_train(found: Source, dest: Path, todo: dict, state: dict, show: boo
             running = wnid, writer.submit(extract_class, raw.fileno(), member, names, train / f".part-{wnid}",
                                           train / wnid, label, bar)
         finish(running)
+    return counts
 
 
 def _extract_val(found: Source, dest: Path, todo: dict, show: bool) -> None:
@@ -255,12 +256,15 @@ def _extract_val(found: Source, dest: Path, todo: dict, show: bool) -> None:
             extract_val(found.val, members, targets, dest / "val" / ".part-flat", bar)
 
 
-def _count(split: Path) -> tuple[dict[str, int], int]:
-    """Images per class folder of ``split`` as they are on disk now (links followed), and system files seen."""
-    counts, skipped = {}, 0
+def _count(split: Path, known: dict[str, int] | None = None) -> tuple[dict[str, int], int]:
+    """Images per class folder of ``split`` as they are on disk now (links followed), and system files seen;
+    the folders in ``known`` (counted on disk by this run's extraction) are not listed again."""
+    counts, skipped, known = {}, 0, known or {}
     for name in sorted(os.listdir(split)):
         if is_system_file(name):
             skipped += 1
+        elif name in known:
+            counts[name] = known[name]
         elif (split / name).is_dir():
             images, junk = _list_images(split / name)
             counts[name], skipped = len(images), skipped + junk
@@ -322,11 +326,12 @@ def _run(found: Source, dest: Path, todo: dict, subset: bool, progress: bool, st
     state = {"made_by": PREPARE_COMMAND, "source": str(found.root), "form": found.form, "complete": False,
              **{k: v for k, v in old.items() if k in ("totals", "skipped_train")}}
     _write_state(dest, state)
+    written: dict[str, int] = {}
     if found.form == "folders":
         for split in ("train", "val"):
             make_link(getattr(found, split), dest / split, sources)
     elif found.form == "archives":
-        _extract_train(found, dest, todo, state, progress)
+        written = _extract_train(found, dest, todo, state, progress)
         _extract_val(found, dest, todo, progress)
     else:
         hubs = _link_hubs(found, dest, sources)
@@ -335,7 +340,7 @@ def _run(found: Source, dest: Path, todo: dict, subset: bool, progress: bool, st
         _link_val(hubs["val"], dest, sources, todo, progress)
     for wnid in todo.get("classes", ()):  # a class without validation images keeps its label (same folders)
         (dest / "val" / wnid).mkdir(parents=True, exist_ok=True)
-    (train, train_skipped), (val, val_skipped) = _count(dest / "train"), _count(dest / "val")
+    (train, train_skipped), (val, val_skipped) = _count(dest / "train", written), _count(dest / "val")
     totals = check_counts({"train": train, "val": val}, found, subset)
     skipped = train_skipped + val_skipped + todo.get("skipped", 0) + sum(state.get("skipped_train", {}).values())
     state.update(complete=True, totals=totals, skipped=skipped)
