@@ -127,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="of prepare, tar (GNU tar on the same archives, beside prepare), scan, job (4-rank "
                        "launch to first step), stage (copy to a local folder)")
     scale.add_argument("--rounds", default=1, type=int, help="pairs of tar and prepare, in alternating order")
+    scale.add_argument("--cold-cache", action="store_true", help="drop the caches before each of the paired runs "
+                       "(root): both sides start with the same memory")
     stage = sub.add_parser("staging", parents=[common], help="copy the fake ImageNet to a node-local folder "
                            "(stage_to), then read every image from where it is and from the copy, in rounds")
     stage.add_argument("--data-dir", default="data/fake_imagenet", help="generated here unless it is a real set")
@@ -318,7 +320,8 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "scale":
         from tutorial_lib.bench.scale import measure_scale
 
-        _emit(measure_scale(args.files, args.work_dir, tuple(args.forms), tuple(args.steps), args.rounds), args)
+        _emit(measure_scale(args.files, args.work_dir, tuple(args.forms), tuple(args.steps), args.rounds,
+                            args.cold_cache), args)
         return 0
     if args.command == "staging":
         from tutorial_lib.bench.staging import measure_staging

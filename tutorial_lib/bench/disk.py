@@ -39,3 +39,22 @@ def wait_for_quiet_disk(path: str | os.PathLike, quiet_s: int = 5, busy_share: f
         calm = calm + 1 if now - last < busy_share * 1000 else 0
         last = now
     return clock() - began
+
+
+def drop_page_cache() -> bool:
+    """Write out and drop the page cache and the cached inodes and dentries (root only, Linux): the next run reads
+    from the disk and starts with the memory the previous one filled given back (after a million files written,
+    the second run of a pair otherwise pays for reclaiming it); False where they cannot be dropped."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        return False
+    return True
+
+
+def settle(path: str | os.PathLike, cold_cache: bool = False, quiet_s: int = 5) -> dict:
+    """Before a timed run that writes under ``path``: wait for a quiet disk, then (``cold_cache``) drop the caches;
+    returns what the run's record keeps of it (``disk_wait_s``, ``cold_cache``: whether they were dropped)."""
+    waited = wait_for_quiet_disk(path, quiet_s)
+    return {"disk_wait_s": waited, "cold_cache": drop_page_cache() if cold_cache else False}

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tutorial_lib.bench.disk import wait_for_quiet_disk
+from tutorial_lib.bench.disk import settle
 from tutorial_lib.bench.fake_forms import REAL_CLASSES, make_fake_source
 from tutorial_lib.data.names import TRAIN_TAR, VAL_TAR
 from tutorial_lib.engine.errors import ConfigError
@@ -57,27 +57,14 @@ def _files(root: Path) -> tuple[int, int]:
     return count, size
 
 
-def drop_page_cache() -> bool:
-    """Write out and drop the page cache (root only, Linux), so the next run reads its archives from the disk as
-    an extraction of the real 145 GB must (they do not fit in memory); False where it cannot be dropped."""
-    os.sync()
-    try:
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
-    except OSError:
-        return False
-    return True
-
-
 def _timed(run, source: Path, dest: Path, cold_cache: bool, quiet_s: int) -> dict:
-    """One side into the new ``dest``: after the disk went quiet (and the page cache dropped where asked), timed
-    until ``sync`` returns."""
-    waited = wait_for_quiet_disk(dest.parent, quiet_s)
-    cold = drop_page_cache() if cold_cache else False
+    """One side into the new ``dest``: after the disk went quiet (and the caches dropped where asked), timed until
+    ``sync`` returns."""
+    settled = settle(dest.parent, cold_cache, quiet_s)
     load, started = os.getloadavg()[0], time.perf_counter()
     run(source, dest)
     os.sync()
-    return {"seconds_to_disk": time.perf_counter() - started, "load_average_1m": load, "disk_wait_s": waited,
-            "cold_cache": cold}
+    return {"seconds_to_disk": time.perf_counter() - started, "load_average_1m": load, **settled}
 
 
 def measure_extract(classes: int = 20, per_class: int = 250, val_per_class: int = 25, rounds: int = 3,

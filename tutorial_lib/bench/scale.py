@@ -23,7 +23,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from tutorial_lib.bench.disk import wait_for_quiet_disk
+from tutorial_lib.bench.disk import settle
 from tutorial_lib.data.names import DEVKIT_TAR, TRAIN_TAR, VAL_TAR
 from tutorial_lib.engine.errors import ConfigError
 
@@ -159,36 +159,37 @@ def _record(step: str, form: str, files: int, seconds: float, load: float, **ext
             "cpus": os.cpu_count(), "timestamp": time.time(), **extra}
 
 
-def _gnu_tar_record(source: Path, dest: Path, files: int) -> dict:
+def _gnu_tar_record(source: Path, dest: Path, files: int, cold_cache: bool = False) -> dict:
     """GNU tar extracting the archives of ``source`` into a new ``dest`` (kept: deleting a million files keeps
     the disk busy for minutes, see :mod:`.disk`), timed until on disk after the disk went quiet: the yardstick
     of ``prepare``'s extraction at the same size, on the same disk."""
     from tutorial_lib.bench.extract import gnu_tar
 
-    waited = wait_for_quiet_disk(dest.parent)
+    settled = settle(dest.parent, cold_cache)
     load, began = os.getloadavg()[0], time.perf_counter()
     gnu_tar(source, dest)
     os.sync()
-    return _record("tar", "archives", files, time.perf_counter() - began, load, disk_wait_s=waited)
+    return _record("tar", "archives", files, time.perf_counter() - began, load, **settled)
 
 
 STEPS = ("prepare", "tar", "scan", "job", "stage")
 
 
-def _prepare_record(source: Path, dest: Path, form: str, files: int) -> dict:
+def _prepare_record(source: Path, dest: Path, form: str, files: int, cold_cache: bool = False) -> dict:
     """``prepare`` of ``source`` into a new ``dest`` (kept for the later steps), timed until on disk after the
-    disk went quiet."""
+    disk went quiet (and, ``cold_cache``, the caches were dropped)."""
     from tutorial_lib.data.prepare import prepare
 
-    waited = wait_for_quiet_disk(dest.parent)
+    settled = settle(dest.parent, cold_cache)
     load, began = os.getloadavg()[0], time.perf_counter()
     summary = prepare(source, dest, progress=False, subset=True)
     os.sync()
     return _record("prepare", form, files, time.perf_counter() - began, load, made=summary["made"],
-                   train_images=summary["train"], val_images=summary["val"], disk_wait_s=waited)
+                   train_images=summary["train"], val_images=summary["val"], **settled)
 
 
-def _tar_beside_prepare(source: Path, work: Path, size: str, files: int, rounds: int) -> tuple[list[dict], Path]:
+def _tar_beside_prepare(source: Path, work: Path, size: str, files: int, rounds: int,
+                        cold_cache: bool = False) -> tuple[list[dict], Path]:
     """``rounds`` pairs of GNU tar and ``prepare`` on the archives, in alternating order, each into a folder of
     its own and nothing deleted until all are timed; returns the records and the last prepared DEST (kept)."""
     dests = [(work / f"tar-{size}-{r}", work / f"dest-archives-{size}-{r}") for r in range(rounds)]
@@ -200,8 +201,8 @@ def _tar_beside_prepare(source: Path, work: Path, size: str, files: int, rounds:
                          f"{free / 1e9:.0f} GB free. Fix: fewer rounds, or a --work-dir on a larger disk.")
     records = []
     for round_, (tar_dest, dest) in enumerate(dests):
-        pair = [partial(_gnu_tar_record, source, tar_dest, files),
-                partial(_prepare_record, source, dest, "archives", files)]
+        pair = [partial(_gnu_tar_record, source, tar_dest, files, cold_cache),
+                partial(_prepare_record, source, dest, "archives", files, cold_cache)]
         records += [{**side(), "round": round_} for side in (pair if round_ % 2 == 0 else pair[::-1])]
     for path in [p for pair in dests for p in pair][:-1]:
         shutil.rmtree(path)
@@ -210,11 +211,12 @@ def _tar_beside_prepare(source: Path, work: Path, size: str, files: int, rounds:
 
 def measure_scale(size: str = "10k", work_dir: str | os.PathLike = "data/scale",
                   forms=("kaggle", "flat_val", "folders", "archives"), steps=("prepare", "scan"),
-                  rounds: int = 1) -> list[dict]:
+                  rounds: int = 1, cold_cache: bool = False) -> list[dict]:
     """For each form: ``prepare`` (seconds, to disk with sync; ``tar``: GNU tar on the same archives beside it,
     ``rounds`` pairs in alternating order, each record naming its round), the job's one scan of the prepared DEST
     (:func:`tutorial_lib.data.file_index.build`), a 4-rank job's launch to first step (``job``) and staging
-    (``stage``) of it, as ``steps`` asks. ``size`` is 10k, 100k or full."""
+    (``stage``) of it, as ``steps`` asks. ``size`` is 10k, 100k or full; ``cold_cache``: drop the caches before
+    each of the paired runs (root; see :func:`tutorial_lib.bench.disk.drop_page_cache`)."""
     from tutorial_lib.bench.scale_job import measure_first_step, measure_stage
     from tutorial_lib.data import file_index
 
@@ -232,7 +234,7 @@ def measure_scale(size: str = "10k", work_dir: str | os.PathLike = "data/scale",
     for form in forms:
         source = make_form(work / f"base-{size}", state, form, work / f"{form}-{size}")
         if "tar" in steps and form == "archives":  # GNU tar on the same archives beside prepare, interleaved
-            paired, dest = _tar_beside_prepare(source, work, size, files, rounds)
+            paired, dest = _tar_beside_prepare(source, work, size, files, rounds, cold_cache)
             records += [r for r in paired if r["step"] == "tar" or "prepare" in steps]
         else:
             dest = work / f"dest-{form}-{size}"

@@ -86,20 +86,33 @@ def _tar_side(record: dict) -> str | None:
 
 def tar_table(records: list[dict]) -> str:
     """Markdown: one row per set of paired rounds: each round's GNU tar and ``prepare`` seconds, the ratio of each
-    pair, their median and the verdict against :data:`WITHIN`, with the load."""
+    pair, their median and the verdict against :data:`WITHIN`, with the load; below it, for a size measured in
+    several sets, how they scatter."""
     head = ["files", "rounds", "GNU tar, s", "prepare, s", "prepare / tar, each round", "median", "load", "verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    medians: dict[int, list[tuple[float, list[float]]]] = {}
     for chosen in paired_sets(records, _tar_side, lambda r: r["files"]):
         timed = pairs(chosen, _tar_side, lambda r: r["seconds"], "tar", "prepare")
         if not timed:
             continue
         ratios, median = [prep / tar for tar, prep in timed], median_ratio(timed)
+        medians.setdefault(chosen[0]["files"], []).append((median, ratios))
         loads = [r["load_average_1m"] for r in chosen]
         verdict = f"within {WITHIN}x of tar" if median <= WITHIN else f"{median:.2f}x tar's time: over {WITHIN}x"
         lines.append(f"| {chosen[0]['files']:,} | {len(timed)} | {', '.join(_seconds(t) for t, _ in timed)} | "
                      f"{', '.join(_seconds(p) for _, p in timed)} | {', '.join(f'{x:.2f}' for x in ratios)} | "
                      f"{median:.2f} | {min(loads):.1f}-{max(loads):.1f} | {verdict} |")
-    return "\n".join(lines) + "\n"
+    notes = [_sets_note(files, found) for files, found in sorted(medians.items()) if len(found) > 1]
+    return "\n".join(lines) + "\n" + "".join(f"\n{note}\n" for note in notes)
+
+
+def _sets_note(files: int, found: list[tuple[float, list[float]]]) -> str:
+    """What the sets of one size say together: how far single pairs scatter, how many medians meet the goal."""
+    ratios = [ratio for _, each in found for ratio in each]
+    within = sum(median <= WITHIN for median, _ in found)
+    return (f"At {files:,} files, {len(found)} sets: single pairs range from {min(ratios):.2f} to "
+            f"{max(ratios):.2f}x tar's time, the sets' medians from {min(m for m, _ in found):.2f} to "
+            f"{max(m for m, _ in found):.2f}; {within} of {len(found)} within {WITHIN}x.")
 
 
 def update(docs: list[str | os.PathLike], records: list[dict]) -> None:
