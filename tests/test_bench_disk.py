@@ -59,3 +59,20 @@ def test_the_busy_time_of_the_disk_is_read_where_sysfs_has_the_device_and_unknow
     else:  # an overlay or tmpfs: no block device to ask, and the wait returns at once
         assert before is None and after is None
         assert disk.wait_for_quiet_disk(tmp_path) < 1
+
+
+def test_settle_waits_then_drops_the_caches_only_when_asked_and_says_whether_it_could(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(disk, "wait_for_quiet_disk", lambda path, quiet_s: calls.append(("wait", quiet_s)) or 1.5)
+    monkeypatch.setattr(disk, "drop_page_cache", lambda: calls.append(("drop",)) or True)
+    assert disk.settle(tmp_path) == {"disk_wait_s": 1.5, "cold_cache": False} and calls == [("wait", 5)]
+    assert disk.settle(tmp_path, cold_cache=True, quiet_s=0) == {"disk_wait_s": 1.5, "cold_cache": True}
+    assert calls[1:] == [("wait", 0), ("drop",)]  # the disk goes quiet first, then the caches are dropped
+
+
+def test_the_caches_are_not_dropped_where_the_kernel_refuses(monkeypatch):
+    def refused(self, text):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(disk.Path, "write_text", refused)
+    assert disk.drop_page_cache() is False

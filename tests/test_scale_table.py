@@ -55,16 +55,22 @@ def test_the_tar_table_shows_each_set_of_pairs_and_decides_from_its_median_ratio
                _paired("prepare", 10_000, 30.0, 1, 5), _paired("tar", 10_000, 20.0, 1, 6),
                _paired("tar", 10_000, 10.0, 2, 7), _paired("prepare", 10_000, 10.0, 2, 8)]
     unsettled = [{**_record("tar", 10_000, 1.0, 0.5), "form": "archives", "round": 0}]  # no quiet-disk wait
-    first, row = tar_table(unsettled + old_set + new_set).splitlines()[2:]
+    first, row, _, note = tar_table(unsettled + old_set + new_set).splitlines()[2:]
     assert first.startswith("| 10,000 | 1 | 1.00 | 9.00 | 9.00 | 9.00 |") and first.endswith("over 1.1x |")
     assert row.startswith("| 10,000 | 3 | 10.0, 20.0, 10.0 | 10.5, 30.0, 10.0 | 1.05, 1.50, 1.00 | 1.05 |")
-    assert row.endswith("| within 1.1x of tar |")
+    assert row.endswith("| kept | within 1.1x of tar |")
+    assert note == ("At 10,000 files, 2 sets: single pairs range from 1.00 to 9.00x tar's time, the sets' medians "
+                    "from 1.05 to 9.00; 1 of 2 within 1.1x.")
 
 
 def test_the_tar_table_says_how_far_over_the_goal_a_size_is():
     table = tar_table([_paired("tar", 1_331_167, 50.0, 0, 1), _paired("prepare", 1_331_167, 66.0, 0, 2),
                        _paired("prepare", 1_331_167, 65.0, 1, 3), _paired("tar", 1_331_167, 50.0, 1, 4)])
-    assert table.splitlines()[2].endswith("| 1.32, 1.30 | 1.31 | 3.0-3.0 | 1.31x tar's time: over 1.1x |")
+    assert table.splitlines()[2].endswith("| 1.32, 1.30 | 1.31 | 3.0-3.0 | kept | 1.31x tar's time: over 1.1x |")
+    cold = tar_table([{**_paired("tar", 10_000, 1.0, 0, 1), "cold_cache": True},
+                      {**_paired("prepare", 10_000, 1.0, 0, 2), "cold_cache": True}])
+    assert cold.splitlines()[2].endswith("| dropped | within 1.1x of tar |")
+    assert "sets:" not in table  # one set: nothing to say about sets
 
 
 def test_the_docs_tar_table_is_the_one_the_results_give():

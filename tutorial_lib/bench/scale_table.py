@@ -86,9 +86,11 @@ def _tar_side(record: dict) -> str | None:
 
 def tar_table(records: list[dict]) -> str:
     """Markdown: one row per set of paired rounds: each round's GNU tar and ``prepare`` seconds, the ratio of each
-    pair, their median and the verdict against :data:`WITHIN`, with the load; below it, for a size measured in
+    pair, their median and the verdict against :data:`WITHIN`, with the load and whether the caches were dropped
+    before each run; below it, for a size measured in
     several sets, how they scatter."""
-    head = ["files", "rounds", "GNU tar, s", "prepare, s", "prepare / tar, each round", "median", "load", "verdict"]
+    head = ["files", "rounds", "GNU tar, s", "prepare, s", "prepare / tar, each round", "median", "load", "caches",
+            "verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     medians: dict[int, list[tuple[float, list[float]]]] = {}
     for chosen in paired_sets(records, _tar_side, lambda r: r["files"]):
@@ -101,7 +103,8 @@ def tar_table(records: list[dict]) -> str:
         verdict = f"within {WITHIN}x of tar" if median <= WITHIN else f"{median:.2f}x tar's time: over {WITHIN}x"
         lines.append(f"| {chosen[0]['files']:,} | {len(timed)} | {', '.join(_seconds(t) for t, _ in timed)} | "
                      f"{', '.join(_seconds(p) for _, p in timed)} | {', '.join(f'{x:.2f}' for x in ratios)} | "
-                     f"{median:.2f} | {min(loads):.1f}-{max(loads):.1f} | {verdict} |")
+                     f"{median:.2f} | {min(loads):.1f}-{max(loads):.1f} | "
+                     f"{'dropped' if all(r.get('cold_cache') for r in chosen) else 'kept'} | {verdict} |")
     notes = [_sets_note(files, found) for files, found in sorted(medians.items()) if len(found) > 1]
     return "\n".join(lines) + "\n" + "".join(f"\n{note}\n" for note in notes)
 
