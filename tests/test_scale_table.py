@@ -59,8 +59,8 @@ def test_the_tar_table_shows_each_set_of_pairs_and_decides_from_its_median_ratio
     assert first.startswith("| 10,000 | 1 | 1.00 | 9.00 | 9.00 | 9.00 |") and first.endswith("over 1.1x |")
     assert row.startswith("| 10,000 | 3 | 10.0, 20.0, 10.0 | 10.5, 30.0, 10.0 | 1.05, 1.50, 1.00 | 1.05 |")
     assert row.endswith("| kept | within 1.1x of tar |")
-    assert note == ("At 10,000 files, 2 sets: single pairs range from 1.00 to 9.00x tar's time, the sets' medians "
-                    "from 1.05 to 9.00; 1 of 2 within 1.1x.")
+    assert note == ("At 10,000 files with the caches kept, 2 sets: GNU tar took 1.00-20.0 s, `prepare` 9.00-30.0 s; "
+                    "single pairs 1.00-9.00x tar's time, the sets' medians 1.05-9.00; 1 of 2 within 1.1x.")
 
 
 def test_the_tar_table_says_how_far_over_the_goal_a_size_is():
@@ -70,6 +70,11 @@ def test_the_tar_table_says_how_far_over_the_goal_a_size_is():
     cold = tar_table([{**_paired("tar", 10_000, 1.0, 0, 1), "cold_cache": True},
                       {**_paired("prepare", 10_000, 1.0, 0, 2), "cold_cache": True}])
     assert cold.splitlines()[2].endswith("| dropped | within 1.1x of tar |")
+    kept = [_paired("tar", 10_000, 1.0, 0, 5), _paired("prepare", 10_000, 1.0, 0, 6)]
+    dropped = [{**r, "cold_cache": True, "timestamp": r["timestamp"] + 10} for r in kept]
+    assert "sets:" not in tar_table(kept + dropped)  # one set with the caches kept, one dropped: not pooled
+    later = [{**r, "timestamp": r["timestamp"] + 10} for r in dropped]
+    assert "At 10,000 files with the caches dropped, 2 sets:" in tar_table(kept + dropped + later)
     assert "sets:" not in table  # one set: nothing to say about sets
 
 

@@ -92,30 +92,35 @@ def tar_table(records: list[dict]) -> str:
     head = ["files", "rounds", "GNU tar, s", "prepare, s", "prepare / tar, each round", "median", "load", "caches",
             "verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    medians: dict[int, list[tuple[float, list[float]]]] = {}
+    groups: dict[tuple[int, bool], list[list[tuple[float, float]]]] = {}
     for chosen in paired_sets(records, _tar_side, lambda r: r["files"]):
         timed = pairs(chosen, _tar_side, lambda r: r["seconds"], "tar", "prepare")
         if not timed:
             continue
         ratios, median = [prep / tar for tar, prep in timed], median_ratio(timed)
-        medians.setdefault(chosen[0]["files"], []).append((median, ratios))
+        cold = all(r.get("cold_cache") for r in chosen)
+        groups.setdefault((chosen[0]["files"], cold), []).append(timed)
         loads = [r["load_average_1m"] for r in chosen]
         verdict = f"within {WITHIN}x of tar" if median <= WITHIN else f"{median:.2f}x tar's time: over {WITHIN}x"
         lines.append(f"| {chosen[0]['files']:,} | {len(timed)} | {', '.join(_seconds(t) for t, _ in timed)} | "
                      f"{', '.join(_seconds(p) for _, p in timed)} | {', '.join(f'{x:.2f}' for x in ratios)} | "
                      f"{median:.2f} | {min(loads):.1f}-{max(loads):.1f} | "
-                     f"{'dropped' if all(r.get('cold_cache') for r in chosen) else 'kept'} | {verdict} |")
-    notes = [_sets_note(files, found) for files, found in sorted(medians.items()) if len(found) > 1]
+                     f"{'dropped' if cold else 'kept'} | {verdict} |")
+    notes = [_sets_note(files, cold, found) for (files, cold), found in sorted(groups.items()) if len(found) > 1]
     return "\n".join(lines) + "\n" + "".join(f"\n{note}\n" for note in notes)
 
 
-def _sets_note(files: int, found: list[tuple[float, list[float]]]) -> str:
-    """What the sets of one size say together: how far single pairs scatter, how many medians meet the goal."""
-    ratios = [ratio for _, each in found for ratio in each]
-    within = sum(median <= WITHIN for median, _ in found)
-    return (f"At {files:,} files, {len(found)} sets: single pairs range from {min(ratios):.2f} to "
-            f"{max(ratios):.2f}x tar's time, the sets' medians from {min(m for m, _ in found):.2f} to "
-            f"{max(m for m, _ in found):.2f}; {within} of {len(found)} within {WITHIN}x.")
+def _sets_note(files: int, cold: bool, found: list[list[tuple[float, float]]]) -> str:
+    """What the sets of one size and cache state say together: how far single runs and pairs scatter, how many
+    sets' medians meet the goal."""
+    runs = [pair for timed in found for pair in timed]
+    ratios, medians = [prep / tar for tar, prep in runs], [median_ratio(timed) for timed in found]
+    within = sum(median <= WITHIN for median in medians)
+    return (f"At {files:,} files with the caches {'dropped' if cold else 'kept'}, {len(found)} sets: GNU tar took "
+            f"{_seconds(min(t for t, _ in runs))}-{_seconds(max(t for t, _ in runs))} s, `prepare` "
+            f"{_seconds(min(p for _, p in runs))}-{_seconds(max(p for _, p in runs))} s; single pairs "
+            f"{min(ratios):.2f}-{max(ratios):.2f}x tar's time, the sets' medians {min(medians):.2f}-{max(medians):.2f};"
+            f" {within} of {len(found)} within {WITHIN}x.")
 
 
 def update(docs: list[str | os.PathLike], records: list[dict]) -> None:
