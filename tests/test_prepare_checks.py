@@ -171,7 +171,7 @@ def test_the_scale_benchmark_times_gnu_tar_on_the_same_archives_beside_prepare(t
     a folder of its own (nothing deleted between timed runs), and leaves nothing behind."""
     from tutorial_lib.bench.scale import measure_scale
 
-    records = measure_scale("10k", tmp_path, forms=("archives",), steps=("tar", "prepare"), rounds=2)
+    records = measure_scale("10k", tmp_path, forms=("archives",), steps=("tar", "prepare"), rounds=2, quiet_s=0)
     timed = [(r["step"], r["round"]) for r in records if r["step"] in ("tar", "prepare")]
     assert timed == [("tar", 0), ("prepare", 0), ("prepare", 1), ("tar", 1)]
     for record in records:

@@ -159,13 +159,13 @@ def _record(step: str, form: str, files: int, seconds: float, load: float, **ext
             "cpus": os.cpu_count(), "timestamp": time.time(), **extra}
 
 
-def _gnu_tar_record(source: Path, dest: Path, files: int, cold_cache: bool = False) -> dict:
+def _gnu_tar_record(source: Path, dest: Path, files: int, cold_cache: bool = False, quiet_s: int = 5) -> dict:
     """GNU tar extracting the archives of ``source`` into a new ``dest`` (kept: deleting a million files keeps
     the disk busy for minutes, see :mod:`.disk`), timed until on disk after the disk went quiet: the yardstick
     of ``prepare``'s extraction at the same size, on the same disk."""
     from tutorial_lib.bench.extract import gnu_tar
 
-    settled = settle(dest.parent, cold_cache)
+    settled = settle(dest.parent, cold_cache, quiet_s)
     load, began = os.getloadavg()[0], time.perf_counter()
     gnu_tar(source, dest)
     os.sync()
@@ -175,12 +175,13 @@ def _gnu_tar_record(source: Path, dest: Path, files: int, cold_cache: bool = Fal
 STEPS = ("prepare", "tar", "scan", "job", "stage")
 
 
-def _prepare_record(source: Path, dest: Path, form: str, files: int, cold_cache: bool = False) -> dict:
+def _prepare_record(source: Path, dest: Path, form: str, files: int, cold_cache: bool = False,
+                    quiet_s: int = 5) -> dict:
     """``prepare`` of ``source`` into a new ``dest`` (kept for the later steps), timed until on disk after the
     disk went quiet (and, ``cold_cache``, the caches were dropped)."""
     from tutorial_lib.data.prepare import prepare
 
-    settled = settle(dest.parent, cold_cache)
+    settled = settle(dest.parent, cold_cache, quiet_s)
     load, began = os.getloadavg()[0], time.perf_counter()
     summary = prepare(source, dest, progress=False, subset=True)
     os.sync()
@@ -189,7 +190,7 @@ def _prepare_record(source: Path, dest: Path, form: str, files: int, cold_cache:
 
 
 def _tar_beside_prepare(source: Path, work: Path, size: str, files: int, rounds: int,
-                        cold_cache: bool = False) -> tuple[list[dict], Path]:
+                        cold_cache: bool = False, quiet_s: int = 5) -> tuple[list[dict], Path]:
     """``rounds`` pairs of GNU tar and ``prepare`` on the archives, in alternating order, each into a folder of
     its own and nothing deleted until all are timed; returns the records and the last prepared DEST (kept)."""
     dests = [(work / f"tar-{size}-{r}", work / f"dest-archives-{size}-{r}") for r in range(rounds)]
@@ -201,8 +202,8 @@ def _tar_beside_prepare(source: Path, work: Path, size: str, files: int, rounds:
                          f"{free / 1e9:.0f} GB free. Fix: fewer rounds, or a --work-dir on a larger disk.")
     records = []
     for round_, (tar_dest, dest) in enumerate(dests):
-        pair = [partial(_gnu_tar_record, source, tar_dest, files, cold_cache),
-                partial(_prepare_record, source, dest, "archives", files, cold_cache)]
+        pair = [partial(_gnu_tar_record, source, tar_dest, files, cold_cache, quiet_s),
+                partial(_prepare_record, source, dest, "archives", files, cold_cache, quiet_s)]
         records += [{**side(), "round": round_} for side in (pair if round_ % 2 == 0 else pair[::-1])]
     for path in [p for pair in dests for p in pair][:-1]:
         shutil.rmtree(path)
@@ -211,12 +212,13 @@ def _tar_beside_prepare(source: Path, work: Path, size: str, files: int, rounds:
 
 def measure_scale(size: str = "10k", work_dir: str | os.PathLike = "data/scale",
                   forms=("kaggle", "flat_val", "folders", "archives"), steps=("prepare", "scan"),
-                  rounds: int = 1, cold_cache: bool = False) -> list[dict]:
+                  rounds: int = 1, cold_cache: bool = False, quiet_s: int = 5) -> list[dict]:
     """For each form: ``prepare`` (seconds, to disk with sync; ``tar``: GNU tar on the same archives beside it,
     ``rounds`` pairs in alternating order, each record naming its round), the job's one scan of the prepared DEST
     (:func:`tutorial_lib.data.file_index.build`), a 4-rank job's launch to first step (``job``) and staging
     (``stage``) of it, as ``steps`` asks. ``size`` is 10k, 100k or full; ``cold_cache``: drop the caches before
-    each of the paired runs (root; see :func:`tutorial_lib.bench.disk.drop_page_cache`)."""
+    each of the paired runs (root; see :func:`tutorial_lib.bench.disk.drop_page_cache`); ``quiet_s``: seconds of
+    a quiet disk before each timed ``prepare`` and ``tar``."""
     from tutorial_lib.bench.scale_job import measure_first_step, measure_stage
     from tutorial_lib.data import file_index
 
@@ -234,12 +236,12 @@ def measure_scale(size: str = "10k", work_dir: str | os.PathLike = "data/scale",
     for form in forms:
         source = make_form(work / f"base-{size}", state, form, work / f"{form}-{size}")
         if "tar" in steps and form == "archives":  # GNU tar on the same archives beside prepare, interleaved
-            paired, dest = _tar_beside_prepare(source, work, size, files, rounds, cold_cache)
+            paired, dest = _tar_beside_prepare(source, work, size, files, rounds, cold_cache, quiet_s)
             records += [r for r in paired if r["step"] == "tar" or "prepare" in steps]
         else:
             dest = work / f"dest-{form}-{size}"
             shutil.rmtree(dest, ignore_errors=True)
-            record = _prepare_record(source, dest, form, files)
+            record = _prepare_record(source, dest, form, files, quiet_s=quiet_s)
             records += [record] if "prepare" in steps else []
         if "scan" in steps:
             load, began = os.getloadavg()[0], time.perf_counter()
