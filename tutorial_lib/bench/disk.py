@@ -44,7 +44,7 @@ def wait_for_quiet_disk(path: str | os.PathLike, quiet_s: int = 5, busy_share: f
 def drop_page_cache() -> bool:
     """Write out and drop the page cache and the cached inodes and dentries (root only, Linux): the next run reads
     from the disk and starts with the memory the previous one filled given back (after a million files written,
-    the second run of a pair otherwise pays for reclaiming it); False where they cannot be dropped."""
+    the next run may otherwise pay for reclaiming it); False where they cannot be dropped."""
     os.sync()
     try:
         Path("/proc/sys/vm/drop_caches").write_text("3\n")

@@ -161,8 +161,7 @@ def extract_class(fd: int, member: tarfile.TarInfo, names: list[str], part: Path
                   bar) -> tuple[int, int]:
     """One class tar (``member`` of the archive open as ``fd``, listed as ``names`` by :func:`list_class`) into
     ``part`` by GNU tar, then renamed to ``folder``; returns (images, system files skipped) as checked on disk, so
-    that the final count need not list the folder again. ``part`` is
-    removed if anything goes wrong."""
+    that the final count need not list the folder again. ``part`` is removed if anything goes wrong."""
     shutil.rmtree(part, ignore_errors=True)  # an interrupted extraction of our own
     part.mkdir()
     try:
