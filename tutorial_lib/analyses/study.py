@@ -346,10 +346,25 @@ def projection_claim(projection: pd.DataFrame, results: pd.DataFrame):
     from tutorial_lib.text import verdicts
 
     first, last = results.iloc[0], results.iloc[-1]
+    spread = ((100 * last["efficiency_low"], 100 * last["efficiency_high"])
+              if len(results) > 1 and "efficiency_low" in results else None)
     return verdicts.projection_flat(list(projection["projected efficiency (%)"]), int(projection.index[-1]),
                                   first["images_per_sec"] / first["gpus"],
                                   100 * last["efficiency"] if len(results) > 1 else None, int(last["gpus"]),
-                                  rank_unit(results), projection.attrs.get("basis", ""))
+                                  rank_unit(results), projection.attrs.get("basis", ""), spread)
+
+
+def scaling_claim(results: pd.DataFrame, load: tuple | None = None):
+    """What the study measured, from :func:`collect`'s runs: each larger run's throughput against the smallest
+    one's, with their per-epoch ranges (:func:`tutorial_lib.text.verdicts.measured_scaling`); ``load``: this
+    machine's load averages (default: read now, as the runs have just ended)."""
+    from tutorial_lib.bench.timing import Spread
+    from tutorial_lib.text import verdicts
+
+    runs = [(int(row["gpus"]), Spread(row["images_per_sec"], row["images_per_sec_low"], row["images_per_sec_high"]))
+            for _, row in results.iterrows()]
+    return verdicts.measured_scaling(runs, rank_unit(results), os.getloadavg() if load is None else load,
+                                     os.cpu_count())
 
 
 def model_comparison_text(preset: str = "hal", details: bool = False) -> str:

@@ -124,7 +124,7 @@ def training_rows(records: list[dict]) -> list[dict]:
             measured = _spread(by_name[algorithm], "images_per_sec")
             rows.append({"rate_mbit": record["network"]["rate_mbit"], "algorithm": algorithm,
                          "images_per_sec": measured, "model_images_per_sec": images / step,
-                         "model_error": images / step / measured.median - 1})
+                         "model_error": images / step / measured.median - 1, "steps_per_round": training.get("steps")})
     return rows
 
 
