@@ -74,3 +74,13 @@ def test_one_core_reverses():
     agree = pipeline_claims.one_core(Spread(270.0, 240.0, 300.0), parts)
     assert agree.verdict == "agree" and "about 270 images/s" in agree.sentence
     assert pipeline_claims.one_core(None, parts).verdict == "not measured"
+
+
+def test_cores_to_feed_reverses():
+    """A model slower than one core needs one; the two swapped need more, with the range the ranges allow."""
+    model, core = Spread(120.0, 110.0, 130.0), Spread(223.4, 203.9, 253.1)
+    one = pipeline_claims.cores_to_feed(model, core)
+    more = pipeline_claims.cores_to_feed(core, model)
+    assert one.verdict == "one core" and "needs 1 CPU core to keep up" in one.sentence, one.sentence
+    assert more.verdict == "2 cores" and "between 2 and 3 from the ranges" in more.sentence, more.sentence
+    assert "223.4 (203.9-253.1)" in one.sentence and pipeline_claims.cores_to_feed(None, core).verdict == "not measured"

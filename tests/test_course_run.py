@@ -46,3 +46,47 @@ def test_finished_course_runs_lose_only_their_checkpoints(tmp_path):
     assert (finished / "metrics.jsonl").exists() and (finished / "notes.pt").exists()
     assert (running / "checkpoint.pt").exists() and (older / "checkpoint.pt").exists()
     assert course.drop_finished_checkpoints(tmp_path / "missing", since) == 0
+
+
+def test_a_run_outside_the_course_says_which_run_it_replaced(tmp_path, capsys):
+    """A notebook run with papermill and the default output_root starts its jobs fresh=True: the earlier run of
+    the same name is removed, and the line says so (issue 44: it used to go without a word)."""
+    from tutorial_lib import jobs
+
+    make_run(tmp_path, "04-lars", done=True)
+    jobs._take_run_dir(tmp_path / "04-lars", True)
+    said = capsys.readouterr().out
+    assert f"replaced the earlier run in {tmp_path / '04-lars'}: removed its 4 file(s)" in said, said
+    jobs._take_run_dir(tmp_path / "04-lars", True)  # nothing left to replace: nothing said
+    assert capsys.readouterr().out == ""
+
+
+def test_plain_papermill_ends_with_the_nearest_parameter(tmp_path):
+    """`papermill nb.ipynb out.ipynb -p epoch 3`: the last line names the parameter meant (it was the last of a
+    55-line traceback through the library's frames, naming none)."""
+    import subprocess
+    import sys
+
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("epochs = 2\nnodes = 1", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("from tutorial_lib import course\ncourse.setup_notebook(quiet=True)")])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    source = tmp_path / "nb.ipynb"
+    nbformat.write(notebook, source)
+    result = subprocess.run([sys.executable, "-m", "papermill", str(source), str(tmp_path / "out.ipynb"),
+                             "-p", "epoch", "3", "--no-progress-bar"], capture_output=True, text=True, timeout=300)
+    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
+    assert result.returncode != 0 and last == (
+        "NotebookParameterError: parameters: this notebook has no parameter 'epoch' (given with papermill -p or "
+        "-f); did you mean 'epochs'? Fix: use a name from its parameters cell."), result.stderr[-2000:]
+
+
+def test_a_parameter_near_no_declared_one_gets_the_list():
+    import pytest
+
+    with pytest.raises(course.NotebookParameterError) as error:
+        course.check_injected_parameters(["", "epochs = 2\nnodes = 1", "# Parameters\nzzz = 3\n"])
+    assert str(error.value).endswith("its parameters are epochs, nodes. Fix: use a name from its parameters cell.")
+    assert error.value._render_traceback_() == [f"NotebookParameterError: {error.value}"]  # IPython shows one line

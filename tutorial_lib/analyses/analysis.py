@@ -134,6 +134,11 @@ def _config(run_dir: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def run_config(run) -> dict:
+    """A run's ``config.json`` (empty before the job has started), from a Job or a run directory."""
+    return _config(run_dir_of(run))
+
+
 def recipe_label(optimizer: str, warmup_epochs: float) -> str:
     """``"SGD, warmup 1 ep"`` / ``"LARS, no warmup"``: the series name used by :func:`final_accuracy`."""
     warm = f"warmup {warmup_epochs:g} ep" if warmup_epochs else "no warmup"
@@ -195,6 +200,28 @@ def final_accuracy(runs: Sequence):
             "outcome": outcome.verdict, "diverged": outcome.verdict == "diverged",
             "train_time_s": sum(e.get("epoch_time", 0.0) for e in epochs), "state": state})
     return pd.DataFrame(rows)
+
+
+def lars_comparison(runs: Sequence, tolerance_points: float = 2.0):
+    """LARS against plain SGD at one global batch: :func:`final_accuracy` of ``runs`` (the LARS run found by its
+    optimizer, not by its place in the list) and the sentence that compares them
+    (:func:`tutorial_lib.text.training_claims.lars_vs_sgd`). Returns ``(table, claim)``."""
+    from tutorial_lib.text import training_claims
+
+    table = final_accuracy(runs)
+    lars = table[table["optimizer"] == "lars"]
+    sgd = table[table["optimizer"] != "lars"]
+    batch = int((lars if len(lars) else table)["global_batch"].iloc[0])
+    claim = training_claims.lars_vs_sgd(float(lars["top1"].iloc[0]) if len(lars) else None,
+                                        dict(zip(sgd["recipe"], sgd["top1"], strict=True)), batch,
+                                        tolerance_points=tolerance_points)
+    return table, claim
+
+
+def largest_gap(runs: Sequence, column: str = "loss") -> float:
+    """The largest absolute difference between two runs' logged ``column`` at the same step (:func:`step_table`)."""
+    table = step_table(list(runs), column)
+    return float((table.iloc[:, 0] - table.iloc[:, 1]).abs().max())
 
 
 def plot_accuracy_vs_batch(table, ax=None, group: str = "recipe", metric: str = "top1",

@@ -118,7 +118,8 @@ def epoch_axis(ax, epochs: int) -> None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def plot_accuracy(jobs, ax=None, empty_note: str = "waiting for metrics...", legend: bool = True):
+def plot_accuracy(jobs, ax=None, empty_note: str = "waiting for metrics...", legend: bool = True,
+                  title: str = "Accuracy (top-1 solid, top-5 dashed)"):
     """Validation top-1 (solid) and top-5 (dashed) accuracy against the epoch, one colour per run.
 
     The epoch axis spans the planned epochs (from the runs' ``start`` events when given), so a single
@@ -136,7 +137,7 @@ def plot_accuracy(jobs, ax=None, empty_note: str = "waiting for metrics...", leg
     if last_epoch:
         planned = [frame["epochs"].max() for _, frame in _runs(jobs, "start") if "epochs" in frame.columns]
         epoch_axis(ax, max([last_epoch] + [int(n) for n in planned if pd.notna(n)]))
-    _finish(ax, "epoch", "validation accuracy (%)", "Accuracy (top-1 solid, top-5 dashed)", empty_note, legend)
+    _finish(ax, "epoch", "validation accuracy (%)", title, empty_note, legend)
     return ax
 
 

@@ -1,7 +1,8 @@
 """Notebook 02's sentences on preparing one image, chosen from its numbers: which part of preparing an image
-(reading, decoding, augmenting) costs most here, and whether one DataLoader worker prepares images faster than
-the training process itself (0 workers). Each is a :class:`tutorial_lib.text.claims.Claim` (ranges that
-overlap are "not distinguishable here"), shown by the notebook and carried into ``SUMMARY.md``.
+(reading, decoding, augmenting) costs most here, whether one DataLoader worker prepares images faster than
+the training process itself (0 workers), what one CPU core prepares (the loader with 0 workers, beside its
+parts timed alone), and the cores that feed the model. Each is a :class:`tutorial_lib.text.claims.Claim`
+(ranges that overlap are "not distinguishable here"), shown by the notebook and carried into ``SUMMARY.md``.
 """
 
 from __future__ import annotations
@@ -96,3 +97,20 @@ def one_core(zero_workers: Spread | None, parts: dict[str, Spread | None]) -> Cl
     return Claim("one CPU core", "loader faster", f"{numbers}: the loader measured faster than its parts allow, "
                  "which they cannot explain (" + likely_cause("other work on this machine during one of the two")
                  + "); take one core as about " + f"{zero_workers.median:,.0f} images/s here")
+
+
+def cores_to_feed(model: Spread | None, core: Spread | None) -> Claim:
+    """The CPU cores (loader workers) the CPU pipeline needs to keep up with the model: the model's images/s over
+    what one core prepares (``core``: :func:`one_core`'s loader with 0 workers), with the range the two ranges
+    allow. Verdict ``one core`` where even the extremes need one, else ``<n> cores`` (n from the medians)."""
+    from tutorial_lib.bench.data import workers_needed
+
+    if model is None or core is None or core.low <= 0:
+        return Claim("cores to feed the model", "not measured", "the model or one core's rate was not measured here")
+    needed = workers_needed(model.median, core.median)
+    fewest, most = workers_needed(model.low, core.high), workers_needed(model.high, core.low)
+    spread = "" if fewest == most else f" (between {fewest} and {most} from the ranges)"
+    verdict = "one core" if most <= 1 else f"{needed} cores"
+    return Claim("cores to feed the model", verdict,
+                 f"the model trains at {model.text()} img/s here; at one core's {core.text()} img/s the CPU pipeline "
+                 f"needs {needed} CPU core{'s' * (needed != 1)} to keep up{spread}")
