@@ -10,8 +10,8 @@
 * a panel shows an axis but plots nothing, without a message in it, or with numeric ticks of nothing;
 * an epoch axis (x label "epoch") shows a fractional epoch or reaches past the epochs the figure is of.
 
-Written apart from :mod:`tutorial_lib.figures.readable` on purpose: a check that shared the drawing code's idea
-of "data" could not catch that idea being wrong.
+Written apart from :mod:`tutorial_lib.figures.readable` on purpose (only its polyline sampling is shared): a
+check that shared the drawing code's idea of "data" could not catch that idea being wrong.
 """
 
 from __future__ import annotations
@@ -19,18 +19,9 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.lines import Line2D
 
+from tutorial_lib.figures.readable import fill_box, sample_polyline  # geometry only: what is data is decided here
+
 SAME = ("same values", "coincid", "identical")
-
-
-def _sample(points: np.ndarray, step: float = 1.5) -> np.ndarray:
-    points = points[np.isfinite(points).all(axis=1)]
-    if len(points) < 2:
-        return points
-    parts = [points[:1]]
-    for a, b in zip(points[:-1], points[1:], strict=True):
-        n = max(1, int(np.hypot(*(b - a)) / step))
-        parts.append(a + (b - a) * (np.arange(1, n + 1)[:, None] / n))
-    return np.vstack(parts)
 
 
 def _line_xy(line: Line2D) -> np.ndarray:
@@ -45,10 +36,10 @@ def _strokes(ax) -> np.ndarray:
         if not line.get_visible() or not len(line.get_xdata()):
             continue
         xy = _line_xy(line)
-        out.append(_sample(xy) if line.get_linestyle() not in ("None", "", " ") else xy)
+        out.append(sample_polyline(xy) if line.get_linestyle() not in ("None", "", " ") else xy)
     for collection in ax.collections:
         for path in collection.get_paths():
-            out.append(_sample(collection.get_transform().transform(path.vertices)))
+            out.append(sample_polyline(collection.get_transform().transform(path.vertices)))
     return np.vstack(out)
 
 
@@ -57,11 +48,7 @@ def _areas(ax) -> np.ndarray:
     out = [np.empty((0, 2))]
     boxes = [patch.get_window_extent() for patch in ax.patches]
     boxes += [table.get_window_extent() for table in ax.tables]
-    for box in boxes:
-        xs = np.linspace(box.x0, box.x1, max(2, int(box.width / 4)))
-        ys = np.linspace(box.y0, box.y1, max(2, int(box.height / 4)))
-        out.append(np.array([(x, y) for x in xs for y in ys]))
-    return np.vstack(out)
+    return np.vstack(out + [fill_box(box, 4.0) for box in boxes])
 
 
 def _inside(box, points: np.ndarray, margin: float = 1.0) -> int:
@@ -90,7 +77,7 @@ def problems(fig, name: str, epochs: int | None = None) -> list[str]:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
         FigureCanvasAgg(fig)
-    fig.canvas.draw()
+    fig.draw_without_rendering()  # the layout and every text's size, without rasterising the figure
     renderer = fig.canvas.get_renderer()
     found = []
     panels = [ax for ax in fig.axes if ax.get_visible()]

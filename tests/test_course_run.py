@@ -61,28 +61,6 @@ def test_a_run_outside_the_course_says_which_run_it_replaced(tmp_path, capsys):
     assert capsys.readouterr().out == ""
 
 
-def test_plain_papermill_ends_with_the_nearest_parameter(tmp_path):
-    """`papermill nb.ipynb out.ipynb -p epoch 3`: the last line names the parameter meant (it was the last of a
-    55-line traceback through the library's frames, naming none)."""
-    import subprocess
-    import sys
-
-    import nbformat
-
-    notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("epochs = 2\nnodes = 1", metadata={"tags": ["parameters"]}),
-        nbformat.v4.new_code_cell("from tutorial_lib import course\ncourse.setup_notebook(quiet=True)")])
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    source = tmp_path / "nb.ipynb"
-    nbformat.write(notebook, source)
-    result = subprocess.run([sys.executable, "-m", "papermill", str(source), str(tmp_path / "out.ipynb"),
-                             "-p", "epoch", "3", "--no-progress-bar"], capture_output=True, text=True, timeout=300)
-    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
-    assert result.returncode != 0 and last == (
-        "NotebookParameterError: parameters: this notebook has no parameter 'epoch' (given with papermill -p or "
-        "-f); did you mean 'epochs'? Fix: use a name from its parameters cell."), result.stderr[-2000:]
-
-
 def test_a_parameter_near_no_declared_one_gets_the_list():
     import pytest
 

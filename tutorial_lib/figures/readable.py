@@ -18,20 +18,20 @@ STEP_PX = 2.0  # data lines are sampled every STEP_PX display pixels for overlap
 
 
 def _renderer(fig):
-    fig.draw_without_rendering()  # runs the layout, so display coordinates are final
     return fig.canvas.get_renderer() if hasattr(fig.canvas, "get_renderer") else fig._get_renderer()
 
 
-def _sampled(points: np.ndarray, step: float = STEP_PX) -> np.ndarray:
+def sample_polyline(points: np.ndarray, step: float = STEP_PX) -> np.ndarray:
     """A polyline (display coordinates) with points every ``step`` pixels along each segment."""
     points = points[np.isfinite(points).all(axis=1)]
     if len(points) < 2:
         return points
-    out = [points[:1]]
-    for a, b in zip(points[:-1], points[1:], strict=True):
-        count = max(1, int(np.hypot(*(b - a)) / step))
-        out.append(a + (b - a) * (np.arange(1, count + 1)[:, None] / count))
-    return np.vstack(out)
+    starts, steps = points[:-1], np.diff(points, axis=0)
+    counts = np.maximum(1, (np.hypot(steps[:, 0], steps[:, 1]) / step).astype(int))
+    which = np.repeat(np.arange(len(steps)), counts)  # one row per sample, naming its segment
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + 1
+    fractions = (offsets / counts[which])[:, None]
+    return np.vstack([points[:1], starts[which] + steps[which] * fractions])
 
 
 def data_points(ax) -> np.ndarray:
@@ -41,16 +41,19 @@ def data_points(ax) -> np.ndarray:
     for line in ax.lines:
         xy = np.asarray(line.get_xydata(), float)
         if len(xy) and line.get_visible():
-            chunks.append(_sampled(line.get_transform().transform(xy)))
+            chunks.append(sample_polyline(line.get_transform().transform(xy)))
     for collection in ax.collections:
         for path in collection.get_paths():
-            chunks.append(_sampled(collection.get_transform().transform(path.vertices)))
-    for patch in ax.patches:
-        box = patch.get_window_extent()
-        xs = np.linspace(box.x0, box.x1, max(2, int(box.width / 6)))
-        ys = np.linspace(box.y0, box.y1, max(2, int(box.height / 6)))
-        chunks.append(np.array([(x, y) for x in xs for y in ys]))
+            chunks.append(sample_polyline(collection.get_transform().transform(path.vertices)))
+    chunks += [fill_box(patch.get_window_extent()) for patch in ax.patches]
     return np.vstack(chunks)
+
+
+def fill_box(box, step: float = 6.0) -> np.ndarray:
+    """Display points every ``step`` pixels over a box (a bar, a table), edges included."""
+    xs, ys = np.meshgrid(np.linspace(box.x0, box.x1, max(2, int(box.width / step))),
+                         np.linspace(box.y0, box.y1, max(2, int(box.height / step))))
+    return np.column_stack([xs.ravel(), ys.ravel()])
 
 
 def covers(box, points: np.ndarray, margin: float = 1.0) -> bool:
@@ -70,10 +73,15 @@ def place_legend(ax, **kwargs):
     fig = ax.figure
     legend = ax.legend(loc=INSIDE[0], **kwargs)
     renderer = _renderer(fig)
+    for other in fig.axes:
+        other.get_xlim(), other.get_ylim()  # settles pending autoscaling, so the transforms are the drawn ones
     points = np.vstack([data_points(other) for other in fig.axes])
     for loc in INSIDE:
         legend.set_loc(loc)  # the box moves without a new layout: the legend sits inside the axes
-        if not covers(legend.get_window_extent(renderer), points):
+        # no layout has run yet (it costs a whole draw): the layout will shrink the axes around their labels while
+        # the legend keeps its size, so the box is checked with a margin for that
+        box = legend.get_window_extent(renderer).expanded(1.12, 1.12).padded(6)
+        if not covers(box, points):
             return legend
     legend.remove()
     return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
