@@ -188,6 +188,10 @@ def test_measured_scaling_reverses():
     assert tied.verdict == verdicts.NOT_DISTINGUISHABLE and "speed-up" not in tied.sentence
     assert "one run" in tied.sentence
     assert verdicts.measured_scaling([(1, one)]).verdict == "not measured"
+    # the test-size run: one epoch measured per run ranks nothing, whatever the medians
+    single = verdicts.measured_scaling([(1, Spread.of([16.4])), (2, Spread.of([14.1]))], "CPU ranks")
+    assert single.verdict == verdicts.NOT_DISTINGUISHABLE and "1 epoch measured per run: too few to rank" in \
+        single.sentence and "speed-up" not in single.sentence
 
 
 def test_scaling_claim_reverses():

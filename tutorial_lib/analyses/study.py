@@ -133,6 +133,7 @@ def run_record(run) -> dict:
         "images_per_sec_low": rate.low,
         "images_per_sec_high": rate.high,
         "epochs_measured": len(rate.samples),
+        "epoch_rates": rate.samples,
         "epochs_run": int(last.get("epoch", len(epochs))),
         "measured_epoch_s": float(sum(r.get("epoch_time", math.nan) for r in epochs) / len(epochs)),
         "top1": float(last.get("top1", math.nan)),
@@ -361,7 +362,8 @@ def scaling_claim(results: pd.DataFrame, load: tuple | None = None):
     from tutorial_lib.bench.timing import Spread
     from tutorial_lib.text import verdicts
 
-    runs = [(int(row["gpus"]), Spread(row["images_per_sec"], row["images_per_sec_low"], row["images_per_sec_high"]))
+    runs = [(int(row["gpus"]), Spread(row["images_per_sec"], row["images_per_sec_low"], row["images_per_sec_high"],
+                                      tuple(row.get("epoch_rates", ()) or ())))
             for _, row in results.iterrows()]
     return verdicts.measured_scaling(runs, rank_unit(results), os.getloadavg() if load is None else load,
                                      os.cpu_count())

@@ -9,7 +9,6 @@ in its label, and a speed carries the spread it has.
 from __future__ import annotations
 
 import json
-import os
 
 from tutorial_lib.course.summary import summarize
 
@@ -132,8 +131,7 @@ def scaling_study(runs: list, results, plan, scale_over: str, imagenet_epochs: f
     from tutorial_lib.bench.timing import Spread
 
     unit = study.rank_unit(results)
-    numbers = {"backend used": runs[0].backend, "swept (measured)": f"{scale_over} = {plan.extras['measured']}",
-               "load average at the end (1, 5, 15 min)": ", ".join(f"{v:.1f}" for v in os.getloadavg())}
+    numbers = {"backend used": runs[0].backend, "swept (measured)": f"{scale_over} = {plan.extras['measured']}"}
     for _, row in results.iterrows():
         ranks = f"{unit} = {row['gpus']}"
         numbers[f"{ranks}: throughput (img/s, one run; range over its epochs)"] = Spread(

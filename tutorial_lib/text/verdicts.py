@@ -77,8 +77,9 @@ def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, me
                         "with its other work, which the model's cluster (one GPU per rank, a real network) does not "
                         "have") if unit != "GPUs" else
            likely_cause("this machine's GPUs and links differ from the reference cluster's the projection uses"))
-    spread = "" if measured_range is None else (f" (between {measured_range[0]:.0f}% and {measured_range[1]:.0f}% "
-                                                "over its runs' epochs)")
+    spread = "" if measured_range is None else (
+        " (one epoch per run measured: no range)" if measured_range[0] == measured_range[1] else
+        f" (between {measured_range[0]:.0f}% and {measured_range[1]:.0f}% over its runs' epochs)")
     beside = "" if measured is None else (f" The measured {measured:.1f}% at {measured_units} {unit}{spread} is "
                                           f"another thing ({why}).")
     if lowest >= 99.5:
@@ -345,11 +346,15 @@ def measured_scaling(runs: list[tuple[int, Spread]], unit: str = "GPUs", load: t
         return f"{count} {unit if count != 1 else unit.removesuffix('s')}"
 
     for count, spread in runs[1:]:
-        verdict = ratio_verdict(spread, base, "faster", "slower")
+        thin = _too_few_rounds(spread, base)  # an epoch or two per run is no range to rank by
+        verdict = NOT_DISTINGUISHABLE if thin else ratio_verdict(spread, base, "faster", "slower")
         found.append(verdict)
         numbers = f"{name(count)} {spread.text()} against {name(base_n)} {base.text()} img/s (all ranks)"
         if verdict == NOT_DISTINGUISHABLE:
-            parts.append(f"{numbers}: {NOT_DISTINGUISHABLE}")
+            fewest = min(len(s.samples) or 1 for s in (spread, base))
+            why = (f" ({fewest} epoch{'s' * (fewest != 1)} measured per run: too few to rank, {MIN_ROUNDS_TO_RANK} "
+                   "needed)") if thin else ""
+            parts.append(f"{numbers}: {NOT_DISTINGUISHABLE}{why}")
         else:
             parts.append(f"{numbers}: {verdict}, a speed-up of {_ratio_text(spread, base)} for {count / base_n:g}x "
                          "the ranks")
