@@ -133,3 +133,7 @@ def test_a_cause_in_a_printed_sentence_is_worded_as_likely():
     assert "a likely cause, not measured here: with a worker, two processes work at once" in said
     shared = verdicts.projection_flat([100.0], 64, 70.2, 35.9, 2, unit="CPU ranks", measured_range=(26.0, 46.0))
     assert "between 26% and 46%" in shared.sentence and "likely cause, not measured here" in shared.sentence
+    assert "share its CPU cores" in shared.sentence
+    above = verdicts.projection_flat([100.0], 64, 6.0, 139.2, 2, unit="CPU ranks", measured_range=(139.2, 139.2))
+    assert "share its CPU cores" not in above.sentence and "slowed the smaller run" in above.sentence
+    assert "one epoch per run measured: no range" in above.sentence

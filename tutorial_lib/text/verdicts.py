@@ -73,10 +73,14 @@ def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, me
     lowest = min(efficiencies) if efficiencies else float("nan")
     counted = "GPUs" if unit == "GPUs" else "modelled ranks"
     source = f"this run's {per_unit_rate:.1f} img/s per rank" + (f" ({basis})" if basis else "")
-    why = (likely_cause("on this machine the ranks share its CPU cores with each other, with the all-reduce and "
-                        "with its other work, which the model's cluster (one GPU per rank, a real network) does not "
-                        "have") if unit != "GPUs" else
-           likely_cause("this machine's GPUs and links differ from the reference cluster's the projection uses"))
+    if measured is not None and measured > lowest:  # above the model: the runs met different conditions
+        why = likely_cause("this machine's other work slowed the smaller run more than the larger one")
+    elif unit != "GPUs":
+        why = likely_cause("on this machine the ranks share its CPU cores with each other, with the all-reduce and "
+                           "with its other work, which the model's cluster (one GPU per rank, a real network) does not "
+                           "have")
+    else:
+        why = likely_cause("this machine's GPUs and links differ from the reference cluster's the projection uses")
     spread = "" if measured_range is None else (
         " (one epoch per run measured: no range)" if measured_range[0] == measured_range[1] else
         f" (between {measured_range[0]:.0f}% and {measured_range[1]:.0f}% over its runs' epochs)")
