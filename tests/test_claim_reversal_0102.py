@@ -60,3 +60,27 @@ def test_staging_effect_reverses():
         assert claims.staging_effect(copy, shared, staged, 72).verdict == claims.CANNOT_DECIDE
     overlap = claims.staging_effect(copy, Spread(0.10, 0.08, 0.12), Spread(0.11, 0.09, 0.13), 72, False)
     assert overlap.verdict == claims.NOT_DISTINGUISHABLE
+
+
+def test_one_core_reverses():
+    """02's one core: the loader with 0 workers against what the parts timed alone allow; a loader slower than
+    its parts (the issue-44 run: 223.4 against about 275 img/s) and the two swapped."""
+    parts = {"read": Spread(0.07, 0.05, 0.09), "decode": Spread(2.77, 2.70, 2.85), "augment": Spread(0.79, 0.75, 0.82)}
+    slower = pipeline_claims.one_core(Spread(223.4, 203.9, 253.1), parts)
+    assert slower.verdict == "loader slower" and "223.4 (203.9-253.1) img/s" in slower.sentence, slower.sentence
+    assert "about 223 images/s" in slower.sentence and "likely cause, not measured here" in slower.sentence
+    faster = pipeline_claims.one_core(Spread(340.0, 320.0, 360.0), parts)
+    assert faster.verdict == "loader faster" and "about 340 images/s" in faster.sentence
+    agree = pipeline_claims.one_core(Spread(270.0, 240.0, 300.0), parts)
+    assert agree.verdict == "agree" and "about 270 images/s" in agree.sentence
+    assert pipeline_claims.one_core(None, parts).verdict == "not measured"
+
+
+def test_cores_to_feed_reverses():
+    """A model slower than one core needs one; the two swapped need more, with the range the ranges allow."""
+    model, core = Spread(120.0, 110.0, 130.0), Spread(223.4, 203.9, 253.1)
+    one = pipeline_claims.cores_to_feed(model, core)
+    more = pipeline_claims.cores_to_feed(core, model)
+    assert one.verdict == "one core" and "needs 1 CPU core to keep up" in one.sentence, one.sentence
+    assert more.verdict == "2 cores" and "between 2 and 3 from the ranges" in more.sentence, more.sentence
+    assert "223.4 (203.9-253.1)" in one.sentence and pipeline_claims.cores_to_feed(None, core).verdict == "not measured"

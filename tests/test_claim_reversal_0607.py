@@ -167,3 +167,43 @@ def test_hierarchical_claims_rank_nothing_from_two_rounds():
     assert "2 rounds: too few to rank, 3 needed" in bus.sentence
     sizes3 = [{**sizes[0], "flat": _rounds(0.010, 0.0105, 0.011), "hierarchical": _rounds(0.015, 0.0155, 0.016)}]
     assert verdicts.hierarchical_vs_flat(sizes3).verdict == "wins"
+
+
+def test_measured_scaling_reverses():
+    """06: two ranks against one, each one run with its per-epoch range. Separated ranges give a speed-up with
+    the range the two allow (faster, or slower with the likely cause worded as not measured); the issue-44 run's
+    overlapping per-epoch speeds are not distinguishable here and print no ratio; the load is named."""
+    one, two = Spread(210.97, 187.2, 241.6), Spread(151.44, 134.7, 173.0)
+    overlap = verdicts.measured_scaling([(1, one), (2, two)], "CPU ranks", load=(7.1, 6.5, 4.0), cores=2)
+    assert overlap.verdict == "slower"  # epochs 2-3 separate: 187.2-241.6 against 134.7-173.0
+    fast_one, slow_two = Spread(210.0, 200.0, 220.0), Spread(150.0, 140.0, 160.0)
+    slower = verdicts.measured_scaling([(1, fast_one), (2, slow_two)], "CPU ranks", load=(7.1, 6.5, 4.0), cores=2)
+    faster = verdicts.measured_scaling([(1, slow_two), (2, fast_one)], "CPU ranks")
+    assert (slower.verdict, faster.verdict) == ("slower", "faster")
+    assert "0.71x (between 0.64x and 0.80x)" in slower.sentence and "likely cause, not measured here" in slower.sentence
+    assert "7.1, 6.5, 4.0 over 1, 5 and 15 minutes, on 2 cores" in slower.sentence
+    assert "1.40x (between 1.25x and 1.57x) for 2x the ranks" in faster.sentence
+    assert "likely cause" in faster.sentence  # 1.40x for 2x the ranks is still below ideal
+    tied = verdicts.measured_scaling([(1, Spread(200.0, 150.0, 250.0)), (2, Spread(240.0, 160.0, 300.0))], "GPUs")
+    assert tied.verdict == verdicts.NOT_DISTINGUISHABLE and "speed-up" not in tied.sentence
+    assert "one run" in tied.sentence
+    assert verdicts.measured_scaling([(1, one)]).verdict == "not measured"
+    # the test-size run: one epoch measured per run ranks nothing, whatever the medians
+    single = verdicts.measured_scaling([(1, Spread.of([16.4])), (2, Spread.of([14.1]))], "CPU ranks")
+    assert single.verdict == verdicts.NOT_DISTINGUISHABLE and "1 epoch measured per run: too few to rank" in \
+        single.sentence and "speed-up" not in single.sentence
+
+
+def test_scaling_claim_reverses():
+    """study.scaling_claim reads each run's throughput and per-epoch range from collect's frame."""
+    import pandas as pd
+
+    from tutorial_lib.analyses import study
+
+    frame = pd.DataFrame({"gpus": [1, 2], "images_per_sec": [210.0, 150.0], "images_per_sec_low": [200.0, 140.0],
+                          "images_per_sec_high": [220.0, 160.0], "on_gpu": [False, False]})
+    slower = study.scaling_claim(frame, load=(1.0, 1.0, 1.0))
+    faster = study.scaling_claim(frame.assign(images_per_sec=[150.0, 210.0], images_per_sec_low=[140.0, 200.0],
+                                              images_per_sec_high=[160.0, 220.0]), load=(1.0, 1.0, 1.0))
+    assert (slower.verdict, faster.verdict) == ("slower", "faster")
+    assert "2 CPU ranks 150.0 (140.0-160.0) against 1 CPU rank 210.0 (200.0-220.0)" in slower.sentence

@@ -46,3 +46,25 @@ def test_finished_course_runs_lose_only_their_checkpoints(tmp_path):
     assert (finished / "metrics.jsonl").exists() and (finished / "notes.pt").exists()
     assert (running / "checkpoint.pt").exists() and (older / "checkpoint.pt").exists()
     assert course.drop_finished_checkpoints(tmp_path / "missing", since) == 0
+
+
+def test_a_run_outside_the_course_says_which_run_it_replaced(tmp_path, capsys):
+    """A notebook run with papermill and the default output_root starts its jobs fresh=True: the earlier run of
+    the same name is removed, and the line says so (issue 44: it used to go without a word)."""
+    from tutorial_lib import jobs
+
+    make_run(tmp_path, "04-lars", done=True)
+    jobs._take_run_dir(tmp_path / "04-lars", True)
+    said = capsys.readouterr().out
+    assert f"replaced the earlier run in {tmp_path / '04-lars'}: removed its 4 file(s)" in said, said
+    jobs._take_run_dir(tmp_path / "04-lars", True)  # nothing left to replace: nothing said
+    assert capsys.readouterr().out == ""
+
+
+def test_a_parameter_near_no_declared_one_gets_the_list():
+    import pytest
+
+    with pytest.raises(course.NotebookParameterError) as error:
+        course.check_injected_parameters(["", "epochs = 2\nnodes = 1", "# Parameters\nzzz = 3\n"])
+    assert str(error.value).endswith("its parameters are epochs, nodes. Fix: use a name from its parameters cell.")
+    assert error.value._render_traceback_() == [f"NotebookParameterError: {error.value}"]  # IPython shows one line

@@ -317,9 +317,13 @@ def test_a_notebook_refuses_a_parameter_it_does_not_declare(tmp_path):
     source = tmp_path / "nb.ipynb"
     nbformat.write(notebook, source)
     papermill.execute_notebook(str(source), str(tmp_path / "ok.ipynb"), parameters={"epochs": 3}, progress_bar=False)
-    with pytest.raises(papermill.PapermillExecutionError, match="this notebook has no parameter 'nodez'"):
-        papermill.execute_notebook(str(source), str(tmp_path / "bad.ipynb"), parameters={"nodez": 2},
-                                   progress_bar=False)
+    # plain papermill's last line names the parameter meant (issue 44: a 55-line traceback that named none)
+    result = subprocess.run([sys.executable, "-m", "papermill", str(source), str(tmp_path / "bad.ipynb"),
+                             "-p", "epoch", "3", "--no-progress-bar"], capture_output=True, text=True, timeout=300)
+    last = [line for line in result.stderr.splitlines() if line.strip()][-1]
+    assert result.returncode != 0 and last == (
+        "NotebookParameterError: parameters: this notebook has no parameter 'epoch' (given with papermill -p or "
+        "-f); did you mean 'epochs'? Fix: use a name from its parameters cell."), result.stderr[-2000:]
 
 
 def test_on_the_strict_cluster_the_training_step_gets_the_cpus_the_job_asked_for(tmp_path, slurm, digits_dir):

@@ -134,6 +134,11 @@ def _config(run_dir: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def run_config(run) -> dict:
+    """A run's ``config.json`` (empty before the job has started), from a Job or a run directory."""
+    return _config(run_dir_of(run))
+
+
 def recipe_label(optimizer: str, warmup_epochs: float) -> str:
     """``"SGD, warmup 1 ep"`` / ``"LARS, no warmup"``: the series name used by :func:`final_accuracy`."""
     warm = f"warmup {warmup_epochs:g} ep" if warmup_epochs else "no warmup"
@@ -197,15 +202,40 @@ def final_accuracy(runs: Sequence):
     return pd.DataFrame(rows)
 
 
-def plot_accuracy_vs_batch(table, ax=None, group: str = "recipe", metric: str = "top1"):
+def lars_comparison(runs: Sequence, tolerance_points: float = 2.0):
+    """LARS against plain SGD at one global batch: :func:`final_accuracy` of ``runs`` (the LARS run found by its
+    optimizer, not by its place in the list) and the sentence that compares them
+    (:func:`tutorial_lib.text.training_claims.lars_vs_sgd`). Returns ``(table, claim)``."""
+    from tutorial_lib.text import training_claims
+
+    table = final_accuracy(runs)
+    lars = table[table["optimizer"] == "lars"]
+    sgd = table[table["optimizer"] != "lars"]
+    batch = int((lars if len(lars) else table)["global_batch"].iloc[0])
+    claim = training_claims.lars_vs_sgd(float(lars["top1"].iloc[0]) if len(lars) else None,
+                                        dict(zip(sgd["recipe"], sgd["top1"], strict=True)), batch,
+                                        tolerance_points=tolerance_points)
+    return table, claim
+
+
+def largest_gap(runs: Sequence, column: str = "loss") -> float:
+    """The largest absolute difference between two runs' logged ``column`` at the same step (:func:`step_table`)."""
+    table = step_table(list(runs), column)
+    return float((table.iloc[:, 0] - table.iloc[:, 1]).abs().max())
+
+
+def plot_accuracy_vs_batch(table, ax=None, group: str = "recipe", metric: str = "top1",
+                           title: str = "Accuracy against minibatch size"):
     """Validation accuracy (or another ``metric``) against the global batch, one line per ``group``.
 
     ``table`` is :func:`final_accuracy`'s DataFrame. The x axis is log2 like Goyal et al.'s Figure of
-    error against minibatch size (they plot error = 100 - top-1; accuracy reads the same way up).
-    Returns the axes.
+    error against minibatch size (they plot error = 100 - top-1; accuracy reads the same way up). The title
+    says that each point is one run. Returns the axes.
     """
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+    from tutorial_lib.figures.readable import add_note, mark_coinciding, place_legend
 
     if ax is None:
         ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")[1]
@@ -220,10 +250,11 @@ def plot_accuracy_vs_batch(table, ax=None, group: str = "recipe", metric: str = 
         ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("global minibatch size (images per step)")
     ax.set_ylabel("validation top-1 (%)" if metric == "top1" else metric)
-    ax.set_title("Accuracy against minibatch size")
+    ax.set_title(title)
+    add_note(ax, "(one run, one seed, per point: its noise is not measured)")
     ax.grid(True, alpha=0.3)
-    if len(table):
-        ax.legend(fontsize="small")
+    mark_coinciding(ax)
+    place_legend(ax, fontsize="small")
     return ax
 
 
@@ -328,8 +359,8 @@ def lr_explorer(cfg, global_batch: int = 256, warmup_epochs: float = 1.0, batche
             start = min(1.0, reference / batch) if start_at_reference else cfg.warmup_start_factor
             label = f"batch {batch} (reference)" if batch == reference else f"batch {batch}, warmup {warmup:g} ep"
             schedules[label] = schedule_for(cfg, batch, warmup, steps_per_epoch, warmup_start_factor=start)
-        plot_lr_schedules(schedules, steps_per_epoch, ax)
-        ax.set_title(f"Linear scaling: peak LR = {cfg.base_lr:g} x {global_batch} / {cfg.lr_reference_batch}")
+        plot_lr_schedules(schedules, steps_per_epoch, ax, title=f"Linear scaling: peak LR = {cfg.base_lr:g} x "
+                          f"{global_batch} / {cfg.lr_reference_batch}")
         return ax
 
     if interactive is None:

@@ -56,3 +56,30 @@ def affordable(records: list[dict], wanted: list[str], images: int, budget_s: fl
                f"than the fastest precision), so its {images:,} images would take about {predicted[p] / 60:.0f} min, "
                f"over train_budget_s = {budget_s:g} s" for p in wanted if p in over]
     return [p for p in wanted if p not in over], reasons
+
+
+def training_runs(train_jobs: list, trained: list[str], records: list[dict], tolerance_points: float):
+    """01's table of its training jobs, one per precision in ``trained``: each job's top-1/top-5, loss and
+    outcome, its benchmark speed (median and range over the rounds) beside the speed the job trained at (median
+    and range over its epochs), and the sentences on them: the accuracy of the precisions against a chosen
+    threshold, benchmark against jobs, and whether each job learned. Returns ``(table, claims)``."""
+    from tutorial_lib.analyses import analysis
+    from tutorial_lib.bench.timing import Spread
+    from tutorial_lib.text import claims
+
+    table = analysis.final_accuracy(train_jobs)
+    table.insert(1, "precision", trained)
+    speed = {r["precision"]: Spread.from_record(r) for r in records
+             if r.get("status") == "ok" and not r["channels_last"] and r["compile"] == "none"}
+    table["benchmark img/s"] = [speed[p].text() if p in speed else "not measured" for p in trained]
+    epoch_rates = [list(job.metrics("epoch").get("images_per_sec", [])) for job in train_jobs]
+    table["job img/s over epochs"] = [Spread.of(r).text() if r else "-" for r in epoch_rates]
+    chance = 100 / analysis.num_classes(analysis.run_config(train_jobs[0])) if train_jobs else None
+    finished = {p: top1 for p, top1, state in zip(trained, table["top1"], table["state"], strict=True)
+                if state == "COMPLETED"}  # only runs that ended
+    said = [claims.precision_accuracy(finished, tolerance_points, chance),
+            claims.benchmark_vs_jobs(speed, {p: Spread.of(r) for p, r in zip(trained, epoch_rates, strict=True) if r}),
+            *(analysis.outcome(job, f"{p} job") for p, job in zip(trained, train_jobs, strict=True))]
+    columns = ["run", "precision", "benchmark img/s", "job img/s over epochs", "epochs", "top1", "top5", "train_loss",
+               "outcome", "state"]
+    return table[columns], said

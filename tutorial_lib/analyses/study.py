@@ -67,6 +67,13 @@ def hosts_table(run) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------- scaling study
+def _used_epochs(epoch_records: Sequence[Mapping]) -> list[tuple[float, float | None]]:
+    """(images/s, epoch time) of the epochs a run's throughput is taken from: all but the first where there
+    are two or more (the first carries one-off costs: start-up, allocator and cuDNN warm-up, torch.compile)."""
+    rates = [(r["images_per_sec"], r.get("epoch_time")) for r in epoch_records if r.get("images_per_sec")]
+    return rates[1:] if len(rates) > 1 else rates
+
+
 def measured_throughput(epoch_records: Sequence[Mapping]) -> float:
     """Global training images/s of a run, from its ``epoch`` events.
 
@@ -74,13 +81,23 @@ def measured_throughput(epoch_records: Sequence[Mapping]) -> float:
     torch.compile), so with two or more epochs it is left out and the rest are averaged
     (total images / total time, i.e. weighted by epoch time).
     """
-    rates = [(r["images_per_sec"], r.get("epoch_time")) for r in epoch_records if r.get("images_per_sec")]
-    if not rates:
+    used = _used_epochs(epoch_records)
+    if not used:
         return math.nan
-    used = rates[1:] if len(rates) > 1 else rates
     if all(t for _, t in used):
         return sum(rate * t for rate, t in used) / sum(t for _, t in used)
     return sum(rate for rate, _ in used) / len(used)
+
+
+def epoch_spread(epoch_records: Sequence[Mapping]):
+    """The run's throughput with the spread it has: :func:`measured_throughput` and the range of the same
+    epochs' own rates (one run measures no run-to-run noise; its epochs are what it can show)."""
+    from tutorial_lib.bench.timing import Spread
+
+    used = [rate for rate, _ in _used_epochs(epoch_records)]
+    if not used:
+        return None
+    return Spread(measured_throughput(epoch_records), min(used), max(used), tuple(used))
 
 
 def run_record(run) -> dict:
@@ -104,6 +121,7 @@ def run_record(run) -> dict:
     hosts = config.get("hosts") or start.get("hosts") or []
     nodes = spec.get("nodes") or len(set(hosts)) or 1
     last = epochs[-1]
+    rate = epoch_spread(epochs)
     return {
         "name": config.get("name") or run_dir.name,
         "gpus": int(world),
@@ -111,7 +129,11 @@ def run_record(run) -> dict:
         "gpus_per_node": int(_ranks_per_node(spec, 0) or max(1, int(world) // int(nodes))),
         "global_batch": int(config.get("global_batch") or start.get("global_batch")
                             or int(world) * int(config.get("batch_size", 0))),
-        "images_per_sec": measured_throughput(epochs),
+        "images_per_sec": rate.median,
+        "images_per_sec_low": rate.low,
+        "images_per_sec_high": rate.high,
+        "epochs_measured": len(rate.samples),
+        "epoch_rates": rate.samples,
         "epochs_run": int(last.get("epoch", len(epochs))),
         "measured_epoch_s": float(sum(r.get("epoch_time", math.nan) for r in epochs) / len(epochs)),
         "top1": float(last.get("top1", math.nan)),
@@ -175,9 +197,42 @@ def collect(runs, epochs: float = REFERENCE_EPOCHS, dataset_images: int = IMAGEN
     frame = pd.DataFrame.from_records(records).sort_values(["gpus", "nodes"], kind="stable").reset_index(drop=True)
     per_gpu = frame["images_per_sec"] / frame["gpus"]
     frame["efficiency"] = per_gpu / per_gpu.iloc[0]
+    if {"images_per_sec_low", "images_per_sec_high"} <= set(frame.columns):
+        # the extremes the ranges allow: this run at its slowest epoch against the smallest run at its fastest
+        low, high = frame["images_per_sec_low"] / frame["gpus"], frame["images_per_sec_high"] / frame["gpus"]
+        frame["efficiency_low"] = low / high.iloc[0]
+        frame["efficiency_high"] = high / low.iloc[0]
     frame["epoch_s"] = dataset_images / frame["images_per_sec"]
     frame["time_to_train_s"] = [projected_time_s(v, epochs, dataset_images) for v in frame["images_per_sec"]]
     return frame
+
+
+def single_run_note(results: pd.DataFrame) -> str:
+    """What a figure or table of :func:`collect`'s runs shows: one run per point, and the spread it has (the
+    range of its per-epoch speeds), or that it has none (one epoch)."""
+    measured = int(results["epochs_measured"].min()) if "epochs_measured" in results else 1
+    if measured < 2:
+        return "one run per point, one epoch measured: no spread"
+    return "one run per point; whiskers: the range of its per-epoch speeds, the first epoch left out"
+
+
+def results_table(results: pd.DataFrame) -> pd.DataFrame:
+    """:func:`collect`'s runs as a notebook shows them: ranks (GPUs or CPU ranks), nodes, global batch, the
+    throughput the study uses (time-weighted mean of the measured epochs) with the range of those epochs'
+    own rates, and the efficiency with the range those ranges allow. Column names say what each number is."""
+    unit = rank_unit(results)
+    epochs = "epoch 1" if int(results["epochs_measured"].min()) < 2 else "epochs 2 on"
+    table = pd.DataFrame({
+        "run": results["name"], unit: results["gpus"], "nodes": results["nodes"],
+        "global batch": results["global_batch"],
+        f"img/s ({epochs}, one run)": results["images_per_sec"].round(1),
+        "img/s per epoch: range": [f"{lo:.1f}-{hi:.1f}" for lo, hi in
+                                   zip(results["images_per_sec_low"], results["images_per_sec_high"], strict=True)],
+        "efficiency (%)": (100 * results["efficiency"]).round(1),
+        "efficiency: range allowed (%)": [f"{100 * lo:.0f}-{100 * hi:.0f}" for lo, hi in
+                                          zip(results["efficiency_low"], results["efficiency_high"], strict=True)],
+    })
+    return table.set_index("run")
 
 
 def _duration(seconds: float) -> str:
@@ -292,10 +347,26 @@ def projection_claim(projection: pd.DataFrame, results: pd.DataFrame):
     from tutorial_lib.text import verdicts
 
     first, last = results.iloc[0], results.iloc[-1]
+    spread = ((100 * last["efficiency_low"], 100 * last["efficiency_high"])
+              if len(results) > 1 and "efficiency_low" in results else None)
     return verdicts.projection_flat(list(projection["projected efficiency (%)"]), int(projection.index[-1]),
                                   first["images_per_sec"] / first["gpus"],
                                   100 * last["efficiency"] if len(results) > 1 else None, int(last["gpus"]),
-                                  rank_unit(results), projection.attrs.get("basis", ""))
+                                  rank_unit(results), projection.attrs.get("basis", ""), spread)
+
+
+def scaling_claim(results: pd.DataFrame, load: tuple | None = None):
+    """What the study measured, from :func:`collect`'s runs: each larger run's throughput against the smallest
+    one's, with their per-epoch ranges (:func:`tutorial_lib.text.verdicts.measured_scaling`); ``load``: this
+    machine's load averages (default: read now, as the runs have just ended)."""
+    from tutorial_lib.bench.timing import Spread
+    from tutorial_lib.text import verdicts
+
+    runs = [(int(row["gpus"]), Spread(row["images_per_sec"], row["images_per_sec_low"], row["images_per_sec_high"],
+                                      tuple(row.get("epoch_rates", ()) or ())))
+            for _, row in results.iterrows()]
+    return verdicts.measured_scaling(runs, rank_unit(results), os.getloadavg() if load is None else load,
+                                     os.cpu_count())
 
 
 def model_comparison_text(preset: str = "hal", details: bool = False) -> str:
@@ -326,19 +397,48 @@ def int_list(value) -> list[int]:
     return numbers
 
 
+def plot_scaling_results(results: pd.DataFrame, ax_scale=None, ax_eff=None):
+    """Notebook 06's two panels for :func:`collect`'s runs: throughput against ideal scaling and the
+    efficiency, each point one run with the range of its per-epoch speeds as a whisker (the title says so),
+    on axes that name what a rank was. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from tutorial_lib.figures import plots
+
+    if ax_scale is None or ax_eff is None:
+        _, (ax_scale, ax_eff) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    unit, note = rank_unit(results), single_run_note(results)
+    rates = list(zip(results["images_per_sec_low"], results["images_per_sec_high"], strict=True))
+    efficiencies = list(zip(results["efficiency_low"], results["efficiency_high"], strict=True))
+    plots.plot_scaling(results["gpus"], results["images_per_sec"], ax=ax_scale, unit=unit, ranges=rates, note=note)
+    plots.plot_efficiency(results["gpus"], results["efficiency"], ax=ax_eff, unit=unit, ranges=efficiencies,
+                          note=note)
+    return ax_scale.figure
+
+
 def plot_efficiency_vs_reference(results: pd.DataFrame, reference: pd.DataFrame, ax=None,
                                  label: str = "this study", reference_label: str = "reference"):
     """Scaling efficiency of two studies (:func:`collect` / :func:`reference_frame` frames) on one axis,
-    each against its own smallest run."""
+    each against its own smallest run; this study's points with their per-epoch ranges (one run each)."""
     from tutorial_lib.figures import plots
+    from tutorial_lib.figures.readable import add_note, place_legend
 
     ax = plots.plot_efficiency(reference["gpus"], reference["efficiency"], ax=ax, label=reference_label)
-    ax.plot(results["gpus"], 100 * results["efficiency"], marker="s", label=label)
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    (line,) = ax.plot(results["gpus"], 100 * results["efficiency"], marker="s", label=label)
+    if "efficiency_low" in results:
+        low, high = 100 * results["efficiency_low"], 100 * results["efficiency_high"]
+        ax.errorbar(results["gpus"], 100 * results["efficiency"], yerr=[100 * results["efficiency"] - low,
+                    high - 100 * results["efficiency"]], fmt="none", ecolor=line.get_color(), capsize=4)
+        ax.set_ylim(0, max(ax.get_ylim()[1], 1.05 * float(high.max())))
+        ax.set_title("Scaling efficiency")
+        add_note(ax, f"({single_run_note(results)})")
     ax.set_xticks(sorted(set(reference["gpus"]) | set(results["gpus"])))
     unit = rank_unit(results)
     if unit != "GPUs":  # two kinds of rank on one axis: the label says which is which
         ax.set_xlabel(f"GPUs: {reference_label}; {unit}: {label}")
-    ax.legend(fontsize="small")
+    place_legend(ax, fontsize="small")
     return ax
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tutorial_lib.bench.records import append_records, human_bytes, read_records
 from tutorial_lib.bench.timing import Spread
+from tutorial_lib.figures.readable import place_legend
 from tutorial_lib.jobs import netlab
 from tutorial_lib.scaling import (
     Cluster,
@@ -123,7 +124,7 @@ def training_rows(records: list[dict]) -> list[dict]:
             measured = _spread(by_name[algorithm], "images_per_sec")
             rows.append({"rate_mbit": record["network"]["rate_mbit"], "algorithm": algorithm,
                          "images_per_sec": measured, "model_images_per_sec": images / step,
-                         "model_error": images / step / measured.median - 1})
+                         "model_error": images / step / measured.median - 1, "steps_per_round": training.get("steps")})
     return rows
 
 
@@ -160,7 +161,8 @@ def plot(records: list[dict]):
 
     rows = allreduce_rows(records)
     rates = sorted({r["rate_mbit"] for r in rows})
-    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 3.6), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 3.6), squeeze=False, sharey=True,
+                             layout="constrained")
     for ax, rate in zip(axes[0], rates, strict=True):
         for algorithm, color in zip(ALGORITHMS, ("tab:blue", "tab:orange"), strict=True):
             mine = sorted((r for r in rows if r["rate_mbit"] == rate and r["algorithm"] == algorithm),
@@ -173,6 +175,5 @@ def plot(records: list[dict]):
         ax.set(xscale="log", xlabel="message bytes", title=f"inter-node port {rate:g} Mbit/s")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("bus bandwidth, GB/s")
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
+    place_legend(axes[0][0], fontsize=8)
     return fig

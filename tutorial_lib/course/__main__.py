@@ -2,7 +2,7 @@
 
 import sys
 
-from tutorial_lib.course import main
+from tutorial_lib.course.runner import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -54,9 +54,28 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     extras: dict = field(default_factory=dict)  # notebook-specific facts (e.g. 06's unmeasured GPU counts)
     submitted: dict = field(default_factory=dict, repr=False)  # {name: Job} once submitted
+    groups: dict = field(default_factory=dict)  # {group: [job names]}: the runs a notebook compares together
 
     def __getitem__(self, name: str) -> Planned:
         return next(job for job in self.jobs if job.name == name)
+
+    def group(self, name: str) -> list:
+        """The submitted Jobs of one of the plan's groups (e.g. 04's ``sweep``), in the plan's order; the plan
+        knows which runs belong together, so no notebook picks them by a name prefix or a row position."""
+        if name not in self.groups:
+            raise KeyError(f"group: the plan has no group {name!r}; its groups are {', '.join(self.groups)}")
+        missing = [job for job in self.groups[name] if job not in self.submitted]
+        if missing:
+            raise KeyError(f"group {name!r}: {', '.join(missing)} not submitted yet. Fix: plan.submit() first.")
+        return [self.submitted[job] for job in self.groups[name]]
+
+    def spec(self, name: str):
+        """The JobSpec ``jobs.submit`` will build for job ``name`` (validated: :meth:`check`'s, for one job)."""
+        from tutorial_lib.jobs.spec import make_spec
+
+        job = self[name]
+        return make_spec(job.config, job.nodes, job.ranks_per_node, on_cluster=self.backend == "slurm",
+                         **job.options)
 
     def check(self, gpus_assumed: bool = False, check_data: bool = True) -> list:
         """Validate every job exactly as ``jobs.submit`` will (``gpus_assumed``: as on a GPU machine);
@@ -249,7 +268,10 @@ def large_batches(*, profile: str, output_root: str, dataset: str, data_dir: str
                   warmup_epochs=float(warmup_epochs), batch_size=largest // workers)
     planned.append(Planned(lars, nodes, ranks_per_node, dict(site=site),
                            after=f"04-warmup0-batch_size{largest // workers}"))
-    return Plan(planned, backend, notes, {"workers": workers, "per_worker": [g // workers for g in global_batches]})
+    sweep = [job.name for job in planned if job.name != lars.name]
+    at_largest = [name for name in sweep if name.endswith(f"-batch_size{largest // workers}")] + [lars.name]
+    return Plan(planned, backend, notes, {"workers": workers, "per_worker": [g // workers for g in global_batches]},
+                groups={"sweep": sweep, "largest batch": at_largest})
 
 
 def multi_node(*, profile: str, output_root: str, data_dir: str, arch: str, image_size: int, batch_size: int,

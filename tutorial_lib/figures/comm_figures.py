@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from tutorial_lib.figures.readable import mark_coinciding, place_legend
 from tutorial_lib.scaling import (
     Cluster,
     DataPipeline,
@@ -73,13 +74,17 @@ def plot_allreduce_fit(samples: Sequence[tuple[float, float]], gpus: int, link: 
     time_ax.loglog(grid, fit * 1e3, "-", label=label)
     time_ax.set(xlabel="message size (bytes)", ylabel="time per all-reduce (ms)",
                 title="All-reduce time: measured vs fitted")
-    bw_ax.semilogx(sizes, sizes / times * factor / 1e9, "o", label="measured")
-    bw_ax.semilogx(grid, grid / fit * factor / 1e9, "-", label=label)
-    bw_ax.axhline(link.bytes_per_s / 1e9, color="gray", linestyle="--", label="fitted link bandwidth")
+    measured_bw, fitted_bw = sizes / times * factor / 1e9, grid / fit * factor / 1e9
+    bw_ax.semilogx(sizes, measured_bw, "o", label="measured")
+    bw_ax.semilogx(grid, fitted_bw, "-", label=label)
+    link_bw = link.bytes_per_s / 1e9
+    bw_ax.axhline(link_bw, color="gray", linestyle="--", label=f"fitted link bandwidth ({link_bw:.3g} GB/s)")
+    # the fit approaches the link's bandwidth from below: headroom above it keeps that line off the top spine
+    top = max([link_bw, *measured_bw, *fitted_bw])
     bw_ax.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)", title="Bus bandwidth",
-              ylim=(0, None))
+              ylim=(0, 1.2 * top if top > 0 else 1.0))
     for ax in axes:
-        ax.legend(fontsize="small")
+        place_legend(ax, fontsize="small")
     return time_ax.figure
 
 
@@ -193,10 +198,10 @@ def plot_projections(presets: Mapping[str, Preset], gpus: Sequence[int],
     time_ax.set(yscale="log", ylabel="minutes", title="Time to train ResNet-50 (model: 90 epochs)")
     for ax in axes:
         _gpu_axis(ax, "GPUs (or accelerators)" if ax is time_ax else "GPUs")
-    thr_ax.legend(fontsize=6.5, loc="upper left")
+    place_legend(thr_ax, fontsize=6.5)
     handles, labels = time_ax.get_legend_handles_labels()
     others = [i for i, text in enumerate(labels) if not text.startswith(tuple(presets))]
-    time_ax.legend([handles[i] for i in others], [labels[i] for i in others], fontsize=6.5, loc="upper right")
+    place_legend(time_ax, handles=[handles[i] for i in others], labels=[labels[i] for i in others], fontsize=6.5)
     return thr_ax.figure
 
 
@@ -238,7 +243,8 @@ def plot_what_if(preset: Preset, gpus: Sequence[int], variations: Mapping[str, S
                     color=plt.get_cmap("viridis")(shade), label=f"{value:g} {units.get(knob, '')}")
         ax.set(title=f"{preset.name}: varying {knob}", ylim=(0, 105))
         _gpu_axis(ax)
-        ax.legend(fontsize="small", title=knob, title_fontsize="small")
+        mark_coinciding(ax)
+        place_legend(ax, fontsize="small", title=knob, title_fontsize="small")
     axes[0].set_ylabel("scaling efficiency (% of linear)")
     return axes[0].figure
 
@@ -297,7 +303,9 @@ def plot_staleness_runs(results: Mapping, axes=None):
     for row, ylabel in enumerate(("train loss", "test accuracy")):
         for col, xlabel in enumerate(("step (weight version)", "wall time (s)")):
             axes[row][col].set(xlabel=xlabel, ylabel=ylabel if col == 0 else "")
-            axes[row][col].legend(fontsize="small")
     axes[0][0].set_title("against steps")
     axes[0][1].set_title("against wall time")
+    for ax in np.ravel(axes):
+        mark_coinciding(ax)
+        place_legend(ax, fontsize="small")
     return axes[0][0].figure

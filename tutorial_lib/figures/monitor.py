@@ -170,20 +170,7 @@ class Monitor:
 
         if self._figure is None:
             self._figure = Figure(figsize=(12, 8), layout="constrained")
-            self._figure.subplots(2, 2)
-        fig, runs, table = self._figure, self.runs(), self.table()
-        axes = fig.axes
-        for ax in axes:
-            ax.clear()
-        ended = self.all_done()
-        plots.plot_throughput(runs, axes[0], empty_note="no step logged" if ended else "waiting for metrics...")
-        plots.plot_loss(runs, axes[1], empty_note="no step logged" if ended else "waiting for metrics...")
-        plots.plot_accuracy(runs, axes[2], empty_note="no epoch finished" if ended else "waiting for metrics...")
-        _draw_table(axes[3], table)
-        counts = table["state"].value_counts()
-        fig.suptitle(f"{len(self.jobs)} job(s): " + ", ".join(f"{n} {s}" for s, n in counts.items())
-                     + f"   (updated {time.strftime('%H:%M:%S')})")
-        return fig
+        return draw_jobs(self._figure, self.runs(), self.table(), self.all_done())
 
     def draw(self) -> None:
         """Show the current state: replace the notebook figure, or print a line per changed job."""
@@ -270,6 +257,37 @@ class Monitor:
         if save is not None:
             self.figure().savefig(save, dpi=100)
         return self.table()
+
+
+def draw_jobs(fig, runs: dict[str, pd.DataFrame], table: pd.DataFrame, ended: bool):
+    """Draw the monitor's figure into ``fig`` (cleared first): throughput, loss and accuracy of ``runs``
+    (``{label: DataFrame of all events}``), the job table, and one legend for all panels, below them, where it
+    covers no curve (a run has one colour in every panel). Empty panels say why: waiting, or, once every job
+    has ``ended``, what no job logged. Returns ``fig``."""
+    fig.clear()
+    axes = fig.subplots(2, 2)
+    fig.legends.clear()
+    waiting = "waiting for metrics..."
+    plots.plot_throughput(runs, axes[0][0], empty_note="no step logged" if ended else waiting, legend=False)
+    plots.plot_loss(runs, axes[0][1], empty_note="no step logged" if ended else waiting, legend=False)
+    plots.plot_accuracy(runs, axes[1][0], empty_note="no epoch finished" if ended else waiting, legend=False)
+    _draw_table(axes[1][1], table)
+    handles = {}
+    for ax in axes.flat[:3]:
+        for line in ax.lines:
+            name = line.get_label().removesuffix(" top-1").removesuffix(" top-5")
+            if not name.startswith("_") and name not in handles:
+                handles[name] = line
+    if handles:
+        from matplotlib.lines import Line2D
+
+        keys = [Line2D([], [], color=line.get_color(), linewidth=2) for line in handles.values()]
+        fig.legend(keys, list(handles), loc="outside lower center", ncols=min(4, len(handles)), fontsize="small",
+                   title="runs (top-1 solid, top-5 dashed)", title_fontsize="small")
+    counts = table["state"].value_counts()
+    fig.suptitle(f"{len(table)} job(s): " + ", ".join(f"{n} {s}" for s, n in counts.items())
+                 + f"   (updated {time.strftime('%H:%M:%S')})")
+    return fig
 
 
 def _draw_table(ax, table: pd.DataFrame) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from tutorial_lib.figures.readable import add_note, has_data, mark_coinciding, place_legend, say_empty
+
 
 def _axes(ax, figsize=(6.4, 4.0)):
     if ax is not None:
@@ -39,78 +41,123 @@ def _runs(jobs, event: str) -> list[tuple[str, pd.DataFrame]]:
     return runs
 
 
-def _finish(ax, xlabel: str, ylabel: str, title: str, empty_note: str = "waiting for metrics...") -> None:
+def _finish(ax, xlabel: str, ylabel: str, title: str, empty_note: str = "waiting for metrics...",
+            legend: bool = True) -> None:
+    """Labels and title; lines drawn on top of each other marked (:func:`readable.mark_coinciding`); the legend
+    where it covers no data (``legend=False``: the caller draws one, e.g. the monitor's figure legend); an
+    empty axes says ``empty_note`` and shows no numeric axis."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize="small")
-    elif not ax.lines and not ax.patches:
-        ax.text(0.5, 0.5, empty_note, transform=ax.transAxes, ha="center", va="center", color="gray")
+    if not has_data(ax):
+        say_empty(ax, empty_note)
+        return
+    mark_coinciding(ax)
+    if legend:
+        place_legend(ax, fontsize="small")
+
+
+def run_color(index: int) -> str:
+    """The colour of the ``index``-th run, the same in every panel (a run missing from one panel shifts no other)."""
+    return f"C{index % 10}"
 
 
 def _line_per_run(jobs, event: str, column: str, ax, **style):
-    for label, frame in _runs(jobs, event):
+    steps = []
+    for index, (label, frame) in enumerate(_runs(jobs, event)):
         if {"step", column} <= set(frame.columns) and len(frame):
-            ax.plot(frame["step"], frame[column], label=label, **style)
+            marker = "o" if len(frame) < 3 else None  # a line of one point is only seen by its marker
+            ax.plot(frame["step"], frame[column], label=label, color=run_color(index), marker=marker, **style)
+            steps += list(frame["step"])
+    if steps:
+        whole_number_axis(ax, steps)
     return ax
 
 
-def plot_throughput(jobs, ax=None, empty_note: str = "waiting for metrics..."):
+def whole_number_axis(ax, values) -> None:
+    """An x axis of counts (steps, epochs) with whole-number ticks only: the values themselves where they span
+    less than two, else integer ticks (matplotlib's locator alone ticks 0.96 .. 1.04 around a single step)."""
+    from matplotlib.ticker import MaxNLocator
+
+    low, high = min(values), max(values)
+    if high - low < 2:
+        ax.set_xlim(low - 0.5, high + 0.5)
+        ax.set_xticks(sorted({int(v) for v in values}))
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def plot_throughput(jobs, ax=None, empty_note: str = "waiting for metrics...", legend: bool = True):
     """Global training throughput (images/s summed over all ranks) against the step, one line per run.
 
-    ``empty_note`` is written on the axes while no run has a point (e.g. "no step logged" once they ended)."""
+    ``empty_note`` is written on the axes while no run has a point (e.g. "no step logged" once they ended);
+    ``legend=False`` leaves the legend to the caller (the monitor draws one for all its panels)."""
     ax = _line_per_run(jobs, "step", "images_per_sec", _axes(ax))
-    _finish(ax, "training step", "throughput (images/s, all ranks)", "Throughput", empty_note)  # GPUs or CPU ranks
+    _finish(ax, "training step", "throughput (images/s, all ranks)", "Throughput", empty_note, legend)
     return ax
 
 
-def plot_loss(jobs, ax=None, empty_note: str = "waiting for metrics..."):
+def plot_loss(jobs, ax=None, empty_note: str = "waiting for metrics...", legend: bool = True):
     """Training loss (mean over the logging window and all ranks) against the step, one line per run."""
     ax = _line_per_run(jobs, "step", "loss", _axes(ax))
-    _finish(ax, "training step", "training loss (cross-entropy)", "Training loss", empty_note)
+    _finish(ax, "training step", "training loss (cross-entropy)", "Training loss", empty_note, legend)
     return ax
 
 
-def plot_accuracy(jobs, ax=None, empty_note: str = "waiting for metrics..."):
+def epoch_axis(ax, epochs: int) -> None:
+    """An x axis of whole epochs 1..``epochs`` (a tick per epoch up to 12, else whole numbers): an epoch axis
+    never shows 0.6 of an epoch, nor epochs that neither ran nor were planned."""
+    from matplotlib.ticker import MaxNLocator
+
+    epochs = max(1, int(epochs))
+    ax.set_xlim(0.5, epochs + 0.5)
+    if epochs <= 12:
+        ax.set_xticks(range(1, epochs + 1))
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def plot_accuracy(jobs, ax=None, empty_note: str = "waiting for metrics...", legend: bool = True,
+                  title: str = "Accuracy (top-1 solid, top-5 dashed)"):
     """Validation top-1 (solid) and top-5 (dashed) accuracy against the epoch, one colour per run.
 
     The epoch axis spans the planned epochs (from the runs' ``start`` events when given), so a single
     epoch is a point at 1 of N, not a point on an axis zoomed to nothing."""
     ax = _axes(ax)
     last_epoch = 0
-    for label, frame in _runs(jobs, "epoch"):
+    for index, (label, frame) in enumerate(_runs(jobs, "epoch")):
         if not len(frame) or "top1" not in frame.columns:
             continue
-        (line,) = ax.plot(frame["epoch"], frame["top1"], marker="o", label=f"{label} top-1")
+        color = run_color(index)
+        ax.plot(frame["epoch"], frame["top1"], marker="o", color=color, label=f"{label} top-1")
         if "top5" in frame.columns:
-            ax.plot(frame["epoch"], frame["top5"], linestyle="--", marker=".", color=line.get_color(),
-                    label=f"{label} top-5")
+            ax.plot(frame["epoch"], frame["top5"], linestyle="--", marker=".", color=color, label=f"{label} top-5")
         last_epoch = max(last_epoch, int(frame["epoch"].max()))
     if last_epoch:
         planned = [frame["epochs"].max() for _, frame in _runs(jobs, "start") if "epochs" in frame.columns]
-        ax.set_xlim(0.5, max([last_epoch] + [int(n) for n in planned if pd.notna(n)]) + 0.5)
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    _finish(ax, "epoch", "validation accuracy (%)", "Accuracy (top-1 solid, top-5 dashed)", empty_note)
+        epoch_axis(ax, max([last_epoch] + [int(n) for n in planned if pd.notna(n)]))
+    _finish(ax, "epoch", "validation accuracy (%)", title, empty_note, legend)
     return ax
 
 
-def plot_lr_schedules(schedules: Mapping[str, Sequence[float]], steps_per_epoch: int, ax=None, log: bool = True):
+def plot_lr_schedules(schedules: Mapping[str, Sequence[float]], steps_per_epoch: int, ax=None, log: bool = True,
+                      until: float | None = None, title: str = "Learning-rate schedules"):
     """Learning rate per optimiser step (``{label: [lr, ...]}``) against the epoch, one line per schedule.
 
     ``log``: a log y axis (default), on which every step decay by 10x is a step of the same height; on a
     linear axis the later decays (e.g. 0.032 -> 0.0032 after 3.2) are too small to see. Pass ``log=False``
-    for a zoom on the warmup, which is linear in the LR."""
+    for a zoom on the warmup, which is linear in the LR. ``until``: only the first ``until`` epochs (a zoom
+    draws the part it shows, so no line runs past the axis)."""
     ax = _axes(ax)
     for label, values in schedules.items():
-        values = list(values)
-        ax.plot([step / steps_per_epoch for step in range(len(values))], values, label=str(label))
+        epochs = [step / steps_per_epoch for step in range(len(values))]
+        shown = [(e, v) for e, v in zip(epochs, values, strict=True) if until is None or e <= until]
+        ax.plot([e for e, _ in shown], [v for _, v in shown], label=str(label))
+    ax.set_xlim(0, until if until is not None else max([len(v) / steps_per_epoch for v in schedules.values()] + [1]))
     if log:
         ax.set_yscale("log")
-    _finish(ax, "epoch", "learning rate" + (" (log scale)" if log else ""), "Learning-rate schedules")
+    _finish(ax, "epoch", "learning rate" + (" (log scale)" if log else ""), title)
     return ax
 
 
@@ -127,56 +174,70 @@ def _singular(unit: str) -> str:
     return unit[:-1] if unit.endswith("s") else unit
 
 
+def _whiskers(ax, xs, ys, ranges, color) -> None:
+    """Black whiskers from each range's low to its high around the points (xs, ys)."""
+    below = [max(0.0, y - low) for y, (low, _) in zip(ys, ranges, strict=True)]
+    above = [max(0.0, high - y) for y, (_, high) in zip(ys, ranges, strict=True)]
+    ax.errorbar(xs, ys, yerr=[below, above], fmt="none", ecolor=color, capsize=4)
+
+
 def plot_scaling(gpus: Sequence[int], throughput: Sequence[float], ax=None, label: str = "measured",
-                 unit: str = "GPUs"):
+                 unit: str = "GPUs", ranges: Sequence[tuple[float, float]] | None = None, note: str | None = None):
     """Measured global throughput against the rank count, with ideal linear scaling from the smallest run.
 
     The ideal line is ``throughput[smallest] * ranks / smallest`` (the 1-rank point when there is one).
     The x axis is log2 (1, 2, 4, 8...); ``unit`` names what a rank was ("GPUs", "CPU ranks": labels say
-    what ran).
+    what ran). ``ranges`` (low, high) per point draws its spread as a whisker (e.g. over a run's epochs);
+    ``note`` goes under the title (e.g. that each point is one run).
     """
     ax = _axes(ax)
-    points = sorted(zip(gpus, throughput, strict=True))
+    points = sorted(zip(gpus, throughput, ranges or [None] * len(gpus), strict=True), key=lambda p: p[0])
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     if xs:
         ax.plot(xs, [ys[0] * x / xs[0] for x in xs], linestyle="--", color="gray",
                 label=f"ideal (linear from {xs[0]} {unit if xs[0] != 1 else _singular(unit)})")
-        ax.plot(xs, ys, marker="o", label=label)
+        (line,) = ax.plot(xs, ys, marker="o", label=label)
+        if ranges:
+            _whiskers(ax, xs, ys, [p[2] for p in points], line.get_color())
         _log2_gpu_axis(ax, xs)
     _finish(ax, unit, f"throughput (images/s, all {unit})", "Scaling", empty_note="no measurements")
+    if note and xs:
+        add_note(ax, f"({note})")
     return ax
 
 
 def plot_efficiency(gpus: Sequence[int], efficiency: Sequence[float], ax=None, label: str = "measured",
-                    unit: str = "GPUs"):
+                    unit: str = "GPUs", ranges: Sequence[tuple[float, float]] | None = None, note: str | None = None):
     """Scaling efficiency (a fraction: 1.0 = perfect linear scaling) against the rank count (``unit``: what a
-    rank was), shown in %."""
+    rank was), shown in %; ``ranges`` (fractions) as whiskers and ``note`` as in :func:`plot_scaling`."""
     ax = _axes(ax)
-    points = sorted(zip(gpus, efficiency, strict=True))
+    points = sorted(zip(gpus, efficiency, ranges or [None] * len(gpus), strict=True), key=lambda p: p[0])
     if points:
-        xs = [p[0] for p in points]
+        xs, ys = [p[0] for p in points], [100 * p[1] for p in points]
         ax.axhline(100, linestyle="--", color="gray", label="ideal")
-        ax.plot(xs, [100 * p[1] for p in points], marker="o", label=label)
+        (line,) = ax.plot(xs, ys, marker="o", label=label)
+        if ranges:
+            _whiskers(ax, xs, ys, [(100 * p[2][0], 100 * p[2][1]) for p in points], line.get_color())
         _log2_gpu_axis(ax, xs)
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, max([110.0] + [100 * p[2][1] * 1.05 for p in points if p[2]]))
     _finish(ax, unit, "scaling efficiency (% of linear)", "Scaling efficiency", empty_note="no measurements")
+    if note and points:
+        add_note(ax, f"({note})")
     return ax
 
 
 def plot_bars(labels: Sequence[str], values: Sequence[float], ylabel: str, ax=None, title: str = "",
               fmt: str = "{:,.0f}", ranges: Sequence[tuple[float, float]] | None = None):
-    """A labelled bar per value (e.g. throughput per precision); ``ylabel`` should carry the unit.
+    """A bar per value (e.g. throughput per precision); ``ylabel`` should carry the unit.
 
-    ``ranges`` (low, high) per bar draws the spread of repeated measurements as a black whisker.
+    ``ranges`` (low, high) per bar draws the spread of repeated measurements as a black whisker. Each bar's
+    value is written under its name, below the axis, where no whisker or line can cross it.
     """
     ax = _axes(ax)
-    bars = ax.bar([str(label) for label in labels], list(values), color=[f"C{i}" for i in range(len(values))])
+    names = [f"{label}\n{fmt.format(value)}" for label, value in zip(labels, values, strict=True)]
+    ax.bar(names, list(values), color=[f"C{i}" for i in range(len(values))])
     if ranges:
-        below = [max(0.0, v - low) for v, (low, _) in zip(values, ranges, strict=True)]
-        above = [max(0.0, high - v) for v, (_, high) in zip(values, ranges, strict=True)]
-        ax.errorbar([str(label) for label in labels], list(values), yerr=[below, above], fmt="none", ecolor="black",
-                    capsize=4)
-    ax.bar_label(bars, labels=[fmt.format(v) for v in values], padding=2, fontsize="small")
+        _whiskers(ax, names, list(values), ranges, "black")
     ax.margins(y=0.12)
     _finish(ax, "", ylabel, title, empty_note="no values")
     return ax
@@ -231,11 +292,13 @@ def plot_loader_vs_model(loader_records: list[dict], model_record: dict, ax=None
     ok = [r for r in loader_records if r.get("status") == "ok"]
     labels = [f"{r['workers']} worker{'s' * (r['workers'] != 1)}" if r["pipeline"] == "cpu-dataloader"
               else r["pipeline"] for r in ok]
-    ax = plot_bars(labels, [r["images_per_sec"] for r in ok], "images/s", ax=ax,
-                   title="Is the model waiting for data?")
+    rates = [r["images_per_sec"] for r in ok]
+    ranges = [(r.get("images_per_sec_low", v), r.get("images_per_sec_high", v)) for r, v in zip(ok, rates, strict=True)]
+    ax = plot_bars(labels, rates, "images/s", ax=ax, ranges=ranges,
+                   title="Is the model waiting for data?\n(whiskers: range over the rounds)")
     if model_record.get("status") == "ok":
         rate = model_record["images_per_sec"]
         ax.axhline(rate, color="black", linestyle="--", label=f"model trains at {rate:,.0f} img/s")
         ax.set_ylim(top=max(ax.get_ylim()[1], rate * 1.15))
-        ax.legend(fontsize="small")
+        place_legend(ax, fontsize="small")
     return ax

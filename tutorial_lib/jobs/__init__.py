@@ -237,14 +237,17 @@ def _take_run_dir(run_dir: Path, fresh: bool) -> None:
             raise JobError(f"run directory {run_dir} already has a live job {previous.id} "
                            f"({previous.state}). Fix: wait for it or cancel it, or choose another name.")
     if fresh:  # only the files this project wrote; refused, naming them, while anything else is there
-        _run_dir_step(clear_run_dir, run_dir)
+        removed = _run_dir_step(clear_run_dir, run_dir)
+        if removed:  # never silently: a notebook run outside the course replaces the course's run of that name
+            print(f"replaced the earlier run in {run_dir}: removed its {len(removed)} file(s) (fresh=True; to keep "
+                  "a run, give this one another output_root or name)", flush=True)
     _run_dir_step(prepare_run_dir, run_dir, True)
 
 
-def _run_dir_step(function, *args) -> None:
+def _run_dir_step(function, *args):
     """``function(*args)``, its RunDirError turned into the ConfigError that submit raises for bad input."""
     try:
-        function(*args)
+        return function(*args)
     except RunDirError as exc:
         raise ConfigError(str(exc)) from None
 

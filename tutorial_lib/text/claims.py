@@ -19,6 +19,7 @@ from tutorial_lib.bench.records import share_of_matmul
 from tutorial_lib.bench.timing import Spread, distinguishable
 
 NOT_DISTINGUISHABLE = "not distinguishable here"
+NOT_MEASURED_HERE = "not measured here"
 CANNOT_DECIDE = "cannot decide here"  # the measurement cannot show the difference asked about (same disk, say)
 LITTLE = 0.10  # a speed ratio within 10% of 1 "matters little"
 
@@ -36,6 +37,13 @@ class Claim:
 
     def _repr_markdown_(self) -> str:
         return f"**{self.topic}:** {self.sentence}"
+
+
+def likely_cause(text: str) -> str:
+    """A cause a sentence offers that this run did not measure, worded so: ``a likely cause, not measured here:
+    <text>``. Every sentence naming a cause either says what measured it or goes through here
+    (``tests/test_claim_wording.py`` finds the others)."""
+    return f"a likely cause, {NOT_MEASURED_HERE}: {text}"
 
 
 def show(*claims: Claim) -> None:
@@ -116,11 +124,17 @@ def fastest_setting(records: list[dict]) -> Claim:
     if len(top) == 1:
         return Claim("fastest setting", "faster", f"{_label(best)} is the fastest here, "
                      f"{_ratio_text(spreads[best], spreads[base])} fp32 {numbers}")
-    # each member of a tied top group gets its own ratio: the best one's would overstate the others
-    ratios = ", ".join(f"{_label(k)} {_ratio_text(spreads[k], spreads[base])} fp32" for k in top)
-    return Claim("fastest setting", "faster",
-                 f"{' and '.join(_label(k) for k in top)} are the fastest here (not distinguishable from each "
-                 f"other): {ratios} {numbers}")
+    # a member of the tied top group is called faster than fp32 only where its own range separates from fp32's,
+    # and each gets its own ratio: the best one's would overstate the others
+    beat = [k for k in top if distinguishable(spreads[k], spreads[base])]
+    tied = [k for k in top if k not in beat]
+    ratios = ", ".join(f"{_label(k)} {_ratio_text(spreads[k], spreads[base])} fp32" for k in beat)
+    head = (f"{' and '.join(_label(k) for k in beat)} are the fastest here (not distinguishable from each other)"
+            if len(beat) > 1 else f"{_label(beat[0])} is the fastest here")
+    rest = "" if not tied else (f"; {' and '.join(_label(k) for k in tied)} "
+                                f"{'is' if len(tied) == 1 else 'are'} {NOT_DISTINGUISHABLE} from "
+                                f"{_label(best)} nor from fp32")
+    return Claim("fastest setting", "faster", f"{head}: {ratios}{rest} {numbers}")
 
 
 def channels_last_effect(records: list[dict]) -> Claim:
@@ -134,8 +148,9 @@ def channels_last_effect(records: list[dict]) -> Claim:
         without = spreads[(precision, False, mode)][0]
         verdict = ratio_verdict(with_cl, without, "helps", "hurts")
         verdicts.append(verdict)
-        parts.append(f"{precision}: {with_cl.median / without.median:.2f}x ({verdict}; "
-                     f"{with_cl.text()} vs {without.text()} img/s)")
+        numbers = f"{with_cl.text()} vs {without.text()} img/s"
+        parts.append(f"{precision}: {NOT_DISTINGUISHABLE} ({numbers})" if verdict == NOT_DISTINGUISHABLE else
+                     f"{precision}: {with_cl.median / without.median:.2f}x ({verdict}; {numbers})")
     if not verdicts:
         return Claim("channels_last", "not measured", "channels_last was not measured against the default layout")
     found = set(verdicts)
@@ -204,9 +219,8 @@ def benchmark_vs_jobs(benchmark: dict, jobs: dict) -> Claim:
     verdict = "differ" if len(apart) == len(pairs) else "differ for some"
     which = "every precision" if verdict == "differ" else " and ".join(apart)
     return Claim("benchmark vs jobs", verdict, f"the training jobs and the benchmark measured different speeds for "
-                 f"{which} ({listed}): they do not time the same work (the jobs read and augment image files and run "
-                 "in their own processes), so compare settings within the "
-                 "benchmark table, not against the jobs")
+                 f"{which} ({listed}); they do not time the same work (the jobs also read and augment image files, "
+                 "in processes of their own), so compare settings within the benchmark table, not against the jobs")
 
 
 def matmul_yardstick(achieved_tflops: float | None, matmul_tflops: float | None, what: str = "the training step"
@@ -219,8 +233,8 @@ def matmul_yardstick(achieved_tflops: float | None, matmul_tflops: float | None,
     share = share_of_matmul(achieved_tflops, matmul_tflops)
     if share is None:
         return Claim("matmul yardstick", "beaten", f"{numbers}: the step beat the benchmark, so that benchmark is "
-                     "no ceiling on this device (it ran on fewer threads or under more load than the step) and no "
-                     "share of it is given")
+                     "no ceiling on this device and no share of it is given ("
+                     + likely_cause("the benchmark ran on fewer threads or under more load than the step") + ")")
     return Claim("matmul yardstick", "ceiling",
                  f"{numbers}: {100 * share:.0f}% of the matmul rate")
 
@@ -262,8 +276,8 @@ def workers_scaling(loader_records: list[dict], cores: int | None = None) -> Cla
                     "added "
                     f"worker helps ({changes})")
     elif "below" in against_base and "above" not in against_base:
-        verdict, text = "falls", (f"adding workers made the loader slower{cores_text}: the workers compete with "
-                                  "this process for the same cores")
+        verdict, text = "falls", (f"adding workers made the loader slower{cores_text} ("
+                                  + likely_cause("the workers and this process take turns on the same cores") + ")")
     elif all(v == "matters little" for v in against_base):
         verdict = "matters little"
         text = f"the number of workers changed loader throughput by less than 10%{cores_text}"
@@ -307,12 +321,14 @@ def model_vs_files(model: Spread | None, from_files: Spread | None) -> Claim:
     if from_files.low > model.high:
         return Claim("model vs files", "inconsistent",
                      f"the trainer fed from files ({from_files.text()} img/s) measured faster than the model alone "
-                     f"({model.text()}), which the extra work of reading files cannot cause: something else changed "
-                     "between the two measurements (other work on this machine, its clock speed); rerun them")
+                     f"({model.text()}), which the extra work of reading files cannot explain: something else changed "
+                     "between the two measurements (" + likely_cause("other work on this machine, its clock speed")
+                     + "); rerun them")
     numbers = f"the trainer fed from files runs at {from_files.text()} img/s, the model alone at {model.text()}"
     if from_files.high < model.low:
         return Claim("model vs files", "slower", f"{numbers}: the input pipeline costs step time even when it "
-                     "does not keep the step waiting (where cores are few, its work competes with training for them)")
+                     "does not keep the step waiting ("
+                     + likely_cause("where cores are few, its work takes them from the training step") + ")")
     return Claim("model vs files", "consistent", numbers)
 
 
@@ -332,7 +348,7 @@ def input_pipelines(cpu: Spread | None, gpu: Spread | None, cpu_wait: float | No
         sentence = f"decoding on the GPU speeds the trainer up {_ratio_text(gpu, cpu)}: {numbers}"
     elif verdict == "cpu workers faster":
         sentence = (f"the CPU workers feed the trainer faster here ({_ratio_text(cpu, gpu)}): {numbers}; "
-                    "the GPU pipeline's decoding competes with the training step for the GPU")
+                    + likely_cause("the GPU pipeline's decoding takes GPU time from the training step"))
     else:
         sentence = f"the two input pipelines {verdict}: {numbers}"
     return Claim("input pipelines", verdict, sentence)

@@ -10,7 +10,7 @@ import math
 import statistics
 
 from tutorial_lib.bench.timing import Spread, distinguishable
-from tutorial_lib.text.claims import NOT_DISTINGUISHABLE, Claim, ratio_verdict
+from tutorial_lib.text.claims import NOT_DISTINGUISHABLE, Claim, _ratio_text, likely_cause, ratio_verdict
 
 LEARNED_SHARE = 0.5  # "learns": top-1 covers at least half the way from chance to 100%
 
@@ -62,24 +62,34 @@ def runs_learn(outcomes: list) -> Claim:
 
 
 def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, measured: float | None,
-                    measured_units: int | None, unit: str = "GPUs", basis: str = "") -> Claim:
+                    measured_units: int | None, unit: str = "GPUs", basis: str = "",
+                    measured_range: tuple[float, float] | None = None) -> Claim:
     """Why a scaling projection sits at (nearly) 100%, and what the measured efficiency beside it means.
 
     ``efficiencies``: the projected efficiencies (%); ``per_unit_rate``: the measured img/s per rank
-    the projection starts from; ``measured``: the measured efficiency (%) at ``measured_units``;
-    ``basis``: what that rate was measured on (model, image size, device), named in the sentence."""
+    the projection starts from; ``measured``: the measured efficiency (%) at ``measured_units``, with
+    ``measured_range`` (%) the range its runs' per-epoch speeds allow; ``basis``: what that rate was measured on
+    (model, image size, device), named in the sentence."""
     lowest = min(efficiencies) if efficiencies else float("nan")
     counted = "GPUs" if unit == "GPUs" else "modelled ranks"
     source = f"this run's {per_unit_rate:.1f} img/s per rank" + (f" ({basis})" if basis else "")
-    why = ("on this machine the ranks share its CPU cores with each other and with the all-reduce, which the "
-           "model's cluster (one GPU per rank, a real network) does not have" if unit != "GPUs" else
-           "it comes from this machine's GPUs and links, the projection from the reference cluster's")
-    beside = "" if measured is None else f" The measured {measured:.1f}% at {measured_units} {unit} is another " \
-                                         f"thing: {why}."
+    if measured is not None and measured > lowest:  # above the model: the runs met different conditions
+        why = likely_cause("this machine's other work slowed the smaller run more than the larger one")
+    elif unit != "GPUs":
+        why = likely_cause("on this machine the ranks share its CPU cores with each other, with the all-reduce and "
+                           "with its other work, which the model's cluster (one GPU per rank, a real network) does not "
+                           "have")
+    else:
+        why = likely_cause("this machine's GPUs and links differ from the reference cluster's the projection uses")
+    spread = "" if measured_range is None else (
+        " (one epoch per run measured: no range)" if measured_range[0] == measured_range[1] else
+        f" (between {measured_range[0]:.0f}% and {measured_range[1]:.0f}% over its runs' epochs)")
+    beside = "" if measured is None else (f" The measured {measured:.1f}% at {measured_units} {unit}{spread} is "
+                                          f"another thing ({why}).")
     if lowest >= 99.5:
         return Claim("projection", "flat", f"the model projects {lowest:.1f}% or more at every count up to {top_units} "
-                     f"{counted} (flat) because it starts from {source}: a step that "
-                     f"slow hides the whole all-reduce behind backward, and no file-system limit is modelled.{beside}")
+                     f"{counted} (flat): it starts from {source}, and in the model a step that "
+                     f"slow hides the whole all-reduce behind backward, with no file-system limit modelled.{beside}")
     return Claim("projection", "falls", f"the model projects {lowest:.1f}% at {top_units} {counted} from "
                  f"{source}.{beside}")
 
@@ -111,7 +121,7 @@ def model_vs_published(name: str, rows: list[dict], agree_points: float = MODEL_
     elif gap(top) > 0:
         verdict, head = "model more efficient", (f"{name} lost {gap(top):.0f} points more than the model: something "
                                                  "the model leaves out (stragglers and synchronisation jitter are "
-                                                 "candidates)")
+                                                 "candidates, not measured here)")
     else:
         verdict, head = "model less efficient", (f"the model loses {-gap(top):.0f} points more than {name} did: its "
                                                  f"{top['limited_by']} limit is stricter than what the runs met")
@@ -216,7 +226,10 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
         for kind, word in (("wins", "faster"), ("loses", "slower"), ("matters little", "within 10%"),
                            (NOT_DISTINGUISHABLE, NOT_DISTINGUISHABLE)):
             sizes = [r for r, k in zip(here, kinds, strict=True) if k == kind]
-            if sizes:
+            if sizes and kind == NOT_DISTINGUISHABLE:  # decided nothing: both ranges, no ratio
+                said.append(f"{word} at " + ", ".join(f"{human_bytes(r['bytes'])} ({r['hierarchical'].text(3)} "
+                                                      f"vs {r['flat'].text(3)} GB/s)" for r in sizes))
+            elif sizes:
                 ratios = ", ".join(f"{human_bytes(r['bytes'])} {r['hierarchical'].median / r['flat'].median:.2f}x"
                                    for r in sizes)
                 said.append(f"{word} at {ratios}")
@@ -256,33 +269,50 @@ def _rounds_note(*spreads) -> str:
 
 def hierarchical_training(rows: list[dict]) -> Claim:
     """Whether DDP training ran faster with the hierarchical all-reduce than with the flat one, per inter-node
-    rate (``rows``: ``{"rate_mbit", "algorithm", "images_per_sec"}``, speeds as Spreads over interleaved rounds).
+    rate (``rows``: ``{"rate_mbit", "algorithm", "images_per_sec"}``, speeds as Spreads over interleaved rounds;
+    optional ``model_images_per_sec`` (the scaling model's prediction) and ``steps_per_round``).
 
     Per rate: ``faster``, ``slower``, ``matters little`` (medians within 10%) or not distinguishable here (ranges
-    overlap, or fewer than ``MIN_ROUNDS_TO_RANK`` rounds); overall the one verdict every rate got, else ``mixed``."""
-    speeds = {}
+    overlap, or fewer than ``MIN_ROUNDS_TO_RANK`` rounds); overall the one verdict every rate got, else ``mixed``.
+    Where the model ranks the two the other way round than the measurement, the sentence says so."""
+    speeds, model, steps = {}, {}, set()
     for row in rows:
         speeds.setdefault(row["rate_mbit"], {})[row["algorithm"]] = row["images_per_sec"]
+        if row.get("model_images_per_sec") is not None:
+            model.setdefault(row["rate_mbit"], {})[row["algorithm"]] = row["model_images_per_sec"]
+        if row.get("steps_per_round"):
+            steps.add(int(row["steps_per_round"]))
     pairs = {rate: pair for rate, pair in sorted(speeds.items()) if {"flat", "hierarchical"} <= set(pair)}
     if not pairs:
         return Claim("hierarchical training", "not measured", "DDP training was not timed with both all-reduces here")
-    found, parts = [], []
+    found, parts, against = [], [], []
     for rate, pair in pairs.items():
         flat, hier = pair["flat"], pair["hierarchical"]
         thin = _too_few_rounds(flat, hier)
         verdict = NOT_DISTINGUISHABLE if thin else ratio_verdict(hier, flat, "faster", "slower")
         found.append(verdict)
         why = f" ({_rounds_note(flat, hier)})" if thin else ""
-        parts.append(f"at {rate:g} Mbit/s hierarchical {hier.text()} against flat {flat.text()} img/s, "
-                     f"{hier.median / flat.median:.2f}x: {verdict}{why}")
+        ratio = "" if verdict == NOT_DISTINGUISHABLE else f", {hier.median / flat.median:.2f}x"
+        parts.append(f"at {rate:g} Mbit/s hierarchical {hier.text()} against flat {flat.text()} img/s{ratio}: "
+                     f"{verdict}{why}")
+        predicted = model.get(rate, {})
+        if {"flat", "hierarchical"} <= set(predicted) and verdict in ("faster", "slower"):
+            model_faster = predicted["hierarchical"] > predicted["flat"]
+            if model_faster != (verdict == "faster"):
+                against.append(f"at {rate:g} Mbit/s the model predicted the opposite order (hierarchical "
+                               f"{predicted['hierarchical']:.1f} against flat {predicted['flat']:.1f} img/s)")
     overall = found[0] if len(set(found)) == 1 else "mixed"
     head = {"faster": "DDP training ran faster with the hierarchical all-reduce at every rate measured",
             "slower": "DDP training ran slower with the hierarchical all-reduce at every rate measured",
             "matters little": "the all-reduce algorithm changed DDP training speed by less than 10% here",
             NOT_DISTINGUISHABLE: f"DDP training with the two all-reduces is {NOT_DISTINGUISHABLE}",
-            "mixed": "which all-reduce trains faster depends on the rate here"}[overall]
+            "mixed": "in this measurement the two all-reduces did not rank the same way at every rate"}[overall]
+    rounds = min((len(s.samples) for pair in pairs.values() for s in pair.values() if s.samples), default=None)
+    size = ", ".join(part for part in (f"{min(steps)} DDP step{'s' * (min(steps) != 1)} per round" if steps else "",
+                                       f"{rounds} rounds" if rounds else "") if part)
+    tail = "; ".join(against)
     return Claim("hierarchical training", overall, f"{head}: {'; '.join(parts)} (median and range over the "
-                 "interleaved rounds)")
+                 f"interleaved rounds{'; ' + size if size else ''})" + (f"; {tail}" if tail else ""))
 
 
 def model_error(errors: dict[str, float], limit: float = 0.25) -> Claim:
@@ -300,3 +330,45 @@ def model_error(errors: dict[str, float], limit: float = 0.25) -> Claim:
                      f"same namespaces, predicts all {len(errors)} measurements within {100 * limit:.0f}% ({numbers})")
     return Claim("model vs measured", "off", f"the model is within {100 * limit:.0f}% for {len(within)} of "
                  f"{len(errors)} measurements ({numbers})")
+
+
+def measured_scaling(runs: list[tuple[int, Spread]], unit: str = "GPUs", load: tuple | None = None,
+                     cores: int | None = None) -> Claim:
+    """What the scaling study measured: each larger run's global throughput against the smallest run's
+    (``runs``: ``(ranks, Spread of img/s)``, one run each, the Spread its per-epoch range), as a speed-up with
+    the range the two ranges allow, or not distinguishable here. One run per point measures no run-to-run
+    noise, and the sentence says so; ``load`` (the load averages over 1, 5 and 15 minutes as the runs ended)
+    and ``cores`` say what else the machine did. Verdict per larger run: ``faster``, ``slower``, ``matters
+    little`` or not distinguishable; overall the one every run got, else ``mixed``."""
+    runs = sorted((int(n), s) for n, s in runs if s is not None)
+    if len(runs) < 2:
+        return Claim("measured scaling", "not measured", "fewer than two rank counts were measured, so no speed-up "
+                     "can be given")
+    (base_n, base), found, parts = runs[0], [], []
+
+    def name(count: int) -> str:
+        return f"{count} {unit if count != 1 else unit.removesuffix('s')}"
+
+    for count, spread in runs[1:]:
+        thin = _too_few_rounds(spread, base)  # an epoch or two per run is no range to rank by
+        verdict = NOT_DISTINGUISHABLE if thin else ratio_verdict(spread, base, "faster", "slower")
+        found.append(verdict)
+        numbers = f"{name(count)} {spread.text()} against {name(base_n)} {base.text()} img/s (all ranks)"
+        if verdict == NOT_DISTINGUISHABLE:
+            fewest = min(len(s.samples) or 1 for s in (spread, base))
+            why = (f" ({fewest} epoch{'s' * (fewest != 1)} measured per run: too few to rank, {MIN_ROUNDS_TO_RANK} "
+                   "needed)") if thin else ""
+            parts.append(f"{numbers}: {NOT_DISTINGUISHABLE}{why}")
+        else:
+            parts.append(f"{numbers}: {verdict}, a speed-up of {_ratio_text(spread, base)} for {count / base_n:g}x "
+                         "the ranks")
+    overall = found[0] if len(set(found)) == 1 else "mixed"
+    machine = ""
+    if load is not None:
+        machine = (f"; this machine's load average as the runs ended: {', '.join(f'{v:.1f}' for v in load)} over "
+                   f"1, 5 and 15 minutes" + (f", on {cores} cores" if cores else ""))
+    below_ideal = any(spread.median / base.median < 0.9 * count / base_n for count, spread in runs[1:])
+    cause = (" (" + likely_cause("the ranks share this machine's cores with each other, the all-reduce and its "
+                                 "other work") + ")") if unit != "GPUs" and below_ideal else ""
+    return Claim("measured scaling", overall, f"{'; '.join(parts)} (each one run: the range is its per-epoch speeds, "
+                 f"the first epoch left out; run-to-run noise is not measured{machine}){cause}")

@@ -1,0 +1,139 @@
+"""How the printed sentences word what the numbers cannot carry (issue 44):
+
+* a verdict that decides nothing prints no ratio as its headline: where two ranges overlap, the sentence gives
+  the medians and ranges and says "not distinguishable here", never "0.88x";
+* a sentence that names a cause says what measured it, or says it is a likely cause not measured here
+  (``claims.likely_cause``): checked on the source of every module that words a Claim;
+* a setting called the fastest beside fp32 is one whose own range separates from fp32's.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from hypothesis import given
+from test_claim_reversal import GENERATED, loader, overlapping, train
+
+from tutorial_lib.bench.timing import Spread
+from tutorial_lib.text import claims, pipeline_claims, verdicts
+from tutorial_lib.text.claims import NOT_DISTINGUISHABLE
+
+ROOT = Path(__file__).resolve().parents[1]
+RATIO = re.compile(r"\b\d+\.\d+x\b")
+# issue 44's numbers: notebook 01 (img/s), 07's two-level network at 64 KiB (GB/s)
+FP32, FP32_CL = Spread(70.0, 66.3, 74.8), Spread(61.9, 55.5, 76.8)
+BF16, BF16_CL = Spread(95.0, 88.0, 101.0), Spread(83.0, 71.9, 107.2)
+
+
+def undecided_clauses(sentence: str) -> list[str]:
+    """The clauses (split at ';' and ':') that say "not distinguishable here" of something."""
+    return [clause for clause in re.split(r"[;:]", sentence) if NOT_DISTINGUISHABLE in clause]
+
+
+def test_an_undecided_comparison_prints_no_ratio():
+    layout = claims.channels_last_effect([train("fp32", FP32), train("fp32", FP32_CL, True)])
+    assert layout.verdict == NOT_DISTINGUISHABLE and not RATIO.search(layout.sentence), layout.sentence
+    assert "61.9 (55.5-76.8) vs 70.0 (66.3-74.8)" in layout.sentence
+    rows = [{"rate_mbit": 1000, "bytes": 2**16, "flat": Spread(0.014, 0.008, 0.015),
+             "hierarchical": Spread(0.012, 0.007, 0.016, (0.007, 0.012, 0.016))},
+            {"rate_mbit": 1000, "bytes": 2**24, "flat": Spread(0.10, 0.09, 0.11, (0.09, 0.10, 0.11)),
+             "hierarchical": Spread(0.07, 0.065, 0.075, (0.065, 0.07, 0.075))}]
+    network = verdicts.hierarchical_vs_flat(rows)
+    for clause in undecided_clauses(network.sentence):
+        assert not RATIO.search(clause), network.sentence
+    training = verdicts.hierarchical_training([
+        {"rate_mbit": 200, "algorithm": "flat", "images_per_sec": Spread(15.8, 15.2, 16.6, (15.2, 15.8, 16.6))},
+        {"rate_mbit": 200, "algorithm": "hierarchical", "images_per_sec": Spread(18.0, 16.0, 19.0, (16, 18, 19))}])
+    assert training.verdict == NOT_DISTINGUISHABLE and not RATIO.search(training.sentence), training.sentence
+
+
+@GENERATED
+@given(overlapping(4))
+def test_no_claim_that_decides_nothing_carries_a_ratio(spread):
+    a, b, c, d = spread
+    fed = [claims.fastest_setting([train("fp32", a), train("bf16", b), train("bf16", c, True)]),
+           claims.channels_last_effect([train("fp32", a), train("fp32", b, True), train("bf16", c),
+                                        train("bf16", d, True)]),
+           claims.workers_scaling([loader(w, s) for w, s in enumerate(spread)]),
+           claims.data_wait(a, {"cpu": b, "gpu": c}), claims.input_pipelines(a, b),
+           pipeline_claims.process_vs_worker(a, b),
+           verdicts.measured_scaling([(1, a), (2, b)], "CPU ranks")]
+    for claim in fed:
+        if claim.verdict == NOT_DISTINGUISHABLE:  # what it leaves undecided carries no ratio (a decided part may)
+            for clause in undecided_clauses(claim.sentence):
+                assert not RATIO.search(clause), claim
+
+
+def test_a_tied_fastest_setting_that_overlaps_fp32_is_not_called_faster():
+    """01: bf16 separates from fp32, bf16 +channels_last ties with bf16 but overlaps fp32 as well."""
+    said = claims.fastest_setting([train("fp32", FP32), train("bf16", BF16), train("bf16", BF16_CL, True)])
+    assert said.verdict == "faster" and said.sentence.startswith("bf16 is the fastest here"), said.sentence
+    assert "bf16 +channels_last is not distinguishable here from bf16 nor from fp32" in said.sentence
+    assert "bf16 +channels_last 1." not in said.sentence  # no ratio against fp32 for the tied one
+
+
+# --------------------------------------------------------------------------- causes
+CAUSE = re.compile(r"\b(because|caus\w*|compet\w*|due to|blam\w*|share[sd]? (its|this machine's|the same) "
+                   r"(cpu )?cores)\b", re.IGNORECASE)
+SAYS_WHAT_MEASURED = ("not measured here", "measured by", "measured with", "measured in")
+# the modules that word a Claim: text/, and the analyses that build sentences from their own numbers
+WORDING = sorted((ROOT / "tutorial_lib" / "text").glob("*.py")) + [
+    ROOT / "tutorial_lib" / "analyses" / name for name in ("study.py", "twolevel.py", "analysis.py")]
+
+
+def _strings(tree: ast.AST):
+    """Every string literal of a module (f-strings as their constant parts joined), with its line, leaving out
+    docstrings and the arguments of ``likely_cause(...)`` (worded as likely and not measured by that call)."""
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body and \
+                isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
+            skip.add(id(node.body[0].value))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "likely_cause":
+            skip.update(id(child) for arg in node.args for child in ast.walk(arg))
+        if isinstance(node, ast.FunctionDef) and node.name == "likely_cause":  # the wording itself
+            skip.update(id(child) for child in ast.walk(node))
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.JoinedStr):
+            skip.update(id(part) for part in node.values)
+            yield node.lineno, "".join(p.value for p in node.values if isinstance(p, ast.Constant))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+
+
+def causes_without_source(path: Path) -> list[str]:
+    return [f"{path.name}:{line}: {text.strip()[:100]!r}"
+            for line, text in _strings(ast.parse(path.read_text())) if CAUSE.search(text)
+            and not any(words in text for words in SAYS_WHAT_MEASURED)]
+
+
+def test_every_cause_a_sentence_names_is_measured_or_said_to_be_likely():
+    found = [problem for path in WORDING for problem in causes_without_source(path)]
+    assert not found, "sentences that name a cause without saying what measured it:\n" + "\n".join(found)
+
+
+def test_the_cause_check_finds_a_bare_cause_and_passes_a_likely_one(tmp_path):
+    module = tmp_path / "wording.py"
+    module.write_text('def f(x):\n    """Docstrings may say because."""\n'
+                      '    bare = f"{x} img/s: the workers compete with this process for the cores"\n'
+                      '    fine = likely_cause("the workers compete for the cores")\n'
+                      '    said = "the ranks share its CPU cores (not measured here)"\n'
+                      '    return bare, fine, said\n')
+    found = causes_without_source(module)
+    assert found == ["wording.py:3: 'img/s: the workers compete with this process for the cores'"], found
+
+
+def test_a_cause_in_a_printed_sentence_is_worded_as_likely():
+    zero, one = Spread(124.0, 110.0, 130.0), Spread(573.0, 500.0, 600.0)
+    said = pipeline_claims.process_vs_worker(zero, one).sentence
+    assert "a likely cause, not measured here: with a worker, two processes work at once" in said
+    shared = verdicts.projection_flat([100.0], 64, 70.2, 35.9, 2, unit="CPU ranks", measured_range=(26.0, 46.0))
+    assert "between 26% and 46%" in shared.sentence and "likely cause, not measured here" in shared.sentence
+    assert "share its CPU cores" in shared.sentence
+    above = verdicts.projection_flat([100.0], 64, 6.0, 139.2, 2, unit="CPU ranks", measured_range=(139.2, 139.2))
+    assert "share its CPU cores" not in above.sentence and "slowed the smaller run" in above.sentence
+    assert "one epoch per run measured: no range" in above.sentence

@@ -1,0 +1,76 @@
+"""Every figure the course draws can be read (issue 44): drawn by the library's own figure functions from data
+shaped like a course run's (tests/figure_gallery.py; no job, no notebook), then checked with matplotlib's
+geometry after a real draw (tests/figure_checks.py): no text over plotted data, no legend over data, no line
+outside its axis or under its spine, coinciding lines drawn so that both show and said so, no empty panel
+without a message or with a numeric axis of nothing, an epoch axis of whole epochs that fits the epochs run,
+and a figure of single runs that says so.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+from figure_checks import problems  # noqa: E402
+from figure_gallery import course_figures, monitor_figure, run_events  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gallery(tmp_path_factory):
+    shown = course_figures(tmp_path_factory.mktemp("gallery"))
+    yield shown
+    plt.close("all")
+
+
+def test_every_course_figure_is_readable(gallery):
+    found = [problem for shown in gallery for problem in problems(shown.figure, shown.name, shown.epochs)]
+    assert not found, f"{len(found)} problems in {len(gallery)} figures:\n" + "\n".join(found)
+
+
+def test_the_gallery_covers_every_notebook(gallery):
+    assert {shown.name[:2] for shown in gallery} == {f"0{n}" for n in range(8)}
+
+
+def test_a_figure_of_single_runs_says_so_and_shows_the_spread_it_has(gallery):
+    """06's points are one run each: the figure says so and draws each run's per-epoch range as a whisker;
+    04's accuracy against the batch has no spread to show and says that its noise is not measured."""
+    for shown in (s for s in gallery if s.single_runs):
+        words = " ".join(ax.get_title() for ax in shown.figure.axes).lower()
+        assert "one run" in words, f"{shown.name}: its titles do not say that each point is one run: {words!r}"
+        whiskers = [c for ax in shown.figure.axes for c in ax.collections]
+        assert whiskers or "not measured" in words, f"{shown.name}: no spread drawn and none said to be missing"
+
+
+def test_the_checks_catch_each_kind_of_defect():
+    """The checks themselves: each defect planted in a plain matplotlib figure is reported."""
+    fig, (crowded, empty) = plt.subplots(1, 2, layout="constrained")
+    crowded.plot([0, 1, 2], [0, 1, 2], label="a")
+    crowded.plot([0, 1, 2], [0, 1, 2], label="b")  # hides a, nothing says so
+    crowded.plot([0, 2], [2.4, 2.4], label="edge")
+    crowded.set_ylim(0, 2.4)  # the "edge" line lies under the top spine
+    crowded.text(1, 1, "over the line")
+    crowded.legend(loc="center")  # over the lines
+    empty.set_ylabel("(%)")  # a numeric axis of nothing, no message
+    found = "\n".join(problems(fig, "planted"))
+    for expected in ("lies over plotted data", "legend covers", "on the axes' edge", "hides 'a'",
+                     "nothing says so", "an empty panel without a message", "numeric axis"):
+        assert expected in found, (expected, found)
+    fig2, ax = plt.subplots()
+    ax.plot([1], [50.0], "o")
+    ax.set_xlabel("epoch")
+    ax.set_xlim(0.5, 1.5)
+    assert any("shows fractions" in p for p in problems(fig2, "one epoch", epochs=1))
+    plt.close("all")
+
+
+def test_two_runs_with_the_same_values_are_both_seen_and_named():
+    """03's equivalence pair on the monitor: the 1-worker run's line lies on the 2-worker run's."""
+    same = run_events(1, [40.0])
+    fig = monitor_figure({"03-group-2w": same, "03-group-1w": same})
+    loss = fig.axes[1]
+    assert "03-group-1w on 03-group-2w" in loss.get_title()
+    widths = sorted(line.get_linewidth() for line in loss.lines)
+    assert widths[-1] >= widths[0] + 1.5

@@ -1,0 +1,99 @@
+"""The first cell of every notebook: :func:`setup_notebook`, and the check that refuses a parameter papermill
+injected that the notebook does not declare (papermill itself only warns, and the notebook would run with its
+default).
+
+The refusal is one line wherever the notebook runs: JupyterLab, the course's own runner, plain
+``papermill nb.ipynb out.ipynb -p epoch 3`` (whose last line is then that message, not the cell's traceback),
+naming the nearest declared parameter or, where none is near, listing them all.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import os
+from pathlib import Path
+
+from tutorial_lib import REPO_ROOT
+
+
+class NotebookParameterError(ValueError):
+    """A parameter given to a notebook (papermill ``-p``/``-f``) that its parameters cell does not declare.
+
+    IPython shows an exception with ``_render_traceback_`` by those lines alone: the kernel's error output, and so
+    papermill's error message, is the one line, not a traceback through the library's frames."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+def setup_notebook(quiet: bool = False) -> None:
+    """Call first in every notebook: refuse a parameter papermill injected that the notebook does not
+    declare (:func:`check_injected_parameters`); work from the repository root so relative paths (data/,
+    runs/) mean the same under JupyterLab, papermill and nbval; set readable plot defaults.
+
+    Returns nothing, so that a cell ending with this call shows no stray value."""
+    import matplotlib
+
+    check_injected_parameters()
+    if (REPO_ROOT / "notebooks").is_dir():
+        os.chdir(REPO_ROOT)
+    matplotlib.rcParams.update({"figure.dpi": 80, "figure.figsize": (9, 4), "axes.grid": True,
+                                "grid.alpha": 0.3})
+    if not quiet:
+        print(f"working directory: {Path.cwd()}")
+
+
+def assigned_names(source: str) -> list[str]:
+    """The names a cell's top-level assignments bind, in order (what a parameters cell declares)."""
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return []
+    return [target.id for statement in body if isinstance(statement, ast.Assign) for target in statement.targets
+            if isinstance(target, ast.Name)]
+
+
+def _only_assignments(source: str) -> bool:
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    return bool(body) and all(isinstance(statement, ast.Assign) for statement in body)
+
+
+def unknown_parameter_message(name: str, declared: list[str], where: str, given: str) -> str:
+    """``<where>: <what> has no parameter 'x' (<given>); did you mean 'y'?`` or, with no declared name near it,
+    the declared names listed; then the fix. One sentence for every place that refuses a parameter name."""
+    close = difflib.get_close_matches(name, declared, n=3) if isinstance(name, str) else []
+    hint = (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else
+            f"; its parameters are {', '.join(declared)}." if declared else ".")
+    return f"{where} has no parameter {name!r} ({given}){hint} Fix: use a name from its parameters cell."
+
+
+def check_injected_parameters(history: list[str] | None = None) -> None:
+    """Under papermill (``-p name value``): refuse a name the notebook's parameters cell does not declare,
+    which papermill only warns about (the notebook would run with its default). ``history``: the sources of
+    the cells run so far (IPython's ``In``); papermill's injected cell starts with ``# Parameters`` and runs
+    right after the parameters cell. Raises :class:`NotebookParameterError` (one line)."""
+    if history is None:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        history = list(shell.user_ns.get("In", [])) if shell is not None else []
+    for position, source in enumerate(history[1:], 1):
+        declared = assigned_names(history[position - 1])
+        # a cell re-run by hand out of order is not checked: the cell before must be a parameters cell
+        if source.startswith("# Parameters\n") and _only_assignments(history[position - 1]):
+            unknown = [name for name in assigned_names(source) if name not in declared]
+            if unknown:
+                raise NotebookParameterError(unknown_parameter_message(
+                    unknown[0], declared, "parameters: this notebook", "given with papermill -p or -f"))
+
+
+def declared_parameters(notebook: Path) -> list[str]:
+    """The names a notebook's ``parameters`` cell assigns, in order (what papermill may set)."""
+    cells = json.loads(Path(notebook).read_text())["cells"]
+    return assigned_names(next(("".join(c["source"]) for c in cells
+                                if "parameters" in c.get("metadata", {}).get("tags", [])), ""))

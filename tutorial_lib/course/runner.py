@@ -1,0 +1,179 @@
+"""The headless course run: ``python -m tutorial_lib.course [--params FILE] [--only 03 ...] [--out executed]``
+executes the notebook sequence with papermill into a git-ignored folder and writes ``SUMMARY.md`` there: each
+notebook's key numbers (as measured in that run) and its saved figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from tutorial_lib import REPO_ROOT
+from tutorial_lib.course.cleanup import drop_finished_checkpoints
+from tutorial_lib.course.notebook import declared_parameters
+from tutorial_lib.course.summary import SUMMARY_ENV, write_summary
+
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+DEFAULT_OUT = REPO_ROOT / "executed"
+
+
+def notebooks(only: list[str] | None = None) -> list[Path]:
+    """The course notebooks in order (optionally only those whose names start with ``only``)."""
+    found = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        found = [p for p in found if any(p.name.startswith(prefix) for prefix in only)]
+    return found
+
+
+def check_parameter_names(params: dict, where: str = "parameters") -> None:
+    """Refuse a parameter that no notebook declares (papermill would only warn, and the course would run
+    with the notebook's default instead), naming it and the closest declared names."""
+    import difflib
+
+    declared = sorted({name for notebook in notebooks() for name in declared_parameters(notebook)})
+    unknown = [name for name in params if name not in declared]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], declared, n=3) if isinstance(unknown[0], str) else []
+        raise SystemExit(f"error: {where}: no notebook has a parameter {unknown[0]!r}"
+                         + (f" (did you mean {', '.join(close)}?)" if close else "")
+                         + ". Fix: use a name from a notebook's parameters cell (nothing was run).")
+
+
+def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None, only: list[str] | None = None,
+               kernel: str | None = None, progress: bool = True) -> Path:
+    """Execute the notebooks headless with papermill into ``out``; write and return SUMMARY.md.
+
+    ``params`` are passed to every notebook that declares them; a name no notebook declares is
+    refused before anything runs (:func:`check_parameter_names`). A failing notebook stops the run
+    with papermill's error, after the summary of the notebooks before it has been written.
+    ``progress`` shows papermill's bar of executed cells.
+    Course runs are never resumed, so once a notebook is done the checkpoints of the runs it
+    finished are deleted (:func:`drop_finished_checkpoints`).
+    """
+    import papermill
+
+    check_parameter_names(params or {})
+    if only is not None and not notebooks(only):
+        raise SystemExit(f"error: --only: no notebook's name starts with {', '.join(map(repr, only)) or 'nothing'} "
+                         "(nothing was run). Fix: give number prefixes such as 00 03.")
+    out = check_output_folder(out)
+    os.environ[SUMMARY_ENV] = str(out / "summary")
+    timings: dict[str, float] = {}
+    started_at = time.time()
+    try:
+        for notebook in notebooks(only):
+            print(f"== {notebook.name}", flush=True)
+            started = time.perf_counter()
+            declared = declared_parameters(notebook)
+            given = {name: value for name, value in (params or {}).items() if name in declared}
+            try:
+                papermill.execute_notebook(str(notebook), str(out / notebook.name), parameters=given,
+                                           cwd=str(REPO_ROOT), kernel_name=kernel, progress_bar=progress,
+                                           log_output=False)
+            except papermill.PapermillExecutionError as exc:
+                exc.notebook = out / notebook.name  # for the command line's one-line message
+                raise
+            timings[notebook.stem] = time.perf_counter() - started
+            freed = drop_finished_checkpoints((params or {}).get("output_root", "runs/course"), started_at)
+            if freed:
+                print(f"   deleted {freed / 2**20:.0f} MiB of checkpoints of finished course runs", flush=True)
+            print(f"   done in {timings[notebook.stem]:.0f} s", flush=True)
+    finally:
+        summary = write_summary(out, timings)
+    print(f"executed notebooks and summary: {summary}")
+    return summary
+
+
+OUTPUT_MARKER = ".tutorial_course_output"
+
+
+def check_output_folder(out: str | os.PathLike) -> Path:
+    """Make ``out`` the course's output folder, unless it holds files that an earlier course run did not
+    write (executed notebooks would overwrite them): then stop with a message naming the fix."""
+    from tutorial_lib.paths import user_path
+
+    out = Path(user_path(out)).resolve()
+    summary = out / "SUMMARY.md"
+    ours = _marker_is_ours(out / OUTPUT_MARKER) or (summary.is_file() and summary.read_text(errors="replace")
+                                                      .startswith("# Course run summary"))
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not ours)):
+        raise SystemExit(f"error: out: {out} already holds files that the course did not write; executed "
+                         "notebooks would overwrite them. Fix: pass --out a new or empty folder (default executed/).")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / OUTPUT_MARKER).write_text(json.dumps(_MARKER_CONTENT))
+    return out
+
+
+_MARKER_CONTENT = {"written_by": "tutorial_lib.course", "what": "executed notebooks of the course"}
+
+
+def _marker_is_ours(path: Path) -> bool:
+    """The marker proves the folder is ours by its content (a file of that name alone does not)."""
+    try:
+        return json.loads(path.read_text()) == _MARKER_CONTENT
+    except (OSError, ValueError):
+        return False
+
+
+def load_params(path: str | os.PathLike) -> dict:
+    """Notebook parameters from a YAML file (the same file works with ``papermill -f``); a key given twice,
+    a Python tag or a torn file is refused in one line naming the file."""
+    from tutorial_lib.paths import user_path
+    from tutorial_lib.yamlfile import YamlFileError, read_yaml
+
+    path = Path(user_path(path))
+    if not path.is_file():
+        raise SystemExit(f"error: parameter file {path} does not exist. Fix: pass a YAML file, e.g. "
+                         "notebooks/params/gpu.yaml")
+    try:
+        data = read_yaml(path, "--params") or {}
+    except YamlFileError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if not isinstance(data, dict):
+        raise SystemExit(f"error: parameter file {path} must hold a mapping of name: value")
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: run the course headless. Exit status (:mod:`tutorial_lib.exits`): 0 done, 2 refused
+    (a bad parameter or file: one line), 1 a fault of the machine or a notebook that failed, 130 Ctrl-C."""
+    from tutorial_lib.exits import EXIT_ERROR, run_main
+
+    return run_main(lambda: _main(argv), statuses={NotebookFailed: EXIT_ERROR})
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook of the course raised an error (one line: the notebook, the cell, the error, where to look)."""
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.course", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", help="YAML file of notebook parameters (e.g. notebooks/params/gpu.yaml)")
+    parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                        help="one parameter (YAML value), like papermill -p")
+    parser.add_argument("--only", nargs="*", help="notebook number prefixes to run, e.g. 00 03")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="folder for executed notebooks")
+    args = parser.parse_args(argv)
+    from tutorial_lib.yamlfile import YamlFileError, parse_yaml
+
+    params = load_params(args.params) if args.params else {}
+    check_parameter_names(params, args.params or "parameters")
+    try:
+        params.update({name: parse_yaml(value, f"-p {name}") for name, value in args.p})
+    except YamlFileError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    check_parameter_names(params, "-p")
+    import papermill
+
+    try:
+        run_course(args.out, params, args.only)
+    except papermill.PapermillExecutionError as exc:
+        where = getattr(exc, "notebook", "the executed notebook")
+        raise NotebookFailed(f"{Path(str(where)).name} failed at cell In [{exc.exec_count}]: {exc.ename}: "
+                             f"{exc.evalue}. Fix: see that cell's output in {where}, then run again.") from None
+    return 0
+
