@@ -174,3 +174,55 @@ def measure_shards(sets=("jpeg", "full"), steps=STEPS, rounds: int = 2, work_dir
                     emit(_record("first_step", fmt, data_set, images, job.pop("seconds"), load, round=round_, **job))
         shutil.rmtree(shards)
         shutil.rmtree(work / "runs", ignore_errors=True)
+
+
+def _opened(data_dir: Path, fmt: str, batch_size: int, image_size: int) -> tuple[int, int]:
+    """Files one epoch of the trainer's loader (one process, no workers) opens, and the training images it read:
+    class folders open a file per image read, shards only when a shard is not open yet (counted by the dataset)."""
+    import torch
+
+    from tutorial_lib.engine.config import make_config
+    from tutorial_lib.engine.input.loaders import loaders_for
+
+    cfg = make_config("smoke", dataset="imagefolder", data_format=fmt, data_dir=str(data_dir), workers=0,
+                      batch_size=batch_size, image_size=image_size)
+    loaders = loaders_for(cfg, 0, 1, torch.device("cpu"))
+    dataset, reads = loaders.train.dataset, []
+    read = dataset.read
+    dataset.read = lambda index: reads.append(index) or read(index)  # every image read goes through read()
+    images = sum(len(batch.targets) + batch.skipped for batch in loaders.train_epoch(0))
+    return (dataset.opened if fmt == "shards" else len(reads)), images
+
+
+def compare_formats(data_dir: str | os.PathLike, workers: int = 1, batch_size: int = 8, image_size: int = 64,
+                    repeats: int = 3, stage_to: str | os.PathLike | None = None) -> dict:
+    """Notebook 02's comparison on its own class folders: pack them (into a temporary folder, about 8 shards),
+    then count the files an epoch opens in each format, time the trainer's loader (``workers``) and staging in
+    ``repeats`` interleaved rounds. Returns the counts and Spreads; everything made is deleted."""
+    import tempfile
+
+    from tutorial_lib.bench.timing import Spread
+    from tutorial_lib.data import staging
+    from tutorial_lib.data.pack import pack
+
+    source = Path(data_dir).absolute()
+    images = _images(source)
+    size_mb = sum(p.stat().st_size for p in source.rglob("*") if p.is_file()) / 1e6
+    with tempfile.TemporaryDirectory(prefix="shards-", dir=stage_to) as tmp:
+        shards = Path(tmp) / "shards"
+        packed = pack(source, shards, shard_mb=max(size_mb / 8, 0.01), progress=False)
+        sides = {"files": source, "shards": shards}
+        opened = {fmt: _opened(root, fmt, batch_size, image_size) for fmt, root in sides.items()}
+        load, stage = {fmt: [] for fmt in sides}, {fmt: [] for fmt in sides}
+        for round_ in range(repeats):
+            for fmt in list(sides) if round_ % 2 == 0 else list(reversed(sides)):
+                load[fmt].append(load_speed(sides[fmt], fmt, workers, images, batch_size, image_size)["images_per_sec"])
+                began = time.perf_counter()
+                copy = staging.stage(sides[fmt], tmp, run=f"{fmt}-{round_}", node="here")
+                os.sync()
+                stage[fmt].append(time.perf_counter() - began)
+                staging.remove(copy.path)
+    return {"images": images, "train_images": opened["files"][1], "shards": packed["shards"], "workers": workers,
+            "opened": {fmt: count for fmt, (count, _) in opened.items()},
+            "load": {fmt: Spread.of(values) for fmt, values in load.items()},
+            "stage": {fmt: Spread.of(values) for fmt, values in stage.items()}}
