@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import io
 import json
@@ -37,6 +36,7 @@ import uuid
 from pathlib import Path
 
 from tutorial_lib.data import PrepareError, file_index
+from tutorial_lib.data.prepare import locked
 from tutorial_lib.data.shard_index import FORMAT, INDEX, PACK_COMMAND, PACK_HEADER, VERSION
 
 STATE = ".tutorial_pack.jsonl"  # this command's mark in SHARDS: source, settings, pack id; a line per finished shard
@@ -161,20 +161,6 @@ def _check_destination(shards: Path, prepared: Path, settings: dict) -> tuple[di
     return state
 
 
-@contextlib.contextmanager
-def _locked(shards: Path):
-    fd = os.open(shards / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _fail("SHARDS", f"another pack is writing into {shards} now", "wait for it to finish (running it again "
-                  "afterwards resumes or finds it done)")
-        yield
-    finally:
-        os.close(fd)
-
-
 def _write_json(path: Path, value: dict) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(value, separators=(",", ":")) + "\n")
@@ -271,7 +257,7 @@ def _pack(prepared: Path, shards: Path, settings: dict, header: dict, entries: l
         _fail("SHARDS", f"the shards need {needed / 1e9:.2f} GB, {existing} has {free / 1e9:.2f} GB free",
               "free space or pass a SHARDS folder on a larger disk (a stopped pack resumes)")
     shards.mkdir(parents=True, exist_ok=True)
-    with _locked(shards):
+    with locked(shards, LOCK, "SHARDS", "`" + PACK_COMMAND + "`"):
         if not header:
             header = {"made_by": PACK_COMMAND, "source": str(prepared.resolve()), "settings": settings,
                       "pack": uuid.uuid4().hex}

@@ -35,15 +35,11 @@ def loader_speed(files: Spread | None, shards: Spread | None, workers: int) -> C
         return Claim(topic, "not measured", "the loader was not measured from both formats here")
     numbers = f"shards {shards.text()} img/s, files {files.text()} img/s"
     verdict = ratio_verdict(shards, files, "shards faster", "files faster")
-    if verdict == "shards faster":
-        sentence = f"the loader read the shards faster than the files, {_ratio_text(shards, files)} ({numbers})"
-    elif verdict == "files faster":
-        sentence = f"the loader read the files faster than the shards, {_ratio_text(files, shards)} ({numbers})"
-    elif verdict == "matters little":
-        sentence = f"shards and files fed the loader within 10% of each other ({numbers})"
-    else:
-        sentence = f"the loader from shards against from files is {NOT_DISTINGUISHABLE} ({numbers})"
-    return Claim(topic, verdict, sentence)
+    sentence = {"shards faster": f"the loader read the shards faster than the files, {_ratio_text(shards, files)}",
+                "files faster": f"the loader read the files faster than the shards, {_ratio_text(files, shards)}",
+                "matters little": "shards and files fed the loader within 10% of each other",
+                }.get(verdict, f"the loader from shards against from files is {NOT_DISTINGUISHABLE}")
+    return Claim(topic, verdict, f"{sentence} ({numbers})")
 
 
 def staging_formats(files: Spread | None, shards: Spread | None, files_count: int, shard_count: int) -> Claim:
@@ -57,13 +53,8 @@ def staging_formats(files: Spread | None, shards: Spread | None, files_count: in
     # a time: less is better, so the speed ratio is files' time over the shards'
     verdict = ratio_verdict(Spread(1 / shards.median, 1 / shards.high, 1 / shards.low),
                             Spread(1 / files.median, 1 / files.high, 1 / files.low), "shards faster", "files faster")
-    if verdict == "shards faster":
-        sentence = (f"{numbers}: the pack took {_ratio_text(shards, files)} the files' time, a copy per file "
-                    "replaced by a few large ones")
-    elif verdict == "files faster":
-        sentence = f"{numbers}: the pack took longer, {_ratio_text(shards, files)} the files' time"
-    elif verdict == "matters little":
-        sentence = f"{numbers}: within 10% of each other"
-    else:
-        sentence = f"{numbers}: {NOT_DISTINGUISHABLE}"
-    return Claim("staging shards", verdict, sentence)
+    sentence = {"shards faster": f"the pack took {_ratio_text(shards, files)} the files' time, a copy per file "
+                                 "replaced by a few large ones",
+                "files faster": f"the pack took longer, {_ratio_text(shards, files)} the files' time",
+                "matters little": "within 10% of each other"}.get(verdict, NOT_DISTINGUISHABLE)
+    return Claim("staging shards", verdict, f"{numbers}: {sentence}")
