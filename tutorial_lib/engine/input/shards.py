@@ -120,7 +120,6 @@ class ShardFiles:
         self.root = Path(root)
         part = split(index, name)
         counts = part.counts
-        self.part, self.bad_data = part, bad_data
         self.classes = part.classes
         self.class_to_idx = {c: i for i, c in enumerate(part.classes)}
         self.starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
@@ -128,6 +127,9 @@ class ShardFiles:
         spans = [s for shard in part.shards for s in shard["spans"]]
         self.spans = np.array(spans, dtype=np.int64).reshape(-1, 2)
         labels = np.array([label for shard in part.shards for label in shard["labels"]], dtype=np.int64)
+        # only the names stay: the index's lists (a million spans as Python objects) are not kept per rank
+        part = Split(part.name, part.classes, [{"name": s["name"], "samples": s["samples"]} for s in part.shards])
+        self.part, self.bad_data = part, bad_data
         self.samples = SampleNames(self.root, part, labels, shard_of, self.starts)
         self.transform = None
         self.opened = 0  # shards this process opened (a measure of the file system's metadata load)
