@@ -16,7 +16,8 @@ idea to save bytes and decode time, which CHANGES the images (the index records 
 The rules of ``prepare``: nothing is written into PREPARED; SHARDS must be new, empty, or a pack this command
 started from the same PREPARED with the same settings (it resumes: finished shards are kept); one run at a time
 (a lock); the classes and the free space are checked before the first write; a progress bar of files and bytes;
-every fault one line.
+every fault one line. The checks run without torch; the webdataset package imports torch when it is loaded, so
+the first shard waits for that import (seconds).
 """
 
 from __future__ import annotations
