@@ -34,6 +34,7 @@ import stat
 import tarfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tutorial_lib.data import PrepareError, file_index
@@ -42,6 +43,7 @@ from tutorial_lib.data.shard_index import FORMAT, INDEX, PACK_COMMAND, PACK_HEAD
 
 STATE = ".tutorial_pack.jsonl"  # this command's mark in SHARDS: source, settings, pack id; a line per finished shard
 LOCK = ".tutorial_pack.lock"
+READERS = 16  # files read ahead in threads while a shard is written (random order: reads wait on the disk)
 QUALITY = 90  # JPEG quality of the images --max-side re-encodes
 MTIME = 1_600_000_000  # every member's time: an int, so no PAX header per member, and packs compare equal
 _HEADERS = 3 * tarfile.BLOCKSIZE  # per sample: two member headers and padding, at most
@@ -174,29 +176,36 @@ def _write_shard(path: Path, pack: str, samples: list[tuple[str, int]], first: i
     from webdataset.writer import TarWriter
 
     partial = path.with_name(path.name + ".partial")
-    spans, labels, shrunk = [], [], 0
+    spans, labels = [], []
     with open(partial, "wb") as raw:
         out = _Hashing(raw)
         out.write(tarfile.TarInfo.create_pax_global_header({PACK_HEADER: pack}))
         base = out.size
         writer = TarWriter(out, encoder=False, mtime=MTIME, user="", group="", mode=0o444)
-        for position, (source, label) in enumerate(samples, first):
-            data = _read_file(source)
-            if max_side:
-                smaller = shrink(data, max_side)
-                shrunk, data = (shrunk + 1, smaller) if smaller is not None else (shrunk, data)
-            start = writer.tarstream.offset
-            writer.write({"__key__": sample_key(position, source), "cls": str(label).encode(), "jpg": data})
-            spans.append([base + start, writer.tarstream.offset - start])
-            labels.append(label)
-            bar.update(len(data))
+        with ThreadPoolExecutor(READERS) as readers:  # in order, READERS reads ahead: the order is random
+            contents = readers.map(_read_file, [source for source, _ in samples])
+            for position, ((source, label), data) in enumerate(zip(samples, contents, strict=True), first):
+                _add(writer, position, source, label, data, max_side, spans, labels, base)
+                bar.update(len(data))
         writer.close()
         raw.flush()
         os.fsync(raw.fileno())
     os.replace(partial, path)
     return {"name": path.name, "first": first, "samples": len(samples), "bytes": out.size,
-            "sha256": out.sha.hexdigest(), "reencoded": shrunk, "spans": spans,
+            "sha256": out.sha.hexdigest(), "reencoded": sum(1 for _, _, changed in spans if changed),
+            "spans": [[offset, length] for offset, length, _ in spans],
             "labels": labels}
+
+
+def _add(writer, position: int, source: str, label: int, data: bytes, max_side: int, spans: list, labels: list,
+         base: int) -> None:
+    """One sample (``<key>.cls``, ``<key>.jpg``) written; its span (and whether ``max_side`` re-encoded it) noted."""
+    smaller = shrink(data, max_side) if max_side else None
+    start = writer.tarstream.offset
+    writer.write({"__key__": sample_key(position, source), "cls": str(label).encode(),
+                  "jpg": data if smaller is None else smaller})
+    spans.append((base + start, writer.tarstream.offset - start, smaller is not None))
+    labels.append(label)
 
 
 def _cut(sizes: list[int], shard_bytes: int) -> list[tuple[int, int]]:
