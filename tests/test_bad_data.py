@@ -68,7 +68,7 @@ def test_bad_images_are_skipped_counted_and_named(runs, bad_tree):
     epochs = runs.events(run_dir, "epoch")
     assert [e["epoch"] for e in epochs] == [1, 2]
     for epoch in epochs:  # every training image is seen once per epoch (16 = 2 full batches)
-        assert epoch["skipped_images"] == len(BAD_TRAIN)
+        assert epoch["skipped_images"] == len(BAD_TRAIN) and epoch["train_images"] == 16  # consumed: all of them
         assert epoch["val_skipped_images"] == len(BAD_VAL) and epoch["val_images"] == 8
         assert epoch["train_loss"] == epoch["train_loss"] and epoch["train_loss"] > 0  # finite: it trained
     start, = runs.events(run_dir, "start")

@@ -12,6 +12,7 @@ from tutorial_lib.engine.config import (
     ALLREDUCE_MODES,
     BAD_DATA_POLICIES,
     COMPILE_MODES,
+    DATA_FORMATS,
     DATASETS,
     DEVICES,
     INPUT_PIPELINES,
@@ -245,7 +246,8 @@ def test_every_field_has_help_and_closed_sets_come_from_the_validation_tuples(ca
     assert field_choices() == {"profile": PROFILE_NAMES, "dataset": DATASETS, "norm": NORMS,
                                "compile": COMPILE_MODES, "lr_schedule": SCHEDULES, "optimizer": OPTIMIZERS,
                                "precision": PRECISIONS, "device": DEVICES, "bad_data": BAD_DATA_POLICIES,
-                               "input_pipeline": INPUT_PIPELINES, "allreduce": ALLREDUCE_MODES}
+                               "input_pipeline": INPUT_PIPELINES, "allreduce": ALLREDUCE_MODES,
+                               "data_format": DATA_FORMATS}
     for key, allowed in field_choices().items():  # validate() refuses what the help does not list
         with pytest.raises(ConfigError, match=key):
             validate(dataclasses.replace(make_config("smoke"), **{key: "not-" + allowed[0]}), check_paths=False)

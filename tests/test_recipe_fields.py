@@ -39,6 +39,8 @@ FIELD_TESTS: dict[str, tuple[str, ...]] = {
     "hflip": ("test_recipe_fields.py::test_augmentation_fields_reach_the_training_transform",),
     "workers": ("test_recipe_fields.py::test_workers_and_input_pipeline_reach_the_loaders",),
     "input_pipeline": ("test_recipe_fields.py::test_workers_and_input_pipeline_reach_the_loaders",),
+    "data_format": ("test_shards.py::test_the_loaders_read_every_training_image_once_per_epoch_over_two_ranks",
+                    "test_shards.py::test_a_two_rank_run_from_shards_sees_every_image_once_per_epoch"),
     "prefetch": ("test_recipe_fields.py::test_prefetch_reaches_both_pipelines",),
     "bad_data": ("test_bad_data.py::test_bad_images_are_skipped_counted_and_named",
                  "test_bad_data.py::test_bad_data_error_stops_naming_the_file"),

@@ -21,7 +21,7 @@ def test_figures_of_an_epoch_in_two_parts_are_those_of_the_whole_epoch():
     resumed.add_part(32.0, 2.0, 4.0)
     figures = resumed.figures(steps_per_epoch=6)
     assert figures == {"train_loss": pytest.approx(7.0 / 6), "epoch_time": 8.0, "images_per_sec": 12.0,
-                       "skipped_images": 3, "train_steps": 6, "partial": False}
+                       "train_images": 99, "skipped_images": 3, "train_steps": 6, "partial": False}
 
 
 def test_a_checkpoint_without_sums_gives_partial_figures_of_the_resumed_steps():

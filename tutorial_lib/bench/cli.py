@@ -41,6 +41,7 @@ USAGE = """examples:
     python -m tutorial_lib.bench extract --out results/extract.jsonl   # prepare vs GNU tar on the archives, to disk
     python -m tutorial_lib.bench scale --files 10k --out results/scale.jsonl   # the data path at 10k/100k/full
     python -m tutorial_lib.bench staging --out results/staging.jsonl   # copy to node-local disk, read from each
+    python -m tutorial_lib.bench shards --out results/shards.jsonl   # packed shards against class folders
     python -m tutorial_lib.bench matmul                      # dense matrix-product rate of this device
     python -m tutorial_lib.bench table results/train.jsonl   # markdown tables of result files
 
@@ -129,6 +130,17 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument("--rounds", default=1, type=int, help="pairs of tar and prepare, in alternating order")
     scale.add_argument("--cold-cache", action="store_true", help="drop the caches before each of the paired runs "
                        "(root): both sides start with the same memory")
+    packed = sub.add_parser("shards", parents=[common], help="packed shards against class folders: pack, staging "
+                            "(against cp), the CPU loader, a 4-rank job's first step; interleaved, timed to disk")
+    packed.add_argument("--sets", default="jpeg,full", type=_parse_list, help="jpeg (real JPEG size) and/or 10k, "
+                        "100k, full (tiny files at that count; full: ImageNet's 1,331,167)")
+    packed.add_argument("--steps", default="pack,stage,load,first_step", type=_parse_list,
+                        help="of pack (always), stage, load (jpeg set), first_step")
+    packed.add_argument("--rounds", type=int, default=2, help="interleaved rounds of each comparison")
+    packed.add_argument("--jpeg-images", type=int, default=3000, help="500x375 JPEGs in the jpeg set")
+    packed.add_argument("--workers", type=lambda t: _parse_list(t, int), default=[1, 2])
+    packed.add_argument("--work-dir", default="data/shards", help="where the sets are made (kept) and what is "
+                        "timed goes (deleted once timed)")
     stage = sub.add_parser("staging", parents=[common], help="copy the fake ImageNet to a node-local folder "
                            "(stage_to), then read every image from where it is and from the copy, in rounds")
     stage.add_argument("--data-dir", default="data/fake_imagenet", help="generated here unless it is a real set")
@@ -322,6 +334,12 @@ def _main(argv: list[str] | None) -> int:
 
         _emit(measure_scale(args.files, args.work_dir, tuple(args.forms), tuple(args.steps), args.rounds,
                             args.cold_cache), args)
+        return 0
+    if args.command == "shards":
+        from tutorial_lib.bench.shards import measure_shards
+
+        measure_shards(tuple(args.sets), tuple(args.steps), args.rounds, args.work_dir, args.jpeg_images,
+                       tuple(args.workers), emit=lambda record: _emit([record], args))
         return 0
     if args.command == "staging":
         from tutorial_lib.bench.staging import measure_staging

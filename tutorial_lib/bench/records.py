@@ -63,6 +63,7 @@ def describe(record: dict) -> str:
             "loader": "{recipe} workers={workers} b={batch_size} {image_size}px",
             "loader_ratio": "workers={workers} b={batch_size} {image_size}px",
             "staging": "{mode} round {round}: {images} files",
+            "shards": "{set} {step} {format}: {files} images, {seconds} s",
             "extract": "{side} round {round}: {files} files, {bytes} bytes, {seconds_to_disk} s to disk",
             "scale": "{step} {form} at {files} files: {seconds} s"}.get(kind, "{kind}")
     text = f"{kind}: " + head.format_map({k: _fmt(v) for k, v in record.items()})

@@ -25,14 +25,16 @@ FIRST_STEP_GOAL_S = 60.0  # issue 35: the first step within a minute of launch a
 
 
 def measure_first_step(data_dir: str | os.PathLike, run_root: str | os.PathLike, ranks: int = 4,
-                       timeout: float = 900) -> dict:
-    """Launch ``ranks`` CPU ranks of the trainer on ``data_dir`` with torchrun (gloo), as the local backend does,
-    and return the seconds from launch to their ``start`` event and to their first ``step`` event; the ranks are
-    stopped then (their process group), and the run directory stays under ``run_root``."""
+                       timeout: float = 900, data_format: str = "files") -> dict:
+    """Launch ``ranks`` CPU ranks of the trainer on ``data_dir`` (class folders, or ``data_format`` shards) with
+    torchrun (gloo), as the local backend does, and return the seconds from launch to their ``start`` event and to
+    their first ``step`` event; the ranks are stopped then (their process group), and the run directory stays
+    under ``run_root``."""
     from tutorial_lib.engine.config import make_config, to_cli_args
     from tutorial_lib.rundir.owned import clear_run_dir
 
-    config = make_config("smoke", dataset="imagefolder", data_dir=str(Path(data_dir).absolute()),
+    config = make_config("smoke", dataset="imagefolder", data_format=data_format,
+                         data_dir=str(Path(data_dir).absolute()),
                          output_root=str(Path(run_root).absolute()), name="scale-first-step", arch="resnet18",
                          image_size=16, batch_size=2, epochs=1, max_steps_per_epoch=2, log_every=1,
                          checkpoint=False, progress=False, workers=0)

@@ -1,4 +1,5 @@
-"""``python -m tutorial_lib.data prepare SOURCE DEST``: ImageNet in any common form, as class folders."""
+"""``python -m tutorial_lib.data prepare SOURCE DEST``: ImageNet in any common form, as class folders; ``pack PREPARED
+SHARDS``: those class folders as tar shards (:mod:`.pack`)."""
 
 from __future__ import annotations
 
@@ -26,12 +27,30 @@ def _main(argv: list[str] | None) -> int:
                       "a val.txt of 'FILE LABEL' lines, or the devkit archive) when SOURCE has none")
     make.add_argument("--subset", action="store_true", help="accept 1,000 classes with fewer images than ImageNet")
     make.add_argument("--no-progress", action="store_true", help="no progress bar")
+    packer = commands.add_parser("pack", help="write PREPARED's images as tar shards of about N MB in SHARDS "
+                                 "(WebDataset layout; train with --data-format shards --data-dir SHARDS)")
+    packer.add_argument("prepared", metavar="PREPARED", help="the class folders `prepare` made (never written to)")
+    packer.add_argument("shards", metavar="SHARDS", help="a new or empty folder (or one this command started: resumes)")
+    packer.add_argument("--shard-mb", type=float, default=100, help="about this many MB per shard (default 100)")
+    packer.add_argument("--max-side", type=int, default=0, help="re-encode images whose longer side exceeds this "
+                        "many pixels to that side (CHANGES those images; recorded in the index); 0: keep every byte")
+    packer.add_argument("--seed", type=int, default=0, help="the training images' order in the shards")
+    packer.add_argument("--no-progress", action="store_true", help="no progress bar")
     show = commands.add_parser("detect", help="say which form SOURCE holds")
     show.add_argument("source", metavar="SOURCE")
     args = parser.parse_args(argv)
     if args.command == "detect":
         found = detect(args.source)
         print(f"{found.form}: train {found.train}, val {found.val}, labels {found.labels}")
+        return 0
+    if args.command == "pack":
+        from tutorial_lib.data.pack import pack
+
+        done = pack(args.prepared, args.shards, args.shard_mb, args.max_side, args.seed, not args.no_progress)
+        changed = f"; {done['reencoded']:,} images re-encoded to --max-side" if args.max_side else ""
+        print(f"{done['train']:,} training and {done['val']:,} validation images of {done['classes']:,} classes in "
+              f"{done['shards']:,} shards ({done['bytes'] / 1e6:,.1f} MB) in {done['shards_dir']} "
+              f"({done['seconds']:.1f} s{changed}). Train with --data-format shards --data-dir {done['shards_dir']}")
         return 0
     summary = prepare(args.source, args.dest, args.val_labels, args.subset, not args.no_progress)
     how = "linked to SOURCE" if summary["made"] == "links" else "extracted"

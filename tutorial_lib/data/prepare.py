@@ -79,13 +79,15 @@ def check_destination(dest: Path, source: Source) -> dict:
 
 
 @contextlib.contextmanager
-def _locked(dest: Path):
-    fd = os.open(dest / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+def locked(dest: Path, lock: str = LOCK, field: str = "DEST", command: str = PREPARE_COMMAND):
+    """Hold ``dest/lock`` (flock) while writing into ``dest``; PrepareError naming ``field`` if another
+    ``command`` holds it."""
+    fd = os.open(dest / lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise PrepareError(f"DEST: another {PREPARE_COMMAND} is writing into {dest} now. Fix: wait for it "
+            raise PrepareError(f"{field}: another {command} is writing into {dest} now. Fix: wait for it "
                                "to finish (running it again afterwards resumes or finds it done).") from None
         yield
     finally:
@@ -314,7 +316,7 @@ def prepare(source: str | os.PathLike, dest: str | os.PathLike, val_labels_file:
         check_destination(dest, found)
         todo = plan(found, dest)
         dest.mkdir(parents=True, exist_ok=True)
-        with _locked(dest):
+        with locked(dest):
             return _run(found, dest, todo, subset, progress, started)
     except OSError as exc:
         raise _named(exc, found, dest) from None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tutorial_lib.engine.errors import ConfigError, shorten
 from tutorial_lib.engine.errors import fail as _fail
-from tutorial_lib.engine.validate import check_index_dir, check_numbers, check_stage_to
+from tutorial_lib.engine.validate import check_index_dir, check_numbers, check_shards, check_stage_to
 from tutorial_lib.paths import user_path
 from tutorial_lib.yamlfile import YamlFileError, read_yaml
 
@@ -28,6 +28,7 @@ NORMS = ("batch", "group")
 BAD_DATA_POLICIES = ("skip", "error")
 DEVICES = ("auto", "cpu", "cuda")
 INPUT_PIPELINES = ("cpu", "gpu")
+DATA_FORMATS = ("files", "shards")
 ALLREDUCE_MODES = ("flat", "hierarchical", "hybrid")  # engine.comm_hooks
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 PROFILE_NAMES = ("smoke", "gpu", "hal")  # the keys of PROFILES
@@ -57,6 +58,9 @@ class TrainConfig:
     dataset: str = _field("where images come from: the digits set, an ImageNet-layout folder, or random tensors",
                           DATASETS, default="digits")
     data_dir: str = _field("ImageFolder root with train/ and val/ (digits: exported here)", default="data/digits")
+    data_format: str = _field("files: class folders data_dir/{train,val}/<class>/; shards: the tar shards "
+                              "`python -m tutorial_lib.data pack` wrote to data_dir (a few hundred files, not one "
+                              "per image)", DATA_FORMATS, default="files")
     stage_to: str = _field("node-local folder (absolute, or a variable such as $TMPDIR expanded on each node) that a "
                            "job copies data_dir to once per node before its ranks start, reads from, and removes "
                            "at the end; empty = read data_dir where it is", default="")
@@ -344,7 +348,11 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
         check_stage_to(cfg)
     if cfg.index_dir:
         check_index_dir(cfg)
-    if check_paths and cfg.dataset == "imagefolder":
+    if cfg.data_format == "shards":
+        classes = check_shards(cfg, check_paths)
+        if classes is not None:
+            check_class_count(cfg, classes, f"the shards of {cfg.data_dir}")
+    elif check_paths and cfg.dataset == "imagefolder":
         from tutorial_lib.engine.input.folders import DataError, check_imagefolder
 
         try:

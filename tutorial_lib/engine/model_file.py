@@ -22,12 +22,14 @@ from torchvision.datasets.folder import find_classes
 
 from tutorial_lib.data import PREPARE_COMMAND
 from tutorial_lib.data.links import moved_source
+from tutorial_lib.data.shard_index import is_pack
 from tutorial_lib.engine import distributed as dist_utils
 from tutorial_lib.engine.evaluate import evaluate
 from tutorial_lib.engine.input.cpu import CountingImageFolder, NormalizedBatches, collate_skipping, val_transform
 from tutorial_lib.engine.input.files import Normalizer
 from tutorial_lib.engine.input.folders import DataError
 from tutorial_lib.engine.input.samplers import ShardSampler
+from tutorial_lib.engine.input.shards import CountingShards, read_pack
 from tutorial_lib.engine.models import build_model
 from tutorial_lib.exits import run_main
 from tutorial_lib.paths import user_path
@@ -36,10 +38,12 @@ from tutorial_lib.rundir.layout import MODEL_FILE
 
 
 def class_names(cfg, num_classes: int) -> list[str]:
-    """The class of each output in label order: ImageFolder's sorted class folders of ``data_dir/train``,
-    or ``"0".."N-1"`` for synthetic data."""
+    """The class of each output in label order: ImageFolder's sorted class folders of ``data_dir/train`` (a pack
+    of shards: its index's), or ``"0".."N-1"`` for synthetic data."""
     if cfg.dataset == "synthetic":
         return [str(i) for i in range(num_classes)]
+    if cfg.data_format == "shards":
+        return read_pack(cfg.data_dir)["splits"]["train"]["classes"]
     return find_classes(str(Path(cfg.data_dir) / "train"))[0]
 
 
@@ -80,7 +84,9 @@ def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_
     moved = moved_source(data_dir)
     if moved is not None:
         raise DataError(moved)
-    if not val_dir.is_dir() or not any(entry.is_dir() for entry in os.scandir(val_dir)):
+    if is_pack(data_dir):  # a pack of shards (python -m tutorial_lib.data pack): its validation shards
+        val_dir = Path(data_dir)
+    elif not val_dir.is_dir() or not any(entry.is_dir() for entry in os.scandir(val_dir)):
         raise DataError(f"--data-dir: {data_dir} has no val/ folder with class folders in it (a flat val/ needs "
                         f"its ground truth). Fix: pass a folder with val/<class>/ (`{PREPARE_COMMAND}` makes one).")
     _, _, local_rank, _ = dist_utils.env_rank_info()
@@ -88,7 +94,8 @@ def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_
     info = dist_utils.init_distributed(target)
     try:
         model, meta = load_model(path, target)
-        dataset = CountingImageFolder(val_dir, val_transform(meta["image_size"]))
+        dataset = (CountingShards(data_dir, "val", val_transform(meta["image_size"])) if is_pack(data_dir)
+                   else CountingImageFolder(val_dir, val_transform(meta["image_size"])))
         if dataset.classes != meta["classes"]:
             raise DataError(f"--data-dir: the class folders of {val_dir} ({len(dataset.classes)}, first "
                             f"{dataset.classes[:3]}) are not the {len(meta['classes'])} classes the model was "

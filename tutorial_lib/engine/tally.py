@@ -50,9 +50,11 @@ class EpochTally:
         return dataclasses.asdict(self)
 
     def figures(self, steps_per_epoch: int) -> dict:
-        """The epoch event's training figures: mean loss, time, images/s, skipped images, and the steps they
-        cover (``partial`` when they miss the epoch's first steps)."""
+        """The epoch event's training figures: mean loss, time, images/s, the images consumed (``train_images``:
+        trained on or skipped as unreadable, all ranks), skipped images, and the steps they cover (``partial``
+        when they miss the epoch's first steps)."""
         return {"train_loss": self.loss_sum / max(self.loss_steps, 1), "epoch_time": self.seconds,
                 "images_per_sec": self.images / self.seconds if self.seconds > 0 else 0.0,
-                "skipped_images": self.skipped, "train_steps": steps_per_epoch - self.first_step,
+                "train_images": self.images + self.skipped, "skipped_images": self.skipped,
+                "train_steps": steps_per_epoch - self.first_step,
                 "partial": self.first_step > 0}

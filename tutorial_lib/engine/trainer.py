@@ -112,7 +112,7 @@ class Trainer:
         if info.local_rank == 0:
             prepare_dataset(self.data_cfg)
         dist_utils.barrier(info)
-        if cfg.dataset != "synthetic":  # one scan per job: rank 0 lists the files, every rank reads the list
+        if cfg.dataset != "synthetic" and cfg.data_format == "files":  # one scan per job (shards: their index)
             index = file_index.location(self.run_dir, cfg.index_dir, cfg.name)
             if self.is_main:
                 file_index.build(self.read_from, self.run_dir, path=index)

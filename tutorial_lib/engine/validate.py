@@ -1,5 +1,5 @@
 """The settings' ranges: every float checked for finiteness and its range, every count for its sign, the
-node-local and index folders checked for form and place.
+node-local and index folders checked for form and place, a pack of shards checked before training.
 
 Called by :func:`tutorial_lib.engine.config.validate`. ``nan`` passes every ``<``/``>`` comparison as False,
 so each float is first checked with :func:`math.isfinite`: ``--base-lr nan``, ``inf`` and ``--momentum nan``
@@ -13,7 +13,7 @@ import os
 import re
 from pathlib import Path
 
-from tutorial_lib.engine.errors import fail, shorten
+from tutorial_lib.engine.errors import ConfigError, fail, shorten
 
 # float fields: (low, low included, high, high included, an example for the fix). None: no bound.
 FLOAT_RANGES = {
@@ -97,3 +97,20 @@ def check_index_dir(cfg) -> None:
     if target == data or data in target.parents:
         fail("index_dir", f"{cfg.index_dir} is inside data_dir {cfg.data_dir}",
               "choose a folder outside the data (the index never goes into the data folders)")
+
+
+def check_shards(cfg, check_paths: bool = True) -> int | None:
+    """data_format shards: read for ``--dataset imagefolder``; with ``check_paths``, the pack in data_dir checked
+    before training (:func:`tutorial_lib.data.shard_index.check`: its index, every shard there, whole and of this
+    pack, both splits of one class list). Returns its class count (None: paths not checked)."""
+    from tutorial_lib.data.shard_index import ShardError, check
+
+    if cfg.dataset != "imagefolder":
+        fail("data_format", f"shards are read for --dataset imagefolder, not {cfg.dataset}",
+             "pass --dataset imagefolder with the packed folder as --data-dir, or --data-format files")
+    if not check_paths:
+        return None
+    try:
+        return len(check(cfg.data_dir)["splits"]["train"]["classes"])
+    except ShardError as exc:
+        raise ConfigError(str(exc)) from None

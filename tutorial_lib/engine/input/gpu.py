@@ -24,9 +24,9 @@ decoder (skipped and named if it refuses them too).
 Per batch on the host: the plans (crop boxes, flips) are written into the front of the batch's one
 pinned buffer, behind them the pixels the workers decoded, and the two go to the device in one copy.
 
-What it shares with the CPU pipeline (:mod:`.files`): the file list, the unreadable-file rules, the
-validation resize, the normalisation, the samplers and the ``Batch`` interface; the transforms are
-the same in distribution (training: RandomResizedCrop's draws, flips) and in pixels (validation).
+What it shares with the CPU pipeline (:mod:`.files`; packed shards: :mod:`.shards`): the file list, the
+unreadable-file rules, the validation resize, the normalisation, the samplers and the ``Batch`` interface;
+the transforms are the same in distribution (training: RandomResizedCrop's draws, flips) and in pixels (validation).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from tutorial_lib.engine.input.files import (
     decode_image,
 )
 from tutorial_lib.engine.input.jpeg import is_complete_jpeg, marker_problem, read_header
+from tutorial_lib.engine.input.shards import ShardFiles, read_pack
 
 DECODE_BUDGET = 2**29  # bytes of decoded images per device decode call (>= any image under PIL's pixel limit)
 _COLUMNS = R.PLAN_COLUMNS + 2  # plan, then the target and the position of the image after sorting
@@ -75,6 +76,15 @@ class EncodedImageFolder(ImageFiles):
         except UNREADABLE as exc:
             return self.unreadable(path, exc)
         return index, image, tuple(image.shape[1:]), target
+
+
+class EncodedShards(ShardFiles, EncodedImageFolder):
+    """:class:`EncodedImageFolder`'s samples from one split of a pack of shards (:mod:`.shards`)."""
+
+    def __init__(self, root, name: str, bad_data: str = "skip", index: dict | None = None,
+                 decode_budget: int = DECODE_BUDGET):
+        self._init_split(root, name, bad_data, index if index is not None else read_pack(root))
+        self.decode_budget = decode_budget
 
 
 @dataclass

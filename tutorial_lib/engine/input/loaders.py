@@ -1,7 +1,8 @@
 """The trainer's loaders: :func:`loaders_for` picks the input pipeline ``cfg.input_pipeline`` asks for.
 
-Both pipelines share the samplers, the DataLoader settings (persistent workers: forked once per run,
-not once per epoch) and the :class:`Loaders` interface; each adds its own step that turns the
+Both pipelines read class folders or packed shards (``data_format``, :mod:`.shards`) and share the samplers,
+the DataLoader settings (persistent workers: forked once per run, not once per epoch) and the :class:`Loaders`
+interface; each adds its own step that turns the
 workers' batches into normalised float32 batches on the training device. The GPU pipeline's module
 is imported only when it is asked for.
 """
@@ -16,7 +17,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from tutorial_lib.data import PREPARE_COMMAND
-from tutorial_lib.engine.input import cpu
+from tutorial_lib.engine.input import cpu, shards
 from tutorial_lib.engine.input.files import Batch, Normalizer, resize_size
 from tutorial_lib.engine.input.folders import DataError
 from tutorial_lib.engine.input.samplers import ShardSampler, SkipFirst
@@ -71,9 +72,16 @@ class Loaders:
         return self.on_device(loader, epoch)
 
 
+def _check_batch(cfg, images: int, world_size: int, where: str) -> None:
+    if images < cfg.batch_size * world_size:
+        raise DataError(f"batch_size: the global batch {cfg.batch_size * world_size} is larger than the "
+                        f"{images} training images in {where}. Fix: lower --batch-size.")
+
+
 def folder_loaders(cfg, train_set, val_set, collate_fn, rank: int, world_size: int,
                    device: torch.device) -> tuple[DataLoader, DataLoader, DistributedSampler]:
-    """Check two ImageFolder splits agree, then shard them: DistributedSampler (train), ShardSampler (val)."""
+    """Check two ImageFolder splits agree, then shard them: DistributedSampler (train), ShardSampler (val).
+    A pack of shards (``data_format: shards``): its own order (:class:`.shards.ShardOrder`), the same counts."""
     root = Path(cfg.data_dir)
     if train_set.classes != val_set.classes:  # labels are folder positions: they would silently disagree
         only_train = sorted(set(train_set.classes) - set(val_set.classes))
@@ -82,11 +90,13 @@ def folder_loaders(cfg, train_set, val_set, collate_fn, rank: int, world_size: i
                         f"{only_train[:5] or 'none'}; only in val: {only_val[:5] or 'none'}), so their labels would "
                         "not match. Fix: give both splits the same class folders (a folder may be empty; "
                         f"`{PREPARE_COMMAND}` does).")
-    if len(train_set) < cfg.batch_size * world_size:
-        raise DataError(f"batch_size: the global batch {cfg.batch_size * world_size} is larger than the "
-                        f"{len(train_set)} training images in {root}/train. Fix: lower --batch-size.")
-    sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True,
-                                 seed=cfg.seed, drop_last=True)
+    if cfg.data_format == "shards":
+        _check_batch(cfg, len(train_set), world_size, f"the shards of {root}")
+        sampler = shards.ShardOrder(train_set.part.counts, rank, world_size, seed=cfg.seed)
+    else:
+        _check_batch(cfg, len(train_set), world_size, f"{root}/train")
+        sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True,
+                                     seed=cfg.seed, drop_last=True)
     common = dict(num_workers=cfg.workers, collate_fn=collate_fn, pin_memory=device.type == "cuda")
     if cfg.workers > 0:
         common.update(prefetch_factor=cfg.prefetch, persistent_workers=True)
@@ -105,9 +115,14 @@ def _loaders(cfg, train_set, val_set, collate_fn, rank, world_size, device, on_d
 def build_cpu_loaders(cfg, rank: int, world_size: int, device: torch.device) -> Loaders:
     """The CPU pipeline's loaders for ``cfg.data_dir`` (ImageFolder layout), sharded for this rank."""
     root = Path(cfg.data_dir)
-    train_set = cpu.CountingImageFolder(root / "train", cpu.train_transform(
-        cfg.image_size, cfg.train_augment, cfg.min_crop_scale, cfg.hflip, cfg.seed), cfg.bad_data)
-    val_set = cpu.CountingImageFolder(root / "val", cpu.val_transform(cfg.image_size), cfg.bad_data)
+    train_transform = cpu.train_transform(cfg.image_size, cfg.train_augment, cfg.min_crop_scale, cfg.hflip, cfg.seed)
+    if cfg.data_format == "shards":
+        index = shards.read_pack(root)
+        train_set = shards.CountingShards(root, "train", train_transform, cfg.bad_data, index)
+        val_set = shards.CountingShards(root, "val", cpu.val_transform(cfg.image_size), cfg.bad_data, index)
+    else:
+        train_set = cpu.CountingImageFolder(root / "train", train_transform, cfg.bad_data)
+        val_set = cpu.CountingImageFolder(root / "val", cpu.val_transform(cfg.image_size), cfg.bad_data)
     normalize = Normalizer(device, cfg.channels_last)
     return _loaders(cfg, train_set, val_set, cpu.collate_skipping, rank, world_size, device,
                     lambda loader, epoch: cpu.NormalizedBatches(loader, normalize, epoch))
@@ -119,8 +134,13 @@ def build_gpu_loaders(cfg, rank: int, world_size: int, device: torch.device) -> 
     from tutorial_lib.engine.input import gpu
 
     root = Path(cfg.data_dir)
-    train_set = gpu.EncodedImageFolder(root / "train", bad_data=cfg.bad_data)
-    val_set = gpu.EncodedImageFolder(root / "val", bad_data=cfg.bad_data)
+    if cfg.data_format == "shards":
+        index = shards.read_pack(root)
+        train_set = gpu.EncodedShards(root, "train", cfg.bad_data, index)
+        val_set = gpu.EncodedShards(root, "val", cfg.bad_data, index)
+    else:
+        train_set = gpu.EncodedImageFolder(root / "train", bad_data=cfg.bad_data)
+        val_set = gpu.EncodedImageFolder(root / "val", bad_data=cfg.bad_data)
     common = dict(device=device, image_size=cfg.image_size, channels_last=cfg.channels_last)
     train = gpu.DeviceTransform(train_set, train=cfg.train_augment, resize_to=cfg.image_size,
                                 min_crop_scale=cfg.min_crop_scale, hflip=cfg.hflip, seed=cfg.seed, **common)
