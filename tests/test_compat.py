@@ -42,17 +42,6 @@ def test_version_tuple_reads_local_and_development_versions():
     assert compat.version_tuple("2.3.0a0+git1234") == (2, 3, 0)
 
 
-@pytest.fixture
-def world_of_one():
-    """A gloo process group of one rank in this process (no ports), removed afterwards."""
-    assert not dist.is_initialized()
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        yield dist.group.WORLD
-    finally:
-        dist.destroy_process_group()
-
-
 def test_the_hooks_collectives_exist_and_run_under_this_torchs_names(world_of_one):
     """The hierarchical hook's reduce-scatter (or its all-reduce stand-in where gloo lacks it) and all-gather,
     called as the hook calls them (torch 2.14 renamed them *_single; earlier versions have only the old names)."""
@@ -133,7 +122,6 @@ def test_a_refused_global_is_named_from_this_torchs_message(tmp_path):
 def test_leaving_a_gloo_group_leaves_it(world_of_one):
     compat.leave_process_group()
     assert not dist.is_initialized()
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # for the fixture to remove
 
 
 def test_the_features_are_recorded_with_a_callable_for_each_collective():
