@@ -145,7 +145,7 @@ def add(config, report) -> None:
 
 def finish(config) -> None:
     """Append each record being kept."""
-    workers = getattr(config.option, "numprocesses", None) or 0
     for record in _kept(config):
+        workers = getattr(config.option, "numprocesses", None) or 0
         written = record.write(int(workers) if str(workers).isdigit() else 0)
         print(f"\n{record.summary(written)} -> {record.path}")

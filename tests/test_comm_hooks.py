@@ -81,12 +81,12 @@ def _without_reduce_scatter() -> dict:
 
     real = compat.single_tensor_collective
 
-    def lacking(name):
+    def lacking(name, distributed):
         if name == "reduce_scatter":
             def refuse(*args, **kwargs):
                 raise RuntimeError("ProcessGroupGloo does not support reduce_scatter")
             return refuse
-        return real(name)
+        return real(name, distributed)
 
     compat.single_tensor_collective = lacking
     try:

@@ -31,12 +31,9 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3])
 
 
-# torch 2.14 names the single-tensor collectives *_single (the old names warn); before, only
-# reduce_scatter_tensor and all_gather_into_tensor exist.
-_SINGLE_TENSOR_COLLECTIVES = {
-    "reduce_scatter": getattr(dist, "reduce_scatter_single", None) or getattr(dist, "reduce_scatter_tensor", None),
-    "all_gather": getattr(dist, "all_gather_single", None) or getattr(dist, "all_gather_into_tensor", None),
-}
+# torch 2.14 names the single-tensor collectives *_single (the old names warn); before, only the second names exist.
+SINGLE_TENSOR_NAMES = {"reduce_scatter": ("reduce_scatter_single", "reduce_scatter_tensor"),
+                       "all_gather": ("all_gather_single", "all_gather_into_tensor")}
 
 # Before torch 2.8 (pytorch PR 154976) a gloo process group is destroyed holding the GIL while it joins its
 # worker threads; a worker still dropping the last collective's tensors needs the GIL to do so, and both wait
@@ -51,10 +48,12 @@ BF16_EMULATION_ARGUMENT = "including_emulation" in inspect.signature(torch.cuda.
 _REFUSED_GLOBAL = re.compile(r"(?:GLOBAL|Unsupported class) ([\w.]+)")
 
 
-def single_tensor_collective(name: str):
+def single_tensor_collective(name: str, distributed=dist):
     """``reduce_scatter`` or ``all_gather`` between one flat tensor per rank and its shards under this torch's
-    name for it, called as ``fn(output, input, group=...)``."""
-    return _SINGLE_TENSOR_COLLECTIVES[name]
+    name for it (:data:`SINGLE_TENSOR_NAMES`), called as ``fn(output, input, group=...)``. ``distributed``: the
+    module to look in (``torch.distributed``; the comm hooks pass the one they use, which tests replace)."""
+    newer, older = SINGLE_TENSOR_NAMES[name]
+    return getattr(distributed, newer, None) or getattr(distributed, older)
 
 
 def leave_process_group() -> None:
@@ -108,8 +107,8 @@ def features() -> dict:
     """The decisions taken on this torch/torchvision, by feature name."""
     return {
         "batched_jpeg_decode": batched_jpeg_decode(),
-        "single_tensor_collectives": {name: getattr(fn, "__name__", None)
-                                      for name, fn in _SINGLE_TENSOR_COLLECTIVES.items()},
+        "single_tensor_collectives": {name: getattr(single_tensor_collective(name), "__name__", None)
+                                      for name in SINGLE_TENSOR_NAMES},
         "bf16_emulation_argument": BF16_EMULATION_ARGUMENT,
         "gloo_destroy_holds_gil": GLOO_DESTROY_HOLDS_GIL,
     }

@@ -85,7 +85,7 @@ def _reduce_scatter(shard: torch.Tensor, padded: torch.Tensor, groups: TwoLevelG
     intra-node traffic and the same inter-node traffic, which is what the hierarchy is for."""
     if "reduce_scatter" not in groups.fallbacks:
         try:
-            compat.single_tensor_collective("reduce_scatter")(shard, padded, group=groups.intra)
+            compat.single_tensor_collective("reduce_scatter", dist)(shard, padded, group=groups.intra)
             return
         except (RuntimeError, NotImplementedError) as exc:  # raised at the call, on every rank alike
             if not any(words in str(exc).lower() for words in ("not support", "not implemented")):
@@ -117,7 +117,7 @@ def two_level_all_reduce(tensor: torch.Tensor, groups: TwoLevelGroups) -> torch.
     shard = padded.new_empty(padded.numel() // g)
     _reduce_scatter(shard, padded, groups)
     dist.all_reduce(shard, group=groups.inter)
-    compat.single_tensor_collective("all_gather")(padded, shard, group=groups.intra)
+    compat.single_tensor_collective("all_gather", dist)(padded, shard, group=groups.intra)
     if pad:
         flat.copy_(padded[:flat.numel()])
     return tensor
