@@ -30,9 +30,9 @@ test: $(STAMP)  ## run every test (notebooks: copies on tests/nbval_params.yaml,
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests build/nbval --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 # Another torch/torchvision pair in its own venv, from the package registry like .venv, with the same other
-# requirements: PAIR names one of tests/compat_plan.py's pairs (2.11: the GPU machine's; 2.3: the lowest that
-# pyproject.toml admits), or TORCH=<version> TORCHVISION=<version> gives any other. test-compat runs the compat
-# subset (tests/compat_plan.py) in it and appends a line to results/compat.jsonl.
+# requirements: PAIR names one of tests/compat_plan.py's pairs (2.11: the GPU machine's, the lowest pyproject.toml
+# admits), or TORCH=<version> TORCHVISION=<version> gives any other. test-compat runs the compat subset
+# (tests/compat_plan.py) in it and appends a line to results/compat.jsonl.
 PAIR ?= 2.11
 TORCH ?=
 TORCHVISION ?=
@@ -53,7 +53,7 @@ $(COMPAT_VENV)/.installed: pyproject.toml $(COMPAT_VENV)/constraints.txt
 	echo $$(( $$(date +%s) - $$(cat $(COMPAT_VENV)/.install_started) )) > $(COMPAT_VENV)/.install_seconds
 	touch $@
 
-compat-setup: $(COMPAT_VENV)/.installed  ## the venv of another pair: make compat-setup PAIR=2.3 (or TORCH=... TORCHVISION=...)
+compat-setup: $(COMPAT_VENV)/.installed  ## the venv of another pair: make compat-setup PAIR=2.11 (or TORCH=... TORCHVISION=...)
 
 test-compat: $(COMPAT_VENV)/.installed  ## the compat subset on another pair: make test-compat PAIR=2.11
 	$(COMPAT_PY) tests/notebook_checks.py prepare build/nbval-compat

@@ -227,16 +227,12 @@ def backend(request):
 @pytest.fixture
 def world_of_one():
     """A one-process gloo group in this process (no ports), so DistributedDataParallel and collectives can be
-    built and called here; left afterwards as the trainer leaves it (``compat.leave_process_group``)."""
+    built and called here."""
     import torch.distributed as dist
 
-    from tutorial_lib import compat
-
-    assert not dist.is_initialized()
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     yield dist.group.WORLD
-    if dist.is_initialized():
-        compat.leave_process_group()
+    dist.destroy_process_group()
 
 
 @pytest.fixture(autouse=True)

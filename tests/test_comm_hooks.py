@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from tutorial_lib import compat, free_port
+from tutorial_lib import free_port
 from tutorial_lib.engine.comm_hooks import node_layout
 from tutorial_lib.engine.config import ConfigError
 
@@ -139,7 +139,7 @@ def _worker(rank: int, port: int, out: str) -> None:
     if rank == 0:
         with open(out, "w") as handle:
             json.dump(report, handle)
-    compat.leave_process_group()  # torch < 2.8 could deadlock in a plain destroy
+    dist.destroy_process_group()
 
 
 def _initial() -> dict:

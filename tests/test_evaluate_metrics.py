@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from tutorial_lib import compat, free_port
+from tutorial_lib import free_port
 from tutorial_lib.engine.distributed import DistInfo
 from tutorial_lib.engine.evaluate import evaluate
 from tutorial_lib.engine.input.files import Batch
@@ -169,7 +169,7 @@ def _worker(rank: int, port: int, out: str) -> None:
     result = run_evaluate(rank, 2, DistInfo(rank, 2, rank, 2, "gloo"))
     with open(f"{out}.{rank}", "w") as handle:
         json.dump(result, handle)
-    compat.leave_process_group()  # torch < 2.8 could deadlock in a plain destroy
+    dist.destroy_process_group()
 
 
 def test_two_rank_validation_counts_each_image_once(tmp_path):

@@ -23,7 +23,6 @@ import pytest
 import torch
 from PIL import Image
 
-from tutorial_lib import compat
 from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
 from tutorial_lib.engine.config import make_config
 from tutorial_lib.engine.input import gpu as G
@@ -152,16 +151,16 @@ def test_the_gpu_pipelines_workers_route_each_form(forms_tree, pixel_limit):
 
 def _recording_decoder(monkeypatch, refuse: bytes = b""):
     """Wrap the device decoder: record each call's decoded bytes and files; refuse any call holding ``refuse``."""
-    calls, real = [], compat.decode_jpegs
+    calls, real = [], G.decode_jpeg
 
-    def decode(data, device):
+    def decode(data, **kwargs):
         blobs = [bytes(d.numpy()) for d in data]
         calls.append((sum(read_header(b).rgb_bytes for b in blobs), blobs))
         if refuse in blobs:
             raise RuntimeError("Failed to decode jpeg stream")  # what nvJPEG says of a file it cannot take
-        return real(data, device)
+        return real(data, **kwargs)
 
-    monkeypatch.setattr(compat, "decode_jpegs", decode)
+    monkeypatch.setattr(G, "decode_jpeg", decode)
     return calls
 
 

@@ -68,7 +68,7 @@ def precision_support(precision: str, device: str | torch.device | None = "auto"
     major, _ = torch.cuda.get_device_capability(device)
     if precision == "tf32" and major < 8:
         return "TF32 needs tensor cores of compute capability 8.0 (Ampere) or newer"
-    if precision == "bf16" and not compat.native_bf16():
+    if precision == "bf16" and not torch.cuda.is_bf16_supported(including_emulation=False):
         return "this GPU has no native bf16 (compute capability 8.0 or newer needed)"
     return None
 

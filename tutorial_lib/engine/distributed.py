@@ -14,8 +14,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from tutorial_lib import compat
-
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -111,4 +109,4 @@ def barrier(info: DistInfo) -> None:
 def shutdown(info: DistInfo) -> None:
     """Leave the process group cleanly."""
     if info.distributed and dist.is_initialized():
-        compat.leave_process_group()
+        dist.destroy_process_group()

@@ -10,13 +10,13 @@ from __future__ import annotations
 import errno
 import os
 import pickle
+import re
 import tempfile
 import warnings
 from pathlib import Path
 
 import torch
 
-from tutorial_lib import compat
 from tutorial_lib.rundir.lock import RunDirError
 
 
@@ -106,8 +106,8 @@ def load_weights_only(path: str | os.PathLike, map_location="cpu") -> dict:
             warnings.filterwarnings("ignore", category=UserWarning, module="torch._weights_only_unpickler")
             return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        named = compat.refused_global(str(exc))
-        found = f" ({named[:80]})" if named else ""
+        named = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        found = f" ({named.group(1)[:80]})" if named else ""
         raise CheckpointError(f"checkpoint: {path} holds objects that are not tensors or plain values{found}; "
                               "loading it could run code, so nothing was loaded or run. Fix: delete it if you did "
                               "not write it (an older tutorial_lib wrote numpy objects: start a new run name, or "

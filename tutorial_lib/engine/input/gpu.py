@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torchvision.io import ImageReadMode, decode_jpeg
 
-from tutorial_lib import compat
 from tutorial_lib.engine.input import resample as R
 from tutorial_lib.engine.input.files import (
     UNREADABLE,
@@ -190,7 +190,7 @@ class DeviceTransform:
         stand alone, and give those to the CPU decoder."""
         data = [batch.flat[offset:offset + length] for _, offset, length in (batch.spans[i] for i in chunk)]
         try:
-            for i, image in zip(chunk, compat.decode_jpegs(data, self.device), strict=True):
+            for i, image in zip(chunk, decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device), strict=True):
                 images[i] = image
             return
         except RuntimeError:
