@@ -34,18 +34,20 @@ def test_every_module_of_the_package_imports():
         importlib.import_module(name)
 
 
-def test_the_hooks_collectives_exist_and_run_under_this_torchs_names(world_of_one):
-    """The hierarchical hook's reduce-scatter (or its all-reduce stand-in where gloo lacks it) and all-gather,
-    called as the hook calls them (torch 2.14 renamed them *_single; earlier versions have only the old names,
-    and the hook once asked those for ``all_gather_tensor``, which no torch has)."""
-    groups = comm_hooks.TwoLevelGroups("hierarchical", world_size=1, local_world_size=1, intra=world_of_one)
-    padded = torch.arange(6, dtype=torch.float32)
-    shard = torch.empty(6)
-    comm_hooks._reduce_scatter(shard, padded, groups)
-    assert torch.equal(shard, padded)  # the sum over one rank of its only shard
+def test_the_hooks_collectives_exist_and_run_under_this_torchs_names(world_of_one, monkeypatch):
+    """The hierarchical all-reduce's three steps (reduce-scatter, or its all-reduce stand-in where gloo lacks it;
+    all-reduce; all-gather) on the real backend, under this torch's names (torch 2.14 renamed them *_single;
+    earlier versions have only the old names, and the hook once asked those for ``all_gather_tensor``, which no
+    torch has). One rank standing for one node of one: the hierarchy is forced on."""
+    monkeypatch.setattr(comm_hooks, "uses_hierarchy", lambda nbytes, groups: True)
+    groups = comm_hooks.TwoLevelGroups("hierarchical", world_size=1, local_world_size=1, intra=world_of_one,
+                                       inter=world_of_one)
+    tensor = torch.arange(6, dtype=torch.float32).view(2, 3)
+    assert comm_hooks.two_level_all_reduce(tensor, groups) is tensor
+    assert torch.equal(tensor, torch.arange(6, dtype=torch.float32).view(2, 3))  # the sum over one rank
     gathered = torch.zeros(6)
-    compat.single_tensor_collective("all_gather")(gathered, shard, group=world_of_one)
-    assert torch.equal(gathered, padded)
+    compat.single_tensor_collective("all_gather")(gathered, tensor.view(-1), group=world_of_one)
+    assert torch.equal(gathered, tensor.view(-1))
 
 
 def test_the_features_are_recorded_with_a_callable_for_each_collective():
