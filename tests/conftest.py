@@ -224,6 +224,17 @@ def backend(request):
     return request.getfixturevalue("slurm") if request.param == "slurm" else "local"
 
 
+@pytest.fixture
+def world_of_one():
+    """A one-process gloo group in this process (no ports), so DistributedDataParallel and collectives can be
+    built and called here."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
 @pytest.fixture(autouse=True)
 def _close_figures():
     """Close the matplotlib figures a test left open (figures are only made where pyplot was imported)."""

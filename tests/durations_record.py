@@ -8,19 +8,28 @@ Each run appends one line: ``{"commit", "dirty", "nproc", "load_start", "load_en
 "outcomes", "workers", "slowest": [{"test", "s"}, ...30]}``. A test's seconds are its setup, call and teardown
 together (a module-scoped fixture counts in the first test that asks for it). Under pytest-xdist only the
 controller writes the line; the total is the wall time of the whole session.
+
+The compat record (``make test-compat``, which sets ``TUTORIAL_COMPAT_RECORD``) is the same count in the form
+``results/compat.jsonl`` keeps, one line per torch/torchvision pair and run: ``{"torch", "torchvision", "python",
+"numpy", "passed", "failed", "skipped", "seconds", "install_s", "load", "nproc", "commit", "dirty", "time"}``
+(:class:`CompatRecord`; ``install_s`` is what the Makefile measured when it made the venv, if it did).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
 ENV_VAR = "TUTORIAL_DURATIONS"
+COMPAT_ENV_VAR = "TUTORIAL_COMPAT_RECORD"
 SLOWEST = 30
+INSTALL_SECONDS = ".install_seconds"  # written into a compat venv by the Makefile (test-compat's venv rule)
 
 
 class DurationsRecord:
@@ -64,6 +73,11 @@ class DurationsRecord:
             handle.write(json.dumps(record) + "\n")
         return record
 
+    @staticmethod
+    def summary(written: dict) -> str:
+        """What the session prints about the record it appended."""
+        return f"durations record: {written['tests']} tests, {written['total_s']} s"
+
     def _git(self, *args: str) -> str:
         try:
             return subprocess.run(["git", *args], cwd=self.root, capture_output=True, text=True,
@@ -72,25 +86,66 @@ class DurationsRecord:
             return ""
 
 
+class CompatRecord(DurationsRecord):
+    """The same counts as one line of ``results/compat.jsonl``: which pair ran, what passed, how long it took."""
+
+    def record(self, workers: int) -> dict:
+        """The compat line of the session so far (``workers`` is not part of it)."""
+        import numpy
+        import torch
+        import torchvision
+
+        install = Path(sys.prefix) / INSTALL_SECONDS
+        return {
+            "torch": torch.__version__, "torchvision": torchvision.__version__,
+            "python": platform.python_version(), "numpy": numpy.__version__,
+            "passed": self.outcomes["passed"], "failed": self.outcomes["failed"],
+            "skipped": self.outcomes["skipped"],
+            "seconds": round(time.monotonic() - self.started, 1),
+            "install_s": int(install.read_text()) if install.is_file() else None,
+            "load": {"start": [round(x, 2) for x in self.load_start], "end": [round(x, 2) for x in os.getloadavg()]},
+            "nproc": os.cpu_count(),
+            "commit": self._git("rev-parse", "HEAD"),
+            "dirty": bool(self._git("status", "--porcelain", "--untracked-files=no")),
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+    @staticmethod
+    def summary(written: dict) -> str:
+        """What the session prints about the line it appended."""
+        return (f"compat record: torch {written['torch']}, torchvision {written['torchvision']}: "
+                f"{written['passed']} passed, {written['failed']} failed, {written['skipped']} skipped, "
+                f"{written['seconds']} s")
+
+
+_KINDS = (("durations_record", ENV_VAR, DurationsRecord), ("compat_record", COMPAT_ENV_VAR, CompatRecord))
+
+
 def start(config, root: Path) -> None:
-    """At session start: attach a :class:`DurationsRecord` to ``config`` if ``TUTORIAL_DURATIONS`` names a file
-    (on the controller only: xdist workers send their reports to it)."""
-    target = os.environ.get(ENV_VAR)
-    if target and not hasattr(config, "workerinput"):
-        config.durations_record = DurationsRecord(Path(target) if Path(target).is_absolute() else root / target,
-                                                  root)
+    """At session start: attach a :class:`DurationsRecord` to ``config`` if ``TUTORIAL_DURATIONS`` names a file,
+    and a :class:`CompatRecord` if ``TUTORIAL_COMPAT_RECORD`` does (on the controller only: xdist workers send
+    their reports to it)."""
+    if hasattr(config, "workerinput"):
+        return
+    for attribute, variable, kind in _KINDS:
+        target = os.environ.get(variable)
+        if target:
+            setattr(config, attribute, kind(Path(target) if Path(target).is_absolute() else root / target, root))
+
+
+def _kept(config) -> list[DurationsRecord]:
+    return [record for attribute, _, _ in _KINDS if (record := getattr(config, attribute, None)) is not None]
 
 
 def add(config, report) -> None:
-    """Count one report if a record is being kept."""
-    if getattr(config, "durations_record", None) is not None:
-        config.durations_record.add(report)
+    """Count one report in each record being kept."""
+    for record in _kept(config):
+        record.add(report)
 
 
 def finish(config) -> None:
-    """Append the record if one is being kept."""
-    record = getattr(config, "durations_record", None)
-    if record is not None:
+    """Append each record being kept."""
+    for record in _kept(config):
         workers = getattr(config.option, "numprocesses", None) or 0
         written = record.write(int(workers) if str(workers).isdigit() else 0)
-        print(f"\ndurations record: {written['tests']} tests, {written['total_s']} s -> {record.path}")
+        print(f"\n{record.summary(written)} -> {record.path}")

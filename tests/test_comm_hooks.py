@@ -76,18 +76,19 @@ def _low_precision_gradients(dtype, mode: str) -> tuple[torch.Tensor, object]:
 
 def _without_reduce_scatter() -> dict:
     """A backend without reduce-scatter (older gloo): the all-reduce-then-slice stand-in gives the same sum."""
+    from tutorial_lib import compat
     from tutorial_lib.engine import comm_hooks
 
-    real = comm_hooks._collective
+    real = compat.single_tensor_collective
 
-    def lacking(name):
+    def lacking(name, distributed):
         if name == "reduce_scatter":
             def refuse(*args, **kwargs):
                 raise RuntimeError("ProcessGroupGloo does not support reduce_scatter")
             return refuse
-        return real(name)
+        return real(name, distributed)
 
-    comm_hooks._collective = lacking
+    compat.single_tensor_collective = lacking
     try:
         groups = comm_hooks.build_groups("hierarchical")
         generator = torch.Generator().manual_seed(torch.distributed.get_rank())
@@ -97,7 +98,7 @@ def _without_reduce_scatter() -> dict:
         comm_hooks.two_level_all_reduce(tensor, groups)
         return {"max_diff": (tensor - expected).abs().max().item(), "fallbacks": sorted(groups.fallbacks)}
     finally:
-        comm_hooks._collective = real
+        compat.single_tensor_collective = real
 
 
 def _worker(rank: int, port: int, out: str) -> None:

@@ -15,6 +15,7 @@ from collections import defaultdict
 import pytest
 import torch
 
+from tutorial_lib import compat
 from tutorial_lib.engine import comm_hooks
 from tutorial_lib.engine.comm_hooks import HookState, TwoLevelGroups, node_layout, two_level_all_reduce, uses_hierarchy
 from tutorial_lib.engine.config import ConfigError
@@ -41,8 +42,8 @@ class FakeDist:
         self.count: dict = defaultdict(int)  # (rank, group ranks) -> calls made
         self.calls: list = []  # (rank, collective, group ranks)
         self.subgroups: list = []  # (rank, lists given to new_subgroups_by_enumeration)
-        for name in ("reduce_scatter", "all_gather"):
-            setattr(self, f"{name}_{tensor_forms}", getattr(self, f"_{name}"))
+        for name, names in compat.SINGLE_TENSOR_NAMES.items():  # torch 2.14's names, or the older ones
+            setattr(self, names[0] if tensor_forms == "single" else names[1], getattr(self, f"_{name}"))
 
     def fail(self) -> None:
         """A rank failed: the others' collectives fail now (as a real job's would, when a peer goes)."""
@@ -186,16 +187,11 @@ def test_build_groups_takes_the_node_size_from_the_launcher(fake, monkeypatch):
 
 
 def test_collective_picks_the_tensor_form_this_torch_has():
-    single = types.SimpleNamespace(all_gather_single="new", all_gather_tensor="old")
-    older = types.SimpleNamespace(all_gather_tensor="old")
-    real = comm_hooks.dist
-    try:
-        comm_hooks.dist = single
-        assert comm_hooks._collective("all_gather") == "new"
-        comm_hooks.dist = older
-        assert comm_hooks._collective("all_gather") == "old"
-    finally:
-        comm_hooks.dist = real
+    single = types.SimpleNamespace(all_gather_single="new", all_gather_into_tensor="old")
+    older = types.SimpleNamespace(all_gather_into_tensor="old", reduce_scatter_tensor="old rs")
+    assert compat.single_tensor_collective("all_gather", single) == "new"
+    assert compat.single_tensor_collective("all_gather", older) == "old"
+    assert compat.single_tensor_collective("reduce_scatter", older) == "old rs"
 
 
 @pytest.mark.parametrize("mode,local,world,nbytes,expected", [

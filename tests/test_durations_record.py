@@ -48,3 +48,32 @@ def test_only_kept_when_the_variable_names_a_file(tmp_path, monkeypatch):
     assert not hasattr(worker, "durations_record")
     durations_record.start(config, tmp_path)
     assert config.durations_record.path == tmp_path / "out" / "d.jsonl"
+
+
+def test_the_compat_record_is_one_line_naming_the_pair_and_its_counts(tmp_path, monkeypatch):
+    """TUTORIAL_COMPAT_RECORD (make test-compat) appends the line results/compat.jsonl keeps, with the venv's
+    install seconds where the Makefile wrote them."""
+    import platform
+    import sys
+
+    import torch
+    import torchvision
+
+    monkeypatch.setenv(durations_record.COMPAT_ENV_VAR, "results/compat.jsonl")
+    monkeypatch.delenv(durations_record.ENV_VAR, raising=False)
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    (tmp_path / durations_record.INSTALL_SECONDS).write_text("355\n")
+    config = SimpleNamespace(option=SimpleNamespace(numprocesses=2))
+    durations_record.start(config, tmp_path)
+    assert not hasattr(config, "durations_record")
+    for i, outcome in enumerate(("passed", "passed", "failed", "skipped")):
+        durations_record.add(config, report(f"t{i}", "call", 1.0, outcome))
+    durations_record.finish(config)
+
+    [line] = (tmp_path / "results" / "compat.jsonl").read_text().splitlines()
+    written = json.loads(line)
+    assert (written["torch"], written["torchvision"]) == (torch.__version__, torchvision.__version__)
+    assert written["python"] == platform.python_version() and written["install_s"] == 355
+    assert (written["passed"], written["failed"], written["skipped"]) == (2, 1, 1)
+    assert written["seconds"] >= 0 and len(written["load"]["start"]) == len(written["load"]["end"]) == 3
+    assert {"commit", "dirty", "numpy", "nproc", "time"} <= written.keys()

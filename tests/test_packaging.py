@@ -93,3 +93,13 @@ def test_constraints_pin_the_matched_torch_and_torchvision():
 def test_pins_satisfy_the_loose_ranges(name):
     requirement = _pyproject_dependencies()[CONDA_NAMES.get(name, name)]
     assert requirement.specifier.contains(_constraints()[name])
+
+
+def test_the_floor_is_the_lowest_pair_ci_tests():
+    """pyproject.toml (and so environment.yml) admits nothing older than the lowest pair ``make test-compat`` runs."""
+    from compat_plan import PAIRS
+
+    pyproject = _pyproject_dependencies()
+    lowest = min(PAIRS.values(), key=lambda pair: Version(pair.torch))
+    assert _lower_bound(pyproject["pytorch"].specifier) == Version(lowest.torch)
+    assert _lower_bound(pyproject["torchvision"].specifier) == Version(lowest.torchvision)

@@ -16,7 +16,6 @@ import math
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -353,14 +352,6 @@ def test_device_is_the_trainers_device(tmp_path, monkeypatch):
 
 
 # -------------------------------------------------------------------------------------------- DDP
-@pytest.fixture
-def world_of_one():
-    """A one-process gloo group, so DistributedDataParallel can be built in this process."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 def test_bucket_cap_mb_reaches_the_ddp_wrapper(world_of_one):
     for cap in (1, 7):
         cfg = make_config("smoke", **{**TINY, "bucket_cap_mb": cap})

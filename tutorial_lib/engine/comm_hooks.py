@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from tutorial_lib import compat
 from tutorial_lib.engine.config import ConfigError
 
 HYBRID_THRESHOLD_BYTES = 1 << 20  # hybrid: buckets below 1 MiB take the flat all-reduce
@@ -78,18 +79,13 @@ def build_groups(mode: str = "hierarchical", local_world_size: int | None = None
     return groups
 
 
-def _collective(name: str):
-    """torch >= 2.14 names the tensor forms ``*_single``; older versions ``*_tensor``."""
-    return getattr(dist, f"{name}_single", None) or getattr(dist, f"{name}_tensor")
-
-
 def _reduce_scatter(shard: torch.Tensor, padded: torch.Tensor, groups: TwoLevelGroups) -> None:
     """Reduce-scatter inside the node. Some gloo versions lack it (torch 2.14's has it); there an
     all-reduce inside the node, then keeping this rank's slice, gives the same shard with twice the
     intra-node traffic and the same inter-node traffic, which is what the hierarchy is for."""
     if "reduce_scatter" not in groups.fallbacks:
         try:
-            _collective("reduce_scatter")(shard, padded, group=groups.intra)
+            compat.single_tensor_collective("reduce_scatter", dist)(shard, padded, group=groups.intra)
             return
         except (RuntimeError, NotImplementedError) as exc:  # raised at the call, on every rank alike
             if not any(words in str(exc).lower() for words in ("not support", "not implemented")):
@@ -121,7 +117,7 @@ def two_level_all_reduce(tensor: torch.Tensor, groups: TwoLevelGroups) -> torch.
     shard = padded.new_empty(padded.numel() // g)
     _reduce_scatter(shard, padded, groups)
     dist.all_reduce(shard, group=groups.inter)
-    _collective("all_gather")(padded, shard, group=groups.intra)
+    compat.single_tensor_collective("all_gather", dist)(padded, shard, group=groups.intra)
     if pad:
         flat.copy_(padded[:flat.numel()])
     return tensor

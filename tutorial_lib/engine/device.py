@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from tutorial_lib import compat
 from tutorial_lib.engine.config import AUTO, COMPILE_MODES, PRECISIONS
 
 MAX_AUTO_WORKERS = 8  # the gpu and hal profiles' fixed count before "auto"; more is a choice (workers: 16)
@@ -67,13 +68,8 @@ def precision_support(precision: str, device: str | torch.device | None = "auto"
     major, _ = torch.cuda.get_device_capability(device)
     if precision == "tf32" and major < 8:
         return "TF32 needs tensor cores of compute capability 8.0 (Ampere) or newer"
-    if precision == "bf16":
-        try:
-            native = torch.cuda.is_bf16_supported(including_emulation=False)
-        except TypeError:  # older torch
-            native = torch.cuda.is_bf16_supported()
-        if not native:
-            return "this GPU has no native bf16 (compute capability 8.0 or newer needed)"
+    if precision == "bf16" and not torch.cuda.is_bf16_supported(including_emulation=False):
+        return "this GPU has no native bf16 (compute capability 8.0 or newer needed)"
     return None
 
 
@@ -125,7 +121,7 @@ def environment_facts(device: str | torch.device | None = "auto") -> dict:
     facts = {"device": str(device), "device_name": cpu_model(), "cpu_model": cpu_model(), "cpus": usable_cpus(),
              "torch_threads": torch.get_num_threads(), "hostname": socket.gethostname(),
              "python": platform.python_version(), "torch": torch.__version__, "torchvision": torchvision.__version__,
-             "pillow": PIL.__version__, "cuda": torch.version.cuda, "driver": None}
+             "pillow": PIL.__version__, "cuda": torch.version.cuda, "driver": None, "compat": compat.features()}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         facts.update(device_name=props.name, compute_capability=f"{props.major}.{props.minor}",

@@ -1,0 +1,89 @@
+"""What the code needs of the installed torch/torchvision, checked on whichever pair runs the suite.
+
+``make test`` runs these on the pinned pair; ``make test-compat`` on the GPU machine's pair, the lowest that
+pyproject.toml admits (tests/compat_plan.py). The decisions of tutorial_lib/compat.py, and what needs none.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import io
+import pkgutil
+
+import torch
+import torch.distributed as dist
+from PIL import Image
+from torchvision.io import ImageReadMode, decode_jpeg
+
+import tutorial_lib
+from tutorial_lib import compat
+from tutorial_lib.engine import comm_hooks
+from tutorial_lib.engine.config import COMPILE_MODES
+
+CPU = torch.device("cpu")
+
+
+def test_every_module_of_the_package_imports():
+    """Nothing the package imports at module level is missing from this pair (a renamed function, a moved
+    module): the compat subset touches every module at least this far."""
+    names = [info.name for info in pkgutil.walk_packages(tutorial_lib.__path__, "tutorial_lib.")
+             if not info.name.endswith("__main__")]
+    assert len(names) > 50
+    for name in names:
+        importlib.import_module(name)
+
+
+def test_the_hooks_collectives_exist_and_run_under_this_torchs_names(world_of_one, monkeypatch):
+    """The hierarchical all-reduce's three steps (reduce-scatter, or its all-reduce stand-in where gloo lacks it;
+    all-reduce; all-gather) on the real backend, under this torch's names (torch 2.14 renamed them *_single;
+    earlier versions have only the old names, and the hook once asked those for ``all_gather_tensor``, which no
+    torch has). One rank standing for one node of one: the hierarchy is forced on."""
+    monkeypatch.setattr(comm_hooks, "uses_hierarchy", lambda nbytes, groups: True)
+    groups = comm_hooks.TwoLevelGroups("hierarchical", world_size=1, local_world_size=1, intra=world_of_one,
+                                       inter=world_of_one)
+    tensor = torch.arange(6, dtype=torch.float32).view(2, 3)
+    assert comm_hooks.two_level_all_reduce(tensor, groups) is tensor
+    assert torch.equal(tensor, torch.arange(6, dtype=torch.float32).view(2, 3))  # the sum over one rank
+    gathered = torch.zeros(6)
+    compat.single_tensor_collective("all_gather")(gathered, tensor.view(-1), group=world_of_one)
+    assert torch.equal(gathered, tensor.view(-1))
+
+
+def test_the_features_are_recorded_with_a_callable_for_each_collective():
+    from tutorial_lib.engine.device import environment_facts
+
+    facts = environment_facts("cpu")["compat"]
+    assert facts == compat.features()
+    assert set(facts["single_tensor_collectives"]) == {"reduce_scatter", "all_gather"}
+    assert all(facts["single_tensor_collectives"].values())
+
+
+def test_torchvision_decodes_a_list_of_jpegs_in_one_call_on_a_named_device():
+    """The GPU input pipeline's one device call per chunk (torchvision 0.18 took one tensor per call: a list was
+    refused, taken for a damaged file, and every image went to the CPU decoder)."""
+    encoded = []
+    for size in ((8, 6), (5, 7)):
+        buffer = io.BytesIO()
+        Image.new("RGB", size, (200, 30, 60)).save(buffer, "JPEG")
+        encoded.append(torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8))
+    decoded = decode_jpeg(encoded, mode=ImageReadMode.RGB, device=CPU)
+    assert [tuple(image.shape) for image in decoded] == [(3, 6, 8), (3, 7, 5)]
+
+
+def test_the_amp_and_distributed_names_the_engine_calls_take_their_arguments():
+    """torch.amp.GradScaler on a device type (the training step's, CPU included), the bf16 check without
+    emulation (device.precision_support) and init_process_group's device_id (engine.distributed)."""
+    scaler = torch.amp.GradScaler("cpu", enabled=True)
+    assert scaler.is_enabled()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.ones(2, 2).matmul(torch.ones(2, 2)).dtype == torch.bfloat16
+    assert "including_emulation" in inspect.signature(torch.cuda.is_bf16_supported).parameters
+    assert "device_id" in inspect.signature(dist.init_process_group).parameters
+    assert "weights_only" in inspect.signature(torch.load).parameters
+
+
+def test_every_compile_mode_the_config_offers_is_one_this_torch_knows():
+    from torch._inductor import list_mode_options
+
+    assert set(COMPILE_MODES) - {"none"} <= set(list_mode_options())
