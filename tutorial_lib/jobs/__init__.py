@@ -51,6 +51,7 @@ class Job:
         self.id: str = str(self.record["id"])
         self.backend: str = self.record["backend"]
         self.name: str = self.record["name"]
+        watcher().register(self)  # followed from now on: the next query of its cluster includes it
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, backend={self.backend!r}, state={self.state!r}, run_dir='{self.run_dir}')"

@@ -128,8 +128,8 @@ def local_cancel(run_dir: Path, record: dict) -> None:
                        f"{supervisor['pid']}) before stopping it; submit the job again with fresh=True.")
     if processes.signal_proven(supervisor, signal.SIGTERM):
         return
-    for agent in (state or {}).get("agents", []):  # the supervisor is gone: stop the agents it started
-        processes.signal_proven(agent, signal.SIGKILL, group=True)
+    for agent in (state or {}).get("agents", []):  # the supervisor is gone: stop the agents it started, and ranks
+        processes.kill_tree(agent)
 
 
 def _might_be(recorded: dict) -> bool:

@@ -10,6 +10,7 @@ record has all three and that still matches them (:func:`signal_proven`); a reco
 from __future__ import annotations
 
 import os
+import signal
 
 import psutil
 
@@ -66,3 +67,21 @@ def signal_proven(recorded, sig: int, group: bool = False) -> bool:
         return False
     return True
 
+
+
+def kill_tree(recorded) -> bool:
+    """SIGKILL the recorded process's group and every process under it (torchrun starts its ranks in sessions of
+    their own), if the record proves the process is the one the project started; True if it was."""
+    if proof_problem(recorded) is not None or not runs(recorded):
+        return False
+    try:
+        below = psutil.Process(recorded["pid"]).children(recursive=True)  # each with its own start time
+    except psutil.Error:
+        below = []
+    signal_proven(recorded, signal.SIGKILL, group=True)
+    for process in below:
+        try:
+            process.kill()  # psutil checks that the pid is still that very process
+        except psutil.Error:
+            pass
+    return True

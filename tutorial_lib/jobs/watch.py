@@ -165,6 +165,10 @@ class Watcher:
         self._query_if_due(self._conf(job), first=entry.seen is None)
         return entry.seen or Seen("unknown", "no answer yet", reason="the Slurm controller has not answered yet")
 
+    def register(self, job) -> None:
+        """Follow ``job`` from now on (a Job does so when it is made): its cluster's next query includes it."""
+        self._entry(job)
+
     def submitted(self, job) -> None:
         """A job sbatch just accepted: pending until the controller says more (no query needed to know that)."""
         self._set(self._entry(job), Seen("pending", "submitted"))
