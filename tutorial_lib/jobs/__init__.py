@@ -29,7 +29,7 @@ from tutorial_lib.jobs.site import Site, load_site
 from tutorial_lib.jobs.slurm import slurm_available
 from tutorial_lib.jobs.spec import JobError, JobSpec, make_spec
 from tutorial_lib.jobs.states import FINAL_STATES, STATES, public, read_state
-from tutorial_lib.jobs.watch import watcher
+from tutorial_lib.jobs.watch import cluster_of, watcher
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, slurm_log
 from tutorial_lib.rundir.lock import RunDirError, RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import metrics_table, read_metrics
@@ -78,7 +78,7 @@ class Job:
     def queue_fields(self) -> dict:
         """What the scheduler last said about this job, in scontrol's words (JobState, Reason, NodeList,
         Restarts, ExitCode...), from the watcher's last query; empty for a local job or before any answer."""
-        return dict(watcher().status(self).fields)
+        return dict(watcher().status(self, answered=True).fields)
 
     @property
     def exit_code(self) -> int | None:
@@ -177,7 +177,7 @@ class Job:
             seen = watcher().status(self)
             if seen.final:
                 return public(seen.state)
-            slurm.cancel_slurm(self.id, self.run_dir, self.record.get("slurm_conf"), seen)
+            slurm.cancel_slurm(self.id, self.run_dir, cluster_of(self), seen)
         watcher().refresh(self)
         self.wait(timeout=wait, poll=0.5, check=False)
         return self.state

@@ -78,6 +78,12 @@ def slurm_env(conf: str | None) -> dict:
     return {**env, "SLURM_CONF": conf} if conf else env
 
 
+def cluster_of(job) -> str | None:
+    """The ``SLURM_CONF`` a Slurm job was submitted with (a record from before it was kept: this process's)."""
+    record = job.record or {}
+    return record["slurm_conf"] if "slurm_conf" in record else os.environ.get("SLURM_CONF")
+
+
 def squeue_command(ids: list[str]) -> list[str]:
     """One squeue for every job in ``ids`` (finished ones too, while the controller keeps them)."""
     return ["squeue", "--noheader", "--states=all", f"--jobs={','.join(ids)}",
@@ -148,9 +154,10 @@ class Watcher:
         self._clusters: dict[str | None, _Cluster] = {}
 
     # ------------------------------------------------------------------ asking
-    def status(self, job) -> Seen:
+    def status(self, job, answered: bool = False) -> Seen:
         """What is known of ``job`` now (a Job, or a :class:`Watched`): from the run directory, else from the
-        last query of its cluster, which runs here when it is due."""
+        last query of its cluster, which runs here when it is due. ``answered``: where the controller has not
+        answered about this job yet, wait for its next allowed query (at most the shortest interval)."""
         entry = self._entry(job)
         if job.backend == "local":  # files only: read afresh at every call
             return self._set(entry, local_seen(Path(job.run_dir), job.record))
@@ -162,7 +169,7 @@ class Watcher:
         ended = run_dir_seen(job)
         if ended is not None:
             return self._set(entry, ended)
-        self._query_if_due(self._conf(job), first=entry.seen is None)
+        self._query_if_due(self._conf(job), first=entry.seen is None or (answered and not entry.seen.fields))
         return entry.seen or Seen("unknown", "no answer yet", reason="the Slurm controller has not answered yet")
 
     def register(self, job) -> None:
@@ -188,7 +195,7 @@ class Watcher:
     # ------------------------------------------------------------ bookkeeping
     @staticmethod
     def _conf(job) -> str | None:
-        return (job.record or {}).get("slurm_conf")
+        return cluster_of(job)
 
     def _key(self, job) -> tuple:
         if job.backend == "local":
@@ -199,9 +206,6 @@ class Watcher:
         key = self._key(job)
         if key not in self._entries:
             self._entries[key] = _Entry(job)
-            if job.backend == "slurm":  # a job never asked about: its cluster is asked at the next allowed time
-                cluster = self._clusters.setdefault(key[1], _Cluster())
-                cluster.due = min(cluster.due, cluster.last + self.min_interval)
         return self._entries[key]
 
     def _entry(self, job) -> _Entry:
@@ -223,6 +227,8 @@ class Watcher:
     def _query_if_due(self, conf: str | None, first: bool) -> None:
         with self._lock:
             cluster = self._clusters.setdefault(conf, _Cluster())
+            if first and not cluster.failures:  # asked at the next allowed time, not after a long quiet interval
+                cluster.due = min(cluster.due, cluster.last + self.min_interval)
             wait = cluster.due - time.monotonic()
             if cluster.in_flight or (wait > 0 and not first):
                 return
