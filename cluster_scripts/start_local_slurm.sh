@@ -20,6 +20,9 @@
 #   TUTORIAL_SLURM_CPUS     CPUs declared per node            (default 2; strict:
 #                           this machine's CPUs)
 #   TUTORIAL_SLURM_TIMEOUT  seconds to wait for the nodes     (default 60)
+#   TUTORIAL_SLURMD_TIMEOUT seconds without an answer from a node's slurmd
+#                           before the controller marks it DOWN (SlurmdTimeout,
+#                           default 60; tests/test_cluster_faults.py's lost node)
 #   TUTORIAL_SLURM_FORCE=1  overwrite an /etc/slurm/slurm.conf that this script
 #                           did not write (the old one is kept as a .bak file)
 #   TUTORIAL_SLURM_STRICT=1 a cluster as strict as a real site (what CI runs):
@@ -83,6 +86,8 @@ else
 # several small CPU jobs fit on the emulated nodes at once."
 fi
 TIMEOUT=${TUTORIAL_SLURM_TIMEOUT:-60}
+SLURMD_TIMEOUT=${TUTORIAL_SLURMD_TIMEOUT:-60}
+[[ $SLURMD_TIMEOUT =~ ^[0-9]+$ ]] || { echo "TUTORIAL_SLURMD_TIMEOUT must be a number of seconds" >&2; exit 2; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 say() { echo "[start_local_slurm] $*"; }
@@ -161,7 +166,7 @@ KillWait=5
 # for a day (there is no accounting database, so sacct is not available).
 MinJobAge=86400
 ReturnToService=2
-SlurmdTimeout=60
+SlurmdTimeout=$SLURMD_TIMEOUT
 InactiveLimit=0
 Waittime=0
 

@@ -236,15 +236,43 @@ def test_renamed_submit_argument_names_the_new_one(tmp_path, shared_data):
 
 
 def test_slurm_nodes_run_the_local_backends_torchrun_command(tmp_path, shared_data):
-    """train.sbatch's per-node task (jobs.launch) and the local backend build torchrun's argv in one place."""
+    """train.sbatch's per-node task (jobs.launch) and the local backend build torchrun's argv in one place, the
+    launcher from the job's record (its one reader), the batch script's environment naming only where it is."""
+    from dataclasses import asdict
+
     from tutorial_lib.jobs.commands import Rendezvous, job_env
     from tutorial_lib.jobs.launch import node_command
+    from tutorial_lib.jobs.record import launch_settings, read_launch, write_job_file
 
     spec = make_spec(small_config(tmp_path, shared_data, "same"), nodes=2, ranks_per_node=3, max_restarts=2,
                      check_data=False)
+    write_job_file(spec.run_dir, {"backend": "slurm", "id": "77", "name": "same",
+                                  "launch": asdict(launch_settings(spec))})
     slurm_env = {**job_env(spec), "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_ID": "77", "HEAD": "n1",
-                 "PORT": "20077"}
+                 "PORT": "20077", "RANKS_PER_NODE": "5"}  # a stray by-hand input: the record wins
+    assert set(job_env(spec)) == {"TUTORIAL_RUN_DIR", "PYTHONPATH", "TUTORIAL_PYTHON"}
     command = node_command(spec.program_args(), slurm_env)
     assert command == spec_torchrun_command(spec, Rendezvous("n1:20077", "77", is_host=False))
     assert command[command.index("--max-restarts") + 1] == "2" and command[command.index("--nproc-per-node") + 1] == "3"
-    assert slurm_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # restarted ranks get a fresh rendezvous store
+    environment = read_launch(slurm_env).environment()
+    assert environment["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"  # restarted ranks get a fresh rendezvous store
+    assert environment["TUTORIAL_STOP_FILE"] == str(spec.run_dir / "STOP")
+
+
+def test_a_batch_script_started_by_hand_takes_its_inputs_and_the_readers_defaults(tmp_path):
+    """No record (sbatch cluster_scripts/train.sbatch --key value): the documented inputs, else record.py's
+    defaults; a bad count is one line naming the variable."""
+    import sys
+
+    from tutorial_lib.jobs.record import read_launch
+
+    plain = read_launch({"SLURM_JOB_ID": "5"})
+    assert (plain.ranks({}), plain.max_restarts, plain.module, plain.run_dir) == (1, 0, "tutorial_lib.train", "")
+    assert plain.ranks({"SLURM_GPUS_ON_NODE": "4"}) == 4 and plain.environment() == {}
+    given = read_launch({"RANKS_PER_NODE": "2", "TUTORIAL_MAX_RESTARTS": "1", "TUTORIAL_MODULE": "tutorial_lib.bench",
+                         "TUTORIAL_RUN_DIR": str(tmp_path), "TUTORIAL_PYTHON": sys.executable})
+    assert (given.ranks({}), given.max_restarts, given.module, given.python) == (2, 1, "tutorial_lib.bench",
+                                                                                 sys.executable)
+    assert given.environment()["TUTORIAL_STOP_FILE"] == str(tmp_path / "STOP")
+    with pytest.raises(JobError, match="RANKS_PER_NODE: 'two' is not a whole number"):
+        read_launch({"RANKS_PER_NODE": "two"})

@@ -24,7 +24,7 @@ from tutorial_lib.analyses import analysis  # noqa: E402
 from tutorial_lib.engine.config import make_config  # noqa: E402
 from tutorial_lib.figures import monitor, plots
 from tutorial_lib.jobs import Job  # noqa: E402
-from tutorial_lib.jobs.spec import write_job_file  # noqa: E402
+from tutorial_lib.jobs.record import write_job_file  # noqa: E402
 from tutorial_lib.jobs.supervisor import write_state  # noqa: E402
 from tutorial_lib.rundir.metrics import MetricsWriter  # noqa: E402
 

@@ -29,7 +29,7 @@ from tests.conftest import FAKE_SUPERVISOR  # noqa: E402
 from tutorial_lib import REPO_ROOT  # noqa: E402
 from tutorial_lib.figures import monitor, plots  # noqa: E402
 from tutorial_lib.jobs import Job  # noqa: E402
-from tutorial_lib.jobs.spec import write_job_file  # noqa: E402
+from tutorial_lib.jobs.record import write_job_file  # noqa: E402
 from tutorial_lib.jobs.supervisor import write_state  # noqa: E402
 from tutorial_lib.rundir.layout import METRICS_FILE, STATE_FILE  # noqa: E402
 from tutorial_lib.rundir.metrics import MetricsWriter  # noqa: E402
@@ -264,7 +264,7 @@ SETUP_CELL = """
 import os, threading, time
 from pathlib import Path
 from tutorial_lib.figures import monitor
-from tutorial_lib.jobs.spec import write_job_file
+from tutorial_lib.jobs.record import write_job_file
 from tutorial_lib.jobs import Job
 from tutorial_lib.jobs.supervisor import write_state
 from tutorial_lib.rundir.metrics import MetricsWriter

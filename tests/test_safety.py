@@ -287,7 +287,7 @@ def test_a_backslash_in_output_root_is_refused_naming_the_character(tmp_path, di
 
 
 def test_explain_says_when_slurm_could_not_open_the_output_file(tmp_path):
-    from tutorial_lib.jobs.spec import write_job_file
+    from tutorial_lib.jobs.record import write_job_file
 
     run_dir = tmp_path / "run"
     write_job_file(run_dir, {"backend": "slurm", "id": "77", "name": "run"})

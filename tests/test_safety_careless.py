@@ -29,7 +29,8 @@ from tutorial_lib.engine.input.folders import DataError, export_digits
 from tutorial_lib.engine.stop import EXIT_DIVERGED, EXIT_STOPPED
 from tutorial_lib.engine.trainer import Trainer, TrainingDiverged
 from tutorial_lib.engine.validate import FLOAT_RANGES
-from tutorial_lib.jobs.spec import make_spec, write_job_file
+from tutorial_lib.jobs.record import write_job_file
+from tutorial_lib.jobs.spec import make_spec
 from tutorial_lib.jobs.states import write_state
 from tutorial_lib.rundir.checkpoint import SaveError, load_checkpoint, save_atomic
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE, INDEX_FILE, METRICS_FILE, STOP_FILE

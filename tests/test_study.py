@@ -280,12 +280,6 @@ def test_queue_report_of_a_local_job(tmp_path):
     assert report["JobState"] == "COMPLETED" and report["NumNodes"] == 2 and report["ExitCode"] == 0
 
 
-def test_parse_scontrol():
-    fields = batch_jobs.parse_scontrol(
-        "JobId=31 JobName=05-multinode JobState=COMPLETED Reason=None NodeList=node[1-2]")
-    assert fields["JobState"] == "COMPLETED" and fields["NodeList"] == "node[1-2]"
-
-
 def test_readable_log_drops_progress_bars_and_folds_stack_frames():
     raw = ("job 26 (restart 0): 2 node(s)\n"
            "epoch 1/2:   0%|          | 0/10 [00:00<?, ?it/s]\r"

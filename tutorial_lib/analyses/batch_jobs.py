@@ -3,7 +3,7 @@
     from tutorial_lib.analyses import batch_jobs
     batch_jobs.show_sbatch("2")                          # a section of cluster_scripts/train.sbatch, as code
     print(batch_jobs.command_text(argv))                 # an argv as a copy-pasteable shell command
-    batch_jobs.queue_report(job)                         # what the scheduler says about the job
+    batch_jobs.queue_report(job)                         # what the scheduler said about the job (the watcher's)
     print(batch_jobs.readable_log(job.logs(), tail=40))  # the log without progress-bar redraws
     batch_jobs.wait_for_event(job, "step")               # block until the job has logged its first step
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -203,23 +202,15 @@ SCONTROL_FIELDS = ("JobId", "JobName", "JobState", "Reason", "NumNodes", "NodeLi
                    "TimeLimit", "Restarts", "ExitCode", "StdOut")
 
 
-def parse_scontrol(text: str) -> dict:
-    """``scontrol show job -o`` output (``Key=Value`` words) as a dict."""
-    return dict(word.split("=", 1) for word in text.split() if "=" in word)
-
-
 def queue_report(job) -> pd.Series:
-    """What the scheduler says about ``job``: selected fields of ``scontrol show job`` for a Slurm job,
-    the local supervisor's state for a local one."""
+    """What the scheduler says about ``job``: its fields from the watcher's last query (named as Slurm names them) for a
+    Slurm job, the local supervisor's state for a local one. It asks no scheduler itself."""
     if job.backend == "slurm":
-        try:
-            shown = subprocess.run(["scontrol", "show", "job", "-o", str(job.id)], capture_output=True,
-                                   text=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return pd.Series({"JobId": job.id, "error": f"scontrol could not run: {exc}"}, name=job.name)
-        fields = parse_scontrol(shown.stdout) if shown.returncode == 0 else {}
+        fields = job.queue_fields()
         if not fields:
-            return pd.Series({"JobId": job.id, "error": (shown.stderr or shown.stdout).strip()}, name=job.name)
+            status = job.status()
+            return pd.Series({"JobId": job.id, "JobState": status["state"],
+                              "error": status.get("reason") or "the scheduler has not answered yet"}, name=job.name)
         return pd.Series({key: fields.get(key, "") for key in SCONTROL_FIELDS}, name=job.name)
     status = job.status()
     spec = job.record.get("spec", {})

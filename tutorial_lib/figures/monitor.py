@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from tutorial_lib.figures import plots
-from tutorial_lib.jobs.supervisor import FINAL_STATES
+from tutorial_lib.jobs.states import FINAL_STATES
 from tutorial_lib.rundir.layout import METRICS_FILE
 from tutorial_lib.rundir.metrics import read_metrics
 

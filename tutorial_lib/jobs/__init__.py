@@ -7,8 +7,9 @@
 
 Both backends run the same torchrun command (:func:`tutorial_lib.jobs.commands.torchrun_command`);
 Slurm through ``cluster_scripts/train.sbatch``, whose per-node task builds it with
-:mod:`tutorial_lib.jobs.launch`. The run directory holds ``job.json``, so ``attach(run_dir)`` gives the
-handle back after a kernel restart.
+:mod:`tutorial_lib.jobs.launch`. The run directory holds ``job.json`` (:mod:`tutorial_lib.jobs.record`), so
+``attach(run_dir)`` gives the handle back after a kernel restart. Every state comes from this process's one
+watcher (:mod:`tutorial_lib.jobs.watch`), which asks Slurm once per interval for all jobs together.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from pathlib import Path
 from tutorial_lib.engine.config import ConfigError, TrainConfig
 from tutorial_lib.jobs import slurm
 from tutorial_lib.jobs.commands import sbatch_command, spec_torchrun_command
-from tutorial_lib.jobs.local import local_cancel, local_status, submit_local
+from tutorial_lib.jobs.local import local_cancel, submit_local
+from tutorial_lib.jobs.record import read_job_file
 from tutorial_lib.jobs.site import Site, load_site
 from tutorial_lib.jobs.slurm import slurm_available
-from tutorial_lib.jobs.spec import JobError, JobSpec, make_spec, read_job_file
-from tutorial_lib.jobs.states import FINAL_STATES, STATES
+from tutorial_lib.jobs.spec import JobError, JobSpec, make_spec
+from tutorial_lib.jobs.states import FINAL_STATES, STATES, public, read_state
+from tutorial_lib.jobs.watch import cluster_of, watcher
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, slurm_log
 from tutorial_lib.rundir.lock import RunDirError, RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import metrics_table, read_metrics
@@ -48,6 +51,7 @@ class Job:
         self.id: str = str(self.record["id"])
         self.backend: str = self.record["backend"]
         self.name: str = self.record["name"]
+        watcher().register(self)  # followed from now on: the next query of its cluster includes it
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, backend={self.backend!r}, state={self.state!r}, run_dir='{self.run_dir}')"
@@ -55,14 +59,26 @@ class Job:
     # ------------------------------------------------------------------ state
     @property
     def state(self) -> str:
-        """PENDING, RUNNING, COMPLETED, FAILED, CANCELLED or TIMEOUT."""
+        """PENDING, RUNNING, UNKNOWN (the controller did not answer: not a verdict), COMPLETED, FAILED, CANCELLED or
+        TIMEOUT, as this process's watcher last saw it."""
         return self.status()["state"]
 
     def status(self) -> dict:
-        """State plus exit code (when known) as a dict."""
-        if self.backend == "local":
-            return local_status(self.run_dir)
-        return slurm.slurm_status(self.id, self.run_dir)
+        """The state plus what the watcher knows: ``watch`` (its own finer state: pending, running, completing,
+        requeued, unknown...), ``source`` (who said so), ``exit_code``, ``reason``, ``slurm_state``, ``nodes``."""
+        seen = watcher().status(self)
+        status = {"state": public(seen.state), "watch": seen.state, "source": seen.source,
+                  "exit_code": seen.exit_code, "reason": seen.reason}
+        if seen.slurm_state is not None:
+            status["slurm_state"] = seen.slurm_state
+        if seen.fields.get("NodeList"):
+            status["nodes"] = seen.fields["NodeList"]
+        return status
+
+    def queue_fields(self) -> dict:
+        """What the scheduler last said about this job, in scontrol's words (JobState, Reason, NodeList,
+        Restarts, ExitCode...), from the watcher's last query; empty for a local job or before any answer."""
+        return dict(watcher().status(self, answered=True).fields)
 
     @property
     def exit_code(self) -> int | None:
@@ -103,6 +119,12 @@ class Job:
             return (f"{head} The compute nodes have no {missing.group(1)}: the Python command the job runs does not "
                     "exist there. Fix: give the site block a python that exists on the nodes and setup lines that "
                     "make it work (module load, venv activation; see README, Bringing the course to your cluster).")
+        if status.get("slurm_state") == "NODE_FAIL":  # one line: nothing in the log says more
+            return (f"{head} A node of the job was lost (Slurm: NODE_FAIL; nodes {status.get('nodes', '?')}); "
+                    "the run directory keeps its last checkpoint. Fix: submit the job again with the same settings: "
+                    "it resumes from that checkpoint.")
+        if status.get("reason", "").startswith("lost:"):
+            head += f" It was {status['reason']}."
         no_log = self.backend == "slurm" and not self.log_path.is_file()
         if no_log and status["state"] == "FAILED" and status.get("slurm_state", "FAILED") == "FAILED":
             return (f"{head} Slurm could not open its output file {self.log_path} (it does not exist), so the batch "
@@ -140,13 +162,23 @@ class Job:
 
     # ---------------------------------------------------------------- control
     def cancel(self, wait: float = 60.0) -> str:
-        """Cancel the job and wait (up to ``wait`` s) until it has ended; return its state."""
-        if self.done():
-            return self.state
+        """Cancel the job and wait (up to ``wait`` s) until it has ended; return its state.
+
+        Only what the project can prove it started is signalled (a local supervisor by its recorded pid, start
+        time and command line; a Slurm job whose batch script is this run directory's): a record without that
+        proof is refused with a one-line JobError, and nothing is signalled."""
         if self.backend == "local":
-            local_cancel(self.run_dir)
+            ended = read_state(self.run_dir)
+            if ended is not None and ended["state"] in FINAL_STATES:
+                return self.state
+            local_cancel(self.run_dir, self.record)
         else:
-            slurm.cancel_slurm(self.id)
+            watcher().refresh(self)
+            seen = watcher().status(self)
+            if seen.final:
+                return public(seen.state)
+            slurm.cancel_slurm(self.id, self.run_dir, cluster_of(self), seen)
+        watcher().refresh(self)
         self.wait(timeout=wait, poll=0.5, check=False)
         return self.state
 
@@ -208,6 +240,7 @@ def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend
     else:
         job_id = submit_local(spec, after.run_dir if after is not None else None)
     job = Job(spec.run_dir)
+    watcher().submitted(job)
     if verbose:
         print(f"submitted {job.name}: job {job_id} on {chosen}, {nodes} node(s) x {ranks_per_node} rank(s), "
               f"run directory {spec.run_dir}; {spec.time_note}")

@@ -3,24 +3,22 @@
 Both backends start every node with :func:`torchrun_command`: the local backend directly (one agent
 per emulated node), Slurm through ``cluster_scripts/train.sbatch``, whose per-node task runs
 ``python -m tutorial_lib.jobs.launch`` (:mod:`tutorial_lib.jobs.launch`), which builds the same command
-from Slurm's variables and the job's environment (:func:`job_env`: ranks per node, ``max_restarts``,
+from Slurm's variables and the job's record (:mod:`tutorial_lib.jobs.record`: ranks per node, ``max_restarts``,
 the program). Values are always separate argv elements, never a shell string.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
 from dataclasses import dataclass
 
 from tutorial_lib import REPO_ROOT
-from tutorial_lib.data.staging import STAGE_FROM_ENV, STAGE_TO_ENV
+from tutorial_lib.jobs.record import RUN_DIR_ENV
 from tutorial_lib.jobs.spec import JobSpec
-from tutorial_lib.rundir.layout import JOB_SCRIPT, SLURM_LOG_PATTERN, STOP_FILE
+from tutorial_lib.rundir.layout import JOB_SCRIPT, SLURM_LOG_PATTERN
 
 SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
 SITE_BEGIN, SITE_END = "# >>> site >>>", "# <<< site <<<"
-DEFAULT_MODULE = "tutorial_lib.train"
 
 
 @dataclass(frozen=True)
@@ -56,25 +54,14 @@ def spec_torchrun_command(spec: JobSpec, rendezvous: Rendezvous | None = None) -
                             spec.program_args(), rendezvous)
 
 
-def torchrun_env(max_restarts: int) -> dict:
-    """Environment torchrun needs for this job (empty unless ranks may be restarted)."""
-    if max_restarts > 0:
-        # torchrun shares its rendezvous store with the ranks; after a restart the new ranks read the dead
-        # ranks' addresses from it and fail to connect (pytorch/pytorch#135712). A fresh store per round fixes it.
-        return {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    return {}
-
-
 def job_env(spec: JobSpec) -> dict:
-    """The environment of every node of the job (read by train.sbatch and :mod:`tutorial_lib.jobs.launch`)."""
-    env = {"TUTORIAL_RUN_DIR": str(spec.run_dir), "TUTORIAL_STOP_FILE": str(spec.run_dir / STOP_FILE),
-           "TUTORIAL_PYTHON": spec.python, "TUTORIAL_WORKDIR": str(REPO_ROOT),
-           "RANKS_PER_NODE": str(spec.ranks_per_node), "TUTORIAL_MAX_RESTARTS": str(spec.max_restarts),
-           "PYTHONPATH": str(REPO_ROOT), "TUTORIAL_MODULE": spec.module,
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1" if spec.config.device == "cpu" else "4")}
-    if spec.config.stage_to:  # each node's launcher copies data_dir there first (tutorial_lib.jobs.staged)
-        env.update({STAGE_TO_ENV: spec.config.stage_to, STAGE_FROM_ENV: spec.config.data_dir})
-    return {**env, **torchrun_env(spec.max_restarts)}
+    """What sbatch passes a Slurm job besides the submitting environment: where its record is
+    (``TUTORIAL_RUN_DIR``: every other setting is read from there, :func:`tutorial_lib.jobs.record.read_launch`),
+    where the code is, and the Python that starts each node's launcher where the site's section names none."""
+    env = {RUN_DIR_ENV: str(spec.run_dir), "PYTHONPATH": str(REPO_ROOT)}
+    if not spec.site.python:
+        env["TUTORIAL_PYTHON"] = spec.python
+    return env
 
 
 def sbatch_command(spec: JobSpec, after_slurm_id: str | None = None) -> list[str]:

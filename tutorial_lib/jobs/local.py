@@ -1,10 +1,14 @@
 """The local backend: a job on this machine, run by a detached supervisor (:mod:`tutorial_lib.jobs.supervisor`).
 
-Several nodes are emulated by one torchrun agent per node meeting at a c10d rendezvous on this host.
+Several nodes are emulated by one torchrun agent per node meeting at a c10d rendezvous on this host. The
+supervisor is recorded by its pid, start time and command line (:mod:`tutorial_lib.jobs.processes`): only that
+proven process is ever signalled, and a job whose supervisor is gone without writing how the job ended is
+reported lost at once, with the run directory's last event (:func:`local_seen`, which the watcher reads).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -12,12 +16,19 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from tutorial_lib import REPO_ROOT, free_port
-from tutorial_lib.jobs.commands import Rendezvous, job_env, spec_torchrun_command
-from tutorial_lib.jobs.spec import JobSpec, read_job_file, write_job_file
-from tutorial_lib.jobs.states import FINAL_STATES, read_state
-from tutorial_lib.rundir.layout import STATE_FILE, SUPERVISOR_LOG
-from tutorial_lib.rundir.lock import process_start, same_process
+from tutorial_lib.jobs import processes
+from tutorial_lib.jobs.commands import Rendezvous, spec_torchrun_command
+from tutorial_lib.jobs.record import launch_settings, write_job_file
+from tutorial_lib.jobs.spec import JobError, JobSpec
+from tutorial_lib.jobs.states import FINAL_STATES, Seen, read_state
+from tutorial_lib.rundir.layout import JOB_FILE, STATE_FILE, SUPERVISOR_LOG
+from tutorial_lib.rundir.metrics import read_metrics
+
+PENDING_ID = "local-pending"  # the record's id while its supervisor is being started
+START_GRACE_S = 30.0  # how long a record may name no supervisor yet: the moment submit_local takes to start it
 
 
 def submit_local(spec: JobSpec, after_run_dir: Path | None = None) -> str:
@@ -25,61 +36,110 @@ def submit_local(spec: JobSpec, after_run_dir: Path | None = None) -> str:
     # with stage_to, one launcher per emulated node copies the data, then starts that node's torchrun
     staged = [spec.python, "-m", "tutorial_lib.jobs.staged"] if spec.config.stage_to else []
     if spec.nodes == 1:
-        commands = [staged + spec_torchrun_command(spec)]
+        commands, node_names = [staged + spec_torchrun_command(spec)], None
     else:
         endpoint = f"127.0.0.1:{free_port()}"
-        commands = [["env", f"TUTORIAL_NODE_NAME=local-node{n + 1}"] + staged
-                    + spec_torchrun_command(spec, Rendezvous(endpoint, spec.config.name, is_host=n == 0))
+        commands = [staged + spec_torchrun_command(spec, Rendezvous(endpoint, spec.config.name, is_host=n == 0))
                     for n in range(spec.nodes)]
-    record = {"backend": "local", "name": spec.config.name, "spec": spec.to_dict(), "commands": commands,
-              "workdir": str(REPO_ROOT), "time": spec.time, "env": job_env(spec),
-              "after": str(after_run_dir) if after_run_dir else None, "submitted": time.time()}
+        node_names = [f"local-node{n + 1}" for n in range(spec.nodes)]  # each agent's TUTORIAL_NODE_NAME
+    record = {"backend": "local", "name": spec.config.name, "spec": spec.to_dict(),
+              "launch": dataclasses.asdict(launch_settings(spec)), "commands": commands, "node_names": node_names,
+              "workdir": str(REPO_ROOT),
+              "time": spec.time, "after": str(after_run_dir) if after_run_dir else None, "submitted": time.time()}
     (spec.run_dir / STATE_FILE).unlink(missing_ok=True)
-    write_job_file(spec.run_dir, {**record, "id": "local-pending"})
-    supervisor = subprocess.Popen([sys.executable, "-m", "tutorial_lib.jobs.supervisor", str(spec.run_dir)],
-                                  cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    write_job_file(spec.run_dir, {**record, "id": PENDING_ID})
+    argv = [sys.executable, "-m", "tutorial_lib.jobs.supervisor", str(spec.run_dir)]
+    supervisor = subprocess.Popen(argv, cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=open(spec.run_dir / SUPERVISOR_LOG, "ab"), start_new_session=True)
     job_id = f"local-{supervisor.pid}"
-    write_job_file(spec.run_dir, {**record, "id": job_id, "supervisor_pid": supervisor.pid,
-                                  "supervisor_start": process_start(supervisor.pid)})
+    # Popen returns once the child has exec'd: its start time and command line are the supervisor's own
+    write_job_file(spec.run_dir, {**record, "id": job_id,
+                                  "supervisor": {**(processes.identity(supervisor.pid) or {}), "pid": supervisor.pid,
+                                                 "cmdline": argv}})
     return job_id
 
 
-def _supervisor(run_dir: Path) -> tuple[int | None, bool]:
-    """The recorded supervisor pid, and whether that very process (pid and start time) still runs."""
-    record = read_job_file(run_dir)
+def recorded_supervisor(record: dict, state: dict | None) -> dict | None:
+    """The supervisor as recorded at its start: by submit_local in job.json, else by the supervisor itself in
+    its state file (:func:`tutorial_lib.jobs.states.write_state`); a job.json of an older version names its pid
+    (and start time), which the state file's record completes when it names the same pid."""
+    if isinstance(record.get("supervisor"), dict):
+        return record["supervisor"]
+    own = (state or {}).get("supervisor")
     pid = record.get("supervisor_pid")
-    return pid, bool(pid) and same_process(int(pid), record.get("supervisor_start"))
+    if pid and not (isinstance(own, dict) and own.get("pid") == pid):
+        return {"pid": pid, "start": record.get("supervisor_start")}
+    return own if isinstance(own, dict) else None
 
 
-def local_status(run_dir: Path) -> dict:
-    """State and exit code of the local job in ``run_dir`` (FAILED if its supervisor died)."""
+def last_event(run_dir: Path) -> str:
+    """The run directory's last event in words: ``step (epoch 2, global step 12) at 22:31:05``."""
+    events = read_metrics(run_dir)
+    if not events:
+        return "none (the job logged nothing)"
+    last = events[-1]
+    where = ", ".join(f"{key.replace('_', ' ')} {last[key]}" for key in ("epoch", "step", "global_step")
+                      if key in last)
+    at = time.strftime("%H:%M:%S", time.localtime(last["time"])) if isinstance(last.get("time"), float) else "?"
+    return f"{last['event']}{f' ({where})' if where else ''} at {at}"
+
+
+def _ended(state: dict | None) -> Seen | None:
+    if state is not None and state["state"] in FINAL_STATES:
+        return Seen(state["state"].lower(), "supervisor", exit_code=state.get("exit_code"))
+    return None
+
+
+def local_seen(run_dir: Path, record: dict) -> Seen:
+    """What the run directory says about the local job in ``run_dir``: its supervisor's state while that
+    proven process runs, its final state once written; lost (failed, with the last event) when the supervisor is
+    gone without writing one, or when the record cannot say which process it is."""
     state = read_state(run_dir)
-    supervisor, alive = _supervisor(run_dir)
-    if state is None:
-        if supervisor and not alive:
-            return {"state": "FAILED", "exit_code": None, "reason": "the local supervisor died before starting"}
-        return {"state": "PENDING", "exit_code": None}
-    if state["state"] not in FINAL_STATES and supervisor and not alive:
-        return {"state": "FAILED", "exit_code": None, "reason": "the local supervisor was killed"}
-    return {"state": state["state"], "exit_code": state.get("exit_code")}
+    supervisor = recorded_supervisor(record, state)
+    ended = _ended(state)
+    if ended is None and processes.runs(supervisor):
+        return Seen((state or {}).get("state", "PENDING").lower(), "supervisor")
+    ended = ended or _ended(read_state(run_dir))  # it may have written its final state just before it exited
+    if ended is not None:
+        return ended
+    if supervisor is None and time.time() - float(record.get("submitted") or 0) < START_GRACE_S:
+        return Seen("pending", "submitted")
+    who = (f"its record names no supervisor ({JOB_FILE} id {record.get('id')})" if supervisor is None else
+           f"its supervisor, recorded as {processes.proof_problem(supervisor)}, cannot be told from another program"
+           if supervisor.get("start") is None else f"its supervisor (pid {supervisor['pid']}) is gone (killed, or "
+                                                   "crashed)")
+    return Seen("failed", "run directory", reason=f"lost: {who} without recording how the job ended; last event "
+                                                  f"in {run_dir}: {last_event(run_dir)}")
 
 
-def local_cancel(run_dir: Path) -> None:
+def local_cancel(run_dir: Path, record: dict) -> None:
     """Ask the supervisor to cancel (SIGTERM); if it is gone, kill its agents' process groups.
 
-    Each process is checked by its pid and start time first: a pid reused by another program is left alone."""
-    _, alive = _supervisor(run_dir)
-    if alive:
-        os.kill(int(read_job_file(run_dir)["supervisor_pid"]), signal.SIGTERM)
+    Only processes proven by their recorded pid, start time and command line are signalled. A live process that
+    the record names without that proof is refused with JobError (one line), and nothing is signalled."""
+    state = read_state(run_dir)
+    supervisor = recorded_supervisor(record, state)
+    problem = processes.proof_problem(supervisor) if supervisor is not None else None
+    if problem and _might_be(supervisor):
+        raise JobError(f"cancel refused: {run_dir / JOB_FILE} names the job's supervisor by {problem}, which does "
+                       f"not prove that the running process {supervisor['pid']} is this job's; nothing was "
+                       "signalled. Fix: if the job still runs, check that process yourself (ps -o args -p "
+                       f"{supervisor['pid']}) before stopping it; submit the job again with fresh=True.")
+    if processes.signal_proven(supervisor, signal.SIGTERM):
         return
-    state = read_state(run_dir) or {}
-    starts = state.get("pid_starts") or [None] * len(state.get("pids", []))
-    for pid, start in zip(state.get("pids", []), starts, strict=False):
-        if not same_process(pid, start):
-            continue
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    for agent in (state or {}).get("agents", []):  # the supervisor is gone: stop the agents it started, and ranks
+        processes.kill_tree(agent)
+
+
+def _might_be(recorded: dict) -> bool:
+    """Whether the recorded pid runs a process that the record does not rule out: its start time, where
+    recorded, matches."""
+    try:
+        process = psutil.Process(int(recorded["pid"]))
+        alive = process.status() != psutil.STATUS_ZOMBIE
+    except (psutil.Error, ValueError, TypeError):
+        return False
+    start = recorded.get("start")
+    return alive and (start is None or processes.identity(process.pid) is None
+                      or processes.identity(process.pid)["start"] == start)

@@ -1,17 +1,21 @@
-"""The Slurm backend: submit with sbatch (cluster_scripts/train.sbatch), ask scontrol and sacct for the state."""
+"""The Slurm backend: submit with sbatch (cluster_scripts/train.sbatch), cancel with scancel; the state comes from
+the watcher (:mod:`tutorial_lib.jobs.watch`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 from tutorial_lib.jobs.commands import batch_script, job_env, sbatch_command
-from tutorial_lib.jobs.spec import JobError, JobSpec, write_job_file
-from tutorial_lib.jobs.states import FINAL_STATES, from_slurm
-from tutorial_lib.rundir.layout import DONE_FILE, JOB_SCRIPT
+from tutorial_lib.jobs.record import launch_settings, write_job_file
+from tutorial_lib.jobs.spec import JobError, JobSpec
+from tutorial_lib.jobs.watch import slurm_env
+from tutorial_lib.rundir.layout import JOB_FILE, JOB_SCRIPT
+
+PENDING_ID = "slurm-pending"  # the record's id until sbatch has answered
 
 # What to do about sbatch's most common refusals at a new site (its message, then the fix).
 _WHERE_THE_SITE_GOES = ("`site:` in the course's parameter file (make course PARAMS=notebooks/params/<site>.yaml; "
@@ -55,22 +59,34 @@ def run_command(command: list[str], what: str, env: dict | None = None) -> str:
 
 
 def submit_slurm(spec: JobSpec, after_slurm_id: str | None = None) -> str:
-    """Write ``spec``'s batch script into its run directory and sbatch it; record the job there; return its id."""
+    """Write ``spec``'s record and batch script into its run directory and sbatch it; return the job id.
+
+    The record (with every setting the job's nodes read, :mod:`tutorial_lib.jobs.record`) is written before
+    sbatch, as the job may start at once; sbatch's id is added when it answers. A refusal leaves the run
+    directory as it was."""
     check_node_cpus(spec)
     command = sbatch_command(spec, after_slurm_id)
-    script = spec.run_dir / JOB_SCRIPT
+    script, record_path = spec.run_dir / JOB_SCRIPT, spec.run_dir / JOB_FILE
+    earlier = record_path.read_bytes() if record_path.is_file() else None
+    record = {"backend": "slurm", "name": spec.config.name, "spec": spec.to_dict(),
+              "launch": dataclasses.asdict(launch_settings(spec)), "command": command,
+              "slurm_conf": os.environ.get("SLURM_CONF"), "submitted": time.time()}
     script.write_text(batch_script(spec))
+    write_job_file(spec.run_dir, {**record, "id": PENDING_ID})
     try:
         output = run_command(command, "sbatch", env={**os.environ, **job_env(spec)})
+        job_id = output.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise JobError(f"sbatch answered {output.strip()!r}, not a job id")
     except JobError as exc:
         script.unlink()  # the run directory stays as it was: nothing was submitted
+        if earlier is None:
+            record_path.unlink()
+        else:
+            record_path.write_bytes(earlier)
         hint = next((fix for words, fix in SBATCH_FIXES if words in str(exc)), None)
         raise JobError(f"{str(exc).rstrip('.')}. Fix: {hint}" if hint else str(exc)) from None
-    job_id = output.strip().split(";")[0]
-    if not job_id.isdigit():
-        raise JobError(f"sbatch answered {output.strip()!r}, not a job id")
-    write_job_file(spec.run_dir, {"backend": "slurm", "id": job_id, "name": spec.config.name,
-                                  "spec": spec.to_dict(), "command": command, "submitted": time.time()})
+    write_job_file(spec.run_dir, {**record, "id": job_id})
     return job_id
 
 
@@ -100,29 +116,13 @@ def check_node_cpus(spec: JobSpec) -> None:
                        f"{fit}" + (" or use fewer ranks_per_node" if fit else ", and use fewer ranks_per_node") + ".")
 
 
-def cancel_slurm(job_id: str) -> None:
-    """scancel the job."""
-    run_command(["scancel", job_id], "scancel")
-
-
-def slurm_status(job_id: str, run_dir: Path) -> dict:
-    """State and exit code from scontrol, else sacct, else (Slurm forgot the job) from the run directory."""
-    try:
-        shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30)
-        if shown.returncode == 0 and "JobState=" in shown.stdout:
-            fields = dict(part.split("=", 1) for part in shown.stdout.split() if "=" in part)
-            raw = fields["JobState"]
-            exit_code = int(fields.get("ExitCode", "0:0").split(":")[0])
-            return {"state": from_slurm(raw), "exit_code": exit_code if raw in FINAL_STATES else None,
-                    "slurm_state": raw, "nodes": fields.get("NodeList")}
-        acct = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State,ExitCode", "-j", job_id],
-                              capture_output=True, text=True, timeout=30)
-        if acct.returncode == 0 and acct.stdout.strip():
-            raw, code = acct.stdout.strip().splitlines()[0].split("|")
-            raw = raw.split()[0]
-            return {"state": from_slurm(raw), "exit_code": int(code.split(":")[0]), "slurm_state": raw}
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    finished = (run_dir / DONE_FILE).exists()
-    return {"state": "COMPLETED" if finished else "FAILED", "exit_code": 0 if finished else None,
-            "reason": "Slurm no longer knows this job; state taken from the run directory"}
+def cancel_slurm(job_id: str, run_dir, conf: str | None, seen) -> None:
+    """scancel the job, once Slurm's own fields prove it is this run directory's job (its batch script is the
+    run directory's ``job.sbatch``); another job under that id is refused in one line, nothing cancelled."""
+    ours = str(run_dir / JOB_SCRIPT)
+    command = seen.fields.get("Command") if seen.slurm_state else None
+    if command is not None and command != ours and not command.startswith(ours + " "):  # the script, its arguments
+        raise JobError(f"cancel refused: Slurm job {job_id} runs {command}, not {ours}: it is not this run "
+                       f"directory's job ({run_dir / JOB_FILE} may have been copied or edited); nothing was "
+                       "cancelled. Fix: cancel the job you mean with scancel yourself.")
+    run_command(["scancel", job_id], "scancel", env=slurm_env(conf))

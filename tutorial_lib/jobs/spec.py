@@ -1,4 +1,4 @@
-"""What a job is before it runs: its validated resources and program, and the job record it leaves.
+"""What a job is before it runs: its validated resources and program (its record: :mod:`tutorial_lib.jobs.record`).
 
 Every value that reaches sbatch, torchrun or a shell is checked here first. Values are always
 passed as separate argv elements (never through a shell string), so even a value that passed
@@ -7,7 +7,6 @@ validation is an inert literal.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,7 +20,6 @@ from tutorial_lib.jobs.slurm_values import (
     check_word,
     time_limit_seconds,
 )
-from tutorial_lib.rundir.layout import JOB_FILE
 
 JOB_MODULES = ("tutorial_lib.train", "tutorial_lib.bench", "tutorial_lib.jobs.preflight")
 
@@ -160,32 +158,3 @@ def absolute_config(config: TrainConfig) -> TrainConfig:
 
     return replace(config, output_root=str(Path(config.output_root).resolve()),
                    data_dir=str(Path(config.data_dir).resolve()))
-
-
-def write_job_file(run_dir: Path, record: dict) -> None:
-    """Store the job record (id, backend, command...) so attach() can find the job later."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".{JOB_FILE}.tmp"
-    tmp.write_text(json.dumps(record, indent=2, default=str))
-    tmp.replace(run_dir / JOB_FILE)
-
-
-def read_job_file(run_dir: Path) -> dict:
-    """The job record of a run directory, or JobError (one line) naming what is missing, unreadable or torn."""
-    path = Path(run_dir) / JOB_FILE
-    if not path.is_file():
-        raise JobError(f"{run_dir} holds no job ({JOB_FILE} missing). Fix: pass the run directory of a job "
-                       "submitted with tutorial_lib.jobs.submit (output_root/name).")
-    try:
-        record = json.loads(path.read_bytes())
-    except OSError as exc:
-        raise JobError(f"{path}: cannot be read ({exc.strerror}). Fix: give yourself read permission on it, "
-                       "or pass the run directory of a job you submitted.") from None
-    except ValueError:  # torn (a full disk, a copy cut short), empty, or not JSON at all
-        raise JobError(f"{path} is not a complete job record (torn, empty or not JSON); nothing was read from it. "
-                       "Fix: submit the job again with another name, or with fresh=True.") from None
-    missing = [key for key in ("id", "backend", "name") if not isinstance(record, dict) or key not in record]
-    if missing:
-        raise JobError(f"{path} lacks the job's {', '.join(missing)}: it was not written by tutorial_lib.jobs. "
-                       "Fix: submit the job again with another name, or with fresh=True.")
-    return record

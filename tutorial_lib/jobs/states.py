@@ -1,7 +1,12 @@
-"""Job states, as both backends report them, and the local supervisor's state file.
+"""Job states: the watcher's own (:data:`WATCH_STATES`), the public ones callers compare with, and the local
+supervisor's state file.
 
-``PENDING``, ``RUNNING``, then one of :data:`FINAL_STATES`. Slurm's many states are mapped onto these
-(:func:`from_slurm`); a local job's state is what its supervisor last wrote to ``job_state.json``.
+The watcher (:mod:`tutorial_lib.jobs.watch`) tells ``pending``, ``running``, ``completing``, ``completed``,
+``failed``, ``cancelled``, ``timeout``, ``requeued`` and ``unknown`` apart; ``Job.state`` shows them as the public
+``PENDING``, ``RUNNING``, ``UNKNOWN`` (the controller did not answer: not a verdict) and :data:`FINAL_STATES`
+(:func:`public`): a requeued job is ``PENDING`` again, a completing one still ``RUNNING``. Slurm's many states are
+mapped onto the watcher's (:func:`from_slurm`); a local job's is what its supervisor last wrote to
+``job_state.json``.
 """
 
 from __future__ import annotations
@@ -9,35 +14,69 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from tutorial_lib.jobs import processes
 from tutorial_lib.rundir.layout import STATE_FILE
 
+WATCH_STATES = ("pending", "running", "completing", "completed", "failed", "cancelled", "timeout", "requeued",
+                "unknown")
+WATCH_FINAL = frozenset({"completed", "failed", "cancelled", "timeout"})
 FINAL_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
-STATES = ("PENDING", "RUNNING", *FINAL_STATES)
-_SLURM_STATE_MAP = {"CONFIGURING": "PENDING", "REQUEUED": "PENDING", "REQUEUE_HOLD": "PENDING",
-                    "REQUEUE_FED": "PENDING", "RESIZING": "RUNNING", "COMPLETING": "RUNNING",
-                    "SUSPENDED": "RUNNING", "STOPPED": "RUNNING", "SIGNALING": "RUNNING",
-                    "STAGE_OUT": "RUNNING", "PREEMPTED": "PENDING", "NODE_FAIL": "FAILED",
-                    "BOOT_FAIL": "FAILED", "DEADLINE": "TIMEOUT", "OUT_OF_MEMORY": "FAILED",
-                    "SPECIAL_EXIT": "FAILED", "REVOKED": "CANCELLED"}
+STATES = ("PENDING", "RUNNING", "UNKNOWN", *FINAL_STATES)
+_PUBLIC = {"requeued": "PENDING", "completing": "RUNNING"}
+_SLURM_STATE_MAP = {"PENDING": "pending", "CONFIGURING": "pending", "RESV_DEL_HOLD": "pending",
+                    "REQUEUED": "requeued", "REQUEUE_HOLD": "requeued", "REQUEUE_FED": "requeued",
+                    "PREEMPTED": "requeued", "RUNNING": "running", "RESIZING": "running", "SUSPENDED": "running",
+                    "STOPPED": "running", "SIGNALING": "running", "COMPLETING": "completing",
+                    "STAGE_OUT": "completing", "COMPLETED": "completed", "FAILED": "failed", "NODE_FAIL": "failed",
+                    "BOOT_FAIL": "failed", "OUT_OF_MEMORY": "failed", "SPECIAL_EXIT": "failed",
+                    "CANCELLED": "cancelled", "REVOKED": "cancelled", "TIMEOUT": "timeout", "DEADLINE": "timeout"}
 
 
 def from_slurm(raw: str) -> str:
-    """One of :data:`STATES` for a Slurm job state (``REQUEUED`` -> PENDING, ``NODE_FAIL`` -> FAILED...)."""
-    return _SLURM_STATE_MAP.get(raw, raw if raw in STATES else "FAILED")
+    """The watcher's state for a Slurm job state (``REQUEUED`` -> requeued, ``NODE_FAIL`` -> failed...);
+    a state this table does not know is ``unknown``, never a verdict."""
+    return _SLURM_STATE_MAP.get(raw.split()[0] if raw.strip() else raw, "unknown")
+
+
+def public(state: str) -> str:
+    """The public state (one of :data:`STATES`) of a watcher state."""
+    return _PUBLIC.get(state, state.upper())
 
 
 def write_state(run_dir: Path, state: str, **fields) -> None:
-    """Atomically record a local job's state (and e.g. exit_code) in job_state.json."""
+    """Atomically record a local job's state (and e.g. exit_code) in job_state.json, with the writing process (the
+    supervisor) as :func:`tutorial_lib.jobs.processes.identity` names it: pid, start time, command line."""
     tmp = run_dir / f".{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps({"state": state, "time": time.time(), "supervisor_pid": os.getpid(), **fields}))
+    tmp.write_text(json.dumps({"state": state, "time": time.time(), "supervisor_pid": os.getpid(),
+                               "supervisor": processes.identity(os.getpid()), **fields}))
     tmp.replace(run_dir / STATE_FILE)
 
 
 def read_state(run_dir: Path) -> dict | None:
     """A local job's last recorded state, or None."""
     try:
-        return json.loads((run_dir / STATE_FILE).read_text())
+        state = json.loads((run_dir / STATE_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return None
+    return state if isinstance(state, dict) and state.get("state") in STATES else None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What the watcher knows about one job at one moment, and who said so."""
+
+    state: str  # one of WATCH_STATES
+    source: str  # "slurm", "sacct", "exit record", "DONE", "supervisor", "submitted", "no answer", "run directory"
+    exit_code: int | None = None
+    reason: str = ""  # why, in words (a pending job's Slurm reason, a lost supervisor, a controller's error)
+    slurm_state: str | None = None  # Slurm's own word, where Slurm answered
+    fields: dict = field(default_factory=dict)  # the scheduler's fields for a queue report
+    time: float = field(default_factory=time.time)
+
+    @property
+    def final(self) -> bool:
+        """Whether the job has ended."""
+        return self.state in WATCH_FINAL

@@ -20,10 +20,12 @@ from pathlib import Path
 
 import psutil
 
+from tutorial_lib import REPO_ROOT
+from tutorial_lib.jobs import processes
+from tutorial_lib.jobs.record import launch_of
 from tutorial_lib.jobs.slurm_values import time_limit_seconds
 from tutorial_lib.jobs.states import FINAL_STATES, read_state, write_state
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STOP_FILE
-from tutorial_lib.rundir.lock import process_start
 
 STOP_GRACE_S = 15
 
@@ -94,12 +96,16 @@ class Supervisor:
         # one from an earlier run (e.g. our own time-limit stop) is removed here, as train.sbatch does.
         (self.run_dir / STOP_FILE).unlink(missing_ok=True)
         log = open(self.run_dir / JOB_LOG, "ab", buffering=0)
-        env = {**os.environ, **self.record.get("env", {})}
-        for command in self.record["commands"]:
-            self.procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **launch_of(self.record).environment()}
+        names = self.record.get("node_names") or [None] * len(self.record["commands"])
+        for command, name in zip(self.record["commands"], names, strict=True):
+            node_env = {**env, "TUTORIAL_NODE_NAME": name} if name else env  # an emulated node's name
+            self.procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=node_env,
                                                cwd=self.record["workdir"], start_new_session=True))
-        write_state(self.run_dir, "RUNNING", pids=[p.pid for p in self.procs],
-                    pid_starts=[process_start(p.pid) for p in self.procs])
+        # each agent as it was started (pid, start time, command line): what a cancel may signal once we are gone
+        agents = [{**(processes.identity(p.pid) or {}), "pid": p.pid, "cmdline": command}
+                  for p, command in zip(self.procs, self.record["commands"], strict=True)]
+        write_state(self.run_dir, "RUNNING", agents=agents)
         started, final, term_sent = time.time(), None, None
         while any(p.poll() is None for p in self.procs):
             if self.cancelled and final is None:

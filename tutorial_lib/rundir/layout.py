@@ -3,7 +3,7 @@
 Written by the trainer: :data:`CONFIG_FILE`, :data:`METRICS_FILE`, :data:`CHECKPOINT_FILE`, :data:`DONE_FILE`,
 :data:`LOCK_FILE`. Written by a launcher or a user: :data:`STOP_FILE`. Written by :mod:`tutorial_lib.jobs`:
 :data:`JOB_FILE`, :data:`LAUNCH_FILE`, :data:`JOB_LOG`, :data:`STATE_FILE`, :data:`SUPERVISOR_LOG`,
-``slurm-<id>.out`` (:func:`slurm_log`).
+``slurm-<id>.out`` (:func:`slurm_log`). Written by a Slurm job's batch script or launcher: :data:`EXIT_FILE`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ PREFLIGHT_FILE = "preflight.jsonl"  # a pre-flight job's findings, one JSON line
 JOB_LOG = "job.log"  # a local job's combined output
 STATE_FILE = "job_state.json"  # a local job's state, written by its supervisor
 SUPERVISOR_LOG = "supervisor.log"  # the local supervisor's own errors
+EXIT_FILE = "job_exits.jsonl"  # how each run of a Slurm job ended, one JSON line each (rundir.job_exits)
 SLURM_LOG_PATTERN = "slurm-%j.out"  # sbatch --output, in the run directory
 
 

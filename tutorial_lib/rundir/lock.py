@@ -6,10 +6,10 @@ import fcntl
 import json
 import os
 import socket
-import subprocess
 import time
 from pathlib import Path
 
+from tutorial_lib.rundir.job_exits import has_ended
 from tutorial_lib.rundir.layout import LOCK_FILE
 from tutorial_lib.rundir.owned import RunDirError, usable_run_dir
 
@@ -43,18 +43,6 @@ def prepare_run_dir(run_dir: str | os.PathLike, create: bool = True) -> Path:
         raise RunDirError(f"output_root: the run directory {run_dir} (output_root/name) {problem}. Fix: choose "
                           "an output_root that is a folder you can write to, or another run name.")
     return run_dir
-
-
-def _slurm_job_alive(job_id: str) -> bool | None:
-    """True/False if Slurm knows whether the job still runs; None if Slurm cannot be asked."""
-    try:
-        result = subprocess.run(["squeue", "-h", "-o", "%T", "-j", str(job_id)], capture_output=True,
-                                text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if result.returncode != 0:
-        return False if "Invalid job id" in result.stderr else None
-    return result.stdout.strip() in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED")
 
 
 def pid_alive(pid: int) -> bool:
@@ -94,7 +82,8 @@ def same_process(pid: int, start: int | None) -> bool:
 
 class RunLock:
     """The run directory's lock. A holder is stale when it ran on this host and its process is gone,
-    when its Slurm job has ended, or when it was an earlier run of the same Slurm job (a requeue)."""
+    when the run directory records that its Slurm job has ended, or when it was an earlier run of the same Slurm
+    job (a requeue)."""
 
     def __init__(self, run_dir: str | os.PathLike):
         self.path = Path(run_dir) / LOCK_FILE
@@ -120,8 +109,9 @@ class RunLock:
         if record.get("host") == self.owner["host"] and not same_process(int(record.get("pid") or 0),
                                                                          record.get("pid_start")):
             return None  # its process is gone (or the pid now belongs to another program)
-        if record.get("slurm_job_id") and _slurm_job_alive(record["slurm_job_id"]) is False:
-            return None  # its Slurm job has ended, wherever it ran
+        if record.get("slurm_job_id") and has_ended(self.path.parent, record["slurm_job_id"]):
+            return None  # its Slurm job has ended, wherever it ran (rundir.job_exits: its batch script's last line,
+            # or what Slurm answered the launcher of a later job)
         if record.get("pid") == self.owner["pid"] and record.get("host") == self.owner["host"]:
             return None
         return record
