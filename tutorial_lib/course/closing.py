@@ -44,9 +44,10 @@ def mixed_precision(records: list[dict], trained: list[str], accuracy, figure, c
 
 
 def data_pipeline(summary: dict, parts: dict, loader: list[dict], gpu_pipeline: dict, model: dict, e2e: dict,
-                  needed, both: dict, stage_times: dict, figures: dict, claims) -> object:
+                  needed, both: dict, stage_times: dict, packed: dict, figures: dict, claims) -> object:
     """02: the data set, one image's parts (``{part: Spread}``), the loader per worker count, the GPU pipeline,
-    the model against the files, the cores needed, both input pipelines, staging."""
+    the model against the files, the cores needed, both input pipelines, staging, class folders against shards
+    (``packed``: :func:`tutorial_lib.bench.shards.compare_formats`)."""
     from tutorial_lib.bench.timing import Spread
 
     def workers(record):
@@ -66,7 +67,11 @@ def data_pipeline(summary: dict, parts: dict, loader: list[dict], gpu_pipeline: 
                **{f"share waiting, {p} input pipeline": Spread.from_record(r, "data_wait_fraction")
                   for p, r in both.items()},
                "staging: copy s": stage_times["copy"], "staging: read all s, from where it is": stage_times["shared"],
-               "staging: read all s, from the copy": stage_times["staged"]}
+               "staging: read all s, from the copy": stage_times["staged"],
+               **{f"files opened per epoch, {fmt}": count for fmt, count in packed["opened"].items()},
+               **{f"loader images/s from {fmt}, {packed['workers']} workers": spread
+                  for fmt, spread in packed["load"].items()},
+               **{f"staging s, {fmt}": spread for fmt, spread in packed["stage"].items()}}
     return summarize("02_data_pipeline", numbers, figures=figures, claims=claims)
 
 
