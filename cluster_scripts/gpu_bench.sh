@@ -18,6 +18,9 @@
 #              first run fills the compiled-code cache ($INDUCTOR_CACHE), the second reuses it; each
 #              record's warmup_s is the compile time plus the warm-up steps
 #   autotune   the same with max-autotune (CUDA graphs; compiling alone takes several minutes)
+#   forms      the awkward files (CMYK, YCCK, grayscale, progressive, EXIF-rotated, PNG named .JPEG, empty,
+#              truncated, too many pixels) through nvJPEG and the CPU pipeline: tests/test_input_forms.py with
+#              TUTORIAL_TEST_DEVICE=cuda (needs pytest and pytest-timeout); prints each file's difference
 #   data       JPEG loader: the trainer's CPU pipeline with 1..N workers vs the trainer's GPU input pipeline
 #              (nvJPEG); generates a 100-class x 150-image ImageNet-like set of 500x375 JPEGs first (~1.7 GB)
 #   e2e        bf16 + channels_last training fed from those JPEGs by the trainer's loaders, both input
@@ -32,7 +35,8 @@
 #
 # Environment: PYTHON (default .venv/bin/python, else python3), RESULTS (default results),
 # DATA_DIR (default data/fake_imagenet_gpu; point it at a real ImageNet to measure that instead),
-# ARCH (resnet50), IMAGE (224), BATCH (256), STEPS (50), WARMUP (15), TRAINER_EPOCHS (3),
+# CLASSES and PER_CLASS (the generated set's size, 100 and 150), ARCH (resnet50), IMAGE (224), BATCH (256),
+# STEPS (50), WARMUP (15), TRAINER_EPOCHS (3),
 # TRAINER_STEPS (steps per epoch, 50), PEER_SCRIPT (default cluster_scripts/plain_pytorch_resnet50.py),
 # INDUCTOR_CACHE (torch.compile's cache, default build/inductor-cache: a second run reuses compiled code).
 # Results are appended as JSON lines to $RESULTS/gpu_<stage>.jsonl (one record per measurement,
@@ -54,8 +58,10 @@ STEPS=${STEPS:-50}
 WARMUP=${WARMUP:-15}
 TRAINER_EPOCHS=${TRAINER_EPOCHS:-3}
 TRAINER_STEPS=${TRAINER_STEPS:-50}
+CLASSES=${CLASSES:-100}
+PER_CLASS=${PER_CLASS:-150}
 PEER_SCRIPT=${PEER_SCRIPT:-cluster_scripts/plain_pytorch_resnet50.py}
-STAGES="env precision batch compile cudagraphs autotune data e2e trainer peer course allreduce table"
+STAGES="env forms precision batch compile cudagraphs autotune data e2e trainer peer course allreduce table"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export TORCHINDUCTOR_CACHE_DIR=${INDUCTOR_CACHE:-$PWD/build/inductor-cache}
 if [[ " $* " == *" help "* || " $* " == *" --help "* || " $* " == *" -h "* ]]; then
@@ -86,6 +92,9 @@ stage_env() {
         "cuDNN", torch.backends.cudnn.version(), "torchvision", torchvision.__version__)'
     bench matmul --device cuda --dtype bfloat16,float16,float32 --out "$RESULTS/gpu_env.jsonl"
 }
+stage_forms() {
+    TUTORIAL_TEST_DEVICE=cuda "$PYTHON" -m pytest -s -q -p no:cacheprovider tests/test_input_forms.py
+}
 stage_precision() {
     train gpu_precision.jsonl --batch-size "$BATCH" --precision fp32,tf32,fp16,bf16 --channels-last off,on
 }
@@ -109,20 +118,20 @@ stage_cudagraphs() {
     done
 }
 stage_data() {
-    bench data --device cuda --data-dir "$DATA_DIR" --classes 100 --per-class 150 --workers "$worker_list" \
+    bench data --device cuda --data-dir "$DATA_DIR" --classes "$CLASSES" --per-class "$PER_CLASS" --workers "$worker_list" \
         --batch-size "$BATCH" --image-size "$IMAGE" --batches 16 --min-time 2 --repeats 3 --gpu-pipeline yes \
         --read-workers "$(( cpus < 16 ? cpus : 16 ))" --out "$RESULTS/gpu_data.jsonl"
 }
 stage_e2e() {
     local workers
     workers=$("$PYTHON" -c "n=$cpus; print(','.join(str(w) for w in sorted({min(8, n), min(16, n)})))")
-    bench e2e --device cuda --data-dir "$DATA_DIR" --classes 100 --per-class 150 --arch "$ARCH" \
+    bench e2e --device cuda --data-dir "$DATA_DIR" --classes "$CLASSES" --per-class "$PER_CLASS" --arch "$ARCH" \
         --precision bf16 --channels-last on --batch-size "$BATCH" --image-size "$IMAGE" --steps 40 \
         --warmup "$WARMUP" --workers "$workers" --input-pipeline cpu,gpu --out "$RESULTS/gpu_e2e.jsonl"
 }
 stage_trainer() {
     local root="$RESULTS/tmp/trainer_runs" workers=$(( cpus < 16 ? cpus : 16 ))
-    "$PYTHON" -c "from tutorial_lib.bench.fake_imagenet import prepare_fake_imagenet as p; p('$DATA_DIR', 100, 150)"
+    "$PYTHON" -c "from tutorial_lib.bench.fake_imagenet import prepare_fake_imagenet as p; p('$DATA_DIR', $CLASSES, $PER_CLASS)"
     local run  # fresh each time, so none resumes: only the files the trainer wrote are removed (else it stops)
     for run in jpeg_gpu_pipeline jpeg_cpu_pipeline synthetic; do
         "$PYTHON" -m tutorial_lib.rundir fresh "$root/$run" || return 1
