@@ -38,6 +38,7 @@ CPU = torch.device("cpu")
 DEVICE = torch.device(os.environ.get("TUTORIAL_TEST_DEVICE", "cpu"))
 LEVEL = 1 / (255 * min(IMAGENET_STD))
 PIXEL_LIMIT = 50_000  # Image.MAX_IMAGE_PIXELS in these tests: the 300x200 file is over it, 120x90 ones are not
+NVJPEG_FORMS = {"exif_rotated.JPEG", "progressive.JPEG", "same_without_exif.JPEG"}  # with the plain ones
 UNREADABLE = {"zero_byte.JPEG", "truncated.JPEG", "too_many_pixels.JPEG"}
 
 
@@ -128,10 +129,18 @@ def test_both_pipelines_agree_on_every_form(forms_tree, pixel_limit, capfd):
     bomb = f"Image size (60000 pixels) exceeds limit of {PIXEL_LIMIT} pixels"
     assert sum(bomb in line for line in cpu_skips) == 1
     difference = (cpu_batch.images - gpu_batch.images.cpu()).abs().amax(dim=(1, 2, 3))
-    print("largest difference in levels, per file:",  # the edge-case table of a GPU run (pytest -s)
-          {names[i]: round(float(d) / LEVEL, 2) for i, d in zip(kept, difference, strict=True)})
+    mean = (cpu_batch.images - gpu_batch.images.cpu()).abs().mean(dim=(1, 2, 3))
+    print("difference in levels per file, largest and mean:",  # the edge-case table of a GPU run (pytest -s)
+          {names[i]: (round(float(d) / LEVEL, 2), round(float(m) / LEVEL, 2)) for i, d, m in
+           zip(kept, difference, mean, strict=True)})
     assert cpu_batch.images.shape == gpu_batch.images.shape == (len(kept), 3, 32, 32)
-    assert difference.max() <= 1.5 * LEVEL, dict(zip([names[i] for i in kept], difference.tolist(), strict=True))
+    # Decoded by the same libjpeg (the CPU here; on CUDA the files the device cannot take) they agree to a
+    # level; nvJPEG upsamples chroma its own way: on an H200 (2026-11-26) up to 14.1 levels at a colour edge,
+    # 2.2 on average (docs/one-gpu.md)
+    by_nvjpeg = [DEVICE.type == "cuda" and (names[i].startswith("n0") or names[i] in NVJPEG_FORMS) for i in kept]
+    for d, m, nvjpeg in zip(difference.tolist(), mean.tolist(), by_nvjpeg, strict=True):
+        largest, average = (16, 3) if nvjpeg else (1.5, 1.5)
+        assert d <= largest * LEVEL and m <= average * LEVEL, (difference, mean)
 
 
 def test_the_exif_orientation_is_ignored_by_both(forms_tree, pixel_limit, capfd):
