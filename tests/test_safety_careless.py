@@ -26,6 +26,7 @@ from tests.conftest import REPO_ROOT, subprocess_env, write_image_tree
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config, validate, validate_name
 from tutorial_lib.engine.input.folders import DataError, export_digits
+from tutorial_lib.engine.optim import lr_schedule_values
 from tutorial_lib.engine.stop import EXIT_DIVERGED, EXIT_STOPPED
 from tutorial_lib.engine.trainer import Trainer, TrainingDiverged
 from tutorial_lib.engine.validate import FLOAT_RANGES
@@ -194,12 +195,21 @@ def test_a_resume_refused_on_the_command_line_is_one_line(finished, runs):
 
 
 def test_more_epochs_resume_and_the_change_is_recorded(finished, runs):
+    """The resumed steps follow the longer plan's schedule (issue 47: the checkpoint's scheduler carried the old
+    plan's length, so the cosine decay ran out at the old end and the LR jumped back up)."""
     run_dir = _copy_run(finished, runs, "longer")
-    summary = runs.in_process(runs.config("longer", **{**TINY, "epochs": 2}))
+    final = runs.config("longer", **{**TINY, "epochs": 2})
+    summary = runs.in_process(final)
     assert summary["status"] == "completed"
     resume, = runs.events(run_dir, "resume")
     assert resume["changes"] == {"epochs": [1, 2]}
     assert [e["epoch"] for e in runs.events(run_dir, "epoch")] == [1, 2]
+    # the LR of every resumed step: the resume's, then each step event's (the LR after that step) but the last
+    steps = [e for e in runs.events(run_dir, "step") if e["step"] > resume["global_step"]]
+    resumed = [resume["lr"]] + [e["lr"] for e in steps[:-1]]
+    uninterrupted = lr_schedule_values(final, TINY["max_steps_per_epoch"])  # a 2-epoch run's schedule
+    assert resumed == pytest.approx(uninterrupted[resume["global_step"]:], rel=1e-12)
+    assert resumed[-1] == pytest.approx(resumed[0] / 2)  # half-way down the new plan's cosine, not at its end
 
 
 # ------------------------------------------------------------- 3. finite settings, finite losses, real epochs
