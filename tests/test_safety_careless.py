@@ -9,6 +9,7 @@ cases of the whole-match test (a NUL and an escape sequence), which the old char
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import resource
@@ -27,6 +28,7 @@ from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config, validate, validate_name
 from tutorial_lib.engine.input.folders import DataError, export_digits
 from tutorial_lib.engine.optim import lr_schedule_values
+from tutorial_lib.engine.recipe import SAFE_TO_CHANGE, check_resume
 from tutorial_lib.engine.stop import EXIT_DIVERGED, EXIT_STOPPED
 from tutorial_lib.engine.trainer import Trainer, TrainingDiverged
 from tutorial_lib.engine.validate import FLOAT_RANGES
@@ -183,6 +185,46 @@ def test_a_resume_with_another_recipe_is_refused_before_writing(finished, runs, 
     assert message.startswith("resume:") and f"{key} {TINY.get(key, getattr(runs.config('x'), key))!r}" in message
     assert "--name" in message and "fresh" in message and "\n" not in message
     assert _files(run_dir) == before  # nothing written: config.json, metrics.jsonl, checkpoint as they were
+
+
+# What a resume may change (engine/recipe.py's SAFE_TO_CHANGE), written out here: a field that changes the arithmetic
+# of training added there (precision: an fp16 run resumed in fp32, a bf16 one in fp16) must fail this file.
+RESUMABLE = {"name", "output_root", "profile", "data_dir", "epochs", "stop_after_epochs", "workers", "prefetch",
+             "input_pipeline", "bad_data", "stage_to", "index_dir", "device", "compile", "bucket_cap_mb", "allreduce",
+             "log_every", "checkpoint", "progress"}
+
+
+def _another(value):
+    """A value of the same type that differs from ``value``."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, list):
+        return [*value, 99]
+    return f"{value}-other"
+
+
+@pytest.mark.parametrize("before, after", [("fp16", "fp32"), ("bf16", "fp16"), ("fp32", "tf32")])
+def test_a_resume_in_another_precision_is_refused(before, after):
+    """Issue 47: the check was planted to accept a change of precision and no test noticed."""
+    checkpoint = {"config": make_config("smoke", precision=before).to_dict(), "progress": {"epoch": 1}}
+    with pytest.raises(ConfigError, match=f"precision '{before}' -> '{after}'"):
+        check_resume(checkpoint, make_config("smoke", precision=after, epochs=5), {}, "runs/x")
+
+
+def test_a_resume_refuses_a_change_of_every_field_but_where_how_long_and_how_fast():
+    assert SAFE_TO_CHANGE == RESUMABLE
+    cfg = make_config("smoke")
+    checkpoint = {"config": cfg.to_dict(), "progress": {"epoch": 1}}
+    for field in dataclasses.fields(cfg):
+        changed = dataclasses.replace(cfg, **{field.name: _another(getattr(cfg, field.name))})
+        if field.name in RESUMABLE:  # recorded as a change (the run directory's place is not one)
+            allowed = check_resume(checkpoint, changed, {}, "runs/x")
+            assert field.name in allowed or field.name in ("name", "output_root")
+        else:
+            with pytest.raises(ConfigError, match=f"{field.name} "):
+                check_resume(checkpoint, changed, {}, "runs/x")
 
 
 def test_a_resume_refused_on_the_command_line_is_one_line(finished, runs):
