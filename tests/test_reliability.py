@@ -32,6 +32,7 @@ from tutorial_lib.rundir.layout import CHECKPOINT_FILE, DONE_FILE, LOCK_FILE, ME
 
 TINY = dict(image_size=16, batch_size=16, log_every=1)  # log_every 1: stop requests are honoured after any step
 DETECT_BOUND_S = 90  # generous: measured 5-15 s on a loaded 2-core machine
+RESUME_ATOL = 1e-6  # test_resume.py's tolerance: a resume is exact (measured 0.0 on CPU)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -212,7 +213,24 @@ def _kill_rank_mid_epoch(job, name: str, rank: int) -> dict:
     return {"detect_s": detect, "killed_at": killed_at, "pid": victim, "state": job.state}
 
 
-def test_killed_rank_fails_the_job_fast_and_resubmission_resumes(runs, backend):
+@pytest.fixture(scope="module")
+def uninterrupted(make_runs):
+    """The killed runs' plan (2 ranks, 2 epochs of KILL_EPOCH_STEPS) run without a fault: where they must end."""
+    runs = make_runs()
+    runs.torchrun(2, runs.flags("uninterrupted", epochs=2, max_steps_per_epoch=KILL_EPOCH_STEPS, **TINY))
+    run_dir = runs.run_dir("uninterrupted")
+    return runs, runs.weights(run_dir), runs.events(run_dir, "epoch")[-1]
+
+
+def assert_ends_like(uninterrupted, run_dir: Path) -> None:
+    """The same weights and last epoch as the uninterrupted run, to the resume tests' tolerance (test_resume.py)."""
+    runs, weights, last = uninterrupted
+    runs.assert_same_weights(weights, runs.weights(run_dir), atol=RESUME_ATOL)
+    mine = events(run_dir, "epoch")[-1]
+    assert mine["top1"] == pytest.approx(last["top1"]) and mine["val_loss"] == pytest.approx(last["val_loss"], rel=1e-4)
+
+
+def test_killed_rank_fails_the_job_fast_and_resubmission_resumes(runs, backend, uninterrupted):
     """Locally rank 1 dies (rank 0 then waits for it in an all-reduce); under Slurm rank 0, the lock holder."""
     rank = 0 if backend == "slurm" else 1
     name = f"kill-{backend}"
@@ -234,9 +252,10 @@ def test_killed_rank_fails_the_job_fast_and_resubmission_resumes(runs, backend):
     assert position(resume) == (1, 0, KILL_EPOCH_STEPS)  # exactly where the last complete checkpoint was
     assert_each_epoch_once(run_dir, epochs=2)
     assert events(run_dir, "end")[0]["global_step"] == 2 * KILL_EPOCH_STEPS and len(events(run_dir, "start")) == 1
+    assert_ends_like(uninterrupted, run_dir)  # nothing lost but the redone steps
 
 
-def test_max_restarts_recovers_a_killed_rank_by_itself(runs, backend):
+def test_max_restarts_recovers_a_killed_rank_by_itself(runs, backend, uninterrupted):
     """Both backends pass max_restarts to torchrun (Slurm through train.sbatch and jobs.launch)."""
     name = f"kill-restart-{backend}"
     cfg = runs.config(name, epochs=2, max_steps_per_epoch=KILL_EPOCH_STEPS, **TINY)
@@ -253,6 +272,7 @@ def test_max_restarts_recovers_a_killed_rank_by_itself(runs, backend):
     assert_each_epoch_once(job.run_dir, epochs=2)
     assert events(job.run_dir, "end")[0]["global_step"] == 2 * KILL_EPOCH_STEPS
     assert len(events(job.run_dir, "start")) == 1
+    assert_ends_like(uninterrupted, job.run_dir)
 
 
 # ------------------------------------------------------------------------------ 3. interrupted checkpoint
