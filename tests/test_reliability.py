@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -273,6 +274,40 @@ def test_max_restarts_recovers_a_killed_rank_by_itself(runs, backend, uninterrup
     assert events(job.run_dir, "end")[0]["global_step"] == 2 * KILL_EPOCH_STEPS
     assert len(events(job.run_dir, "start")) == 1
     assert_ends_like(uninterrupted, job.run_dir)
+
+
+# ------------------------------------------------------------------------------ rendezvous port in use
+def test_a_rendezvous_port_taken_by_another_program_is_moved_and_the_job_runs(runs, monkeypatch, uninterrupted):
+    """Two emulated nodes whose chosen port another program took before the agents started: before, the head
+    agent failed with a 40-line traceback and the other waited to join; now the supervisor checks the port at
+    start and the agents meet at the next free one, saying so in the job's log."""
+    from tutorial_lib.jobs import local
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    monkeypatch.setattr(local, "free_port", lambda: taken)  # as if taken between the submit and the start
+    try:
+        cfg = runs.config("port-taken", epochs=2, max_steps_per_epoch=KILL_EPOCH_STEPS, **TINY)
+        job = jobs.submit(cfg, backend="local", nodes=2, ranks_per_node=1, verbose=False)
+        assert job.wait(timeout=600) == "COMPLETED", job.explain()
+    finally:
+        squatter.close()
+    assert f"rendezvous port {taken} is in use by another program: the agents meet at 127.0.0.1:" in job.logs()
+    assert_ends_like(uninterrupted, job.run_dir)
+
+
+def test_the_batch_scripts_port_helper_moves_past_a_port_in_use():
+    with socket.socket() as squatter:
+        squatter.bind(("", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        chosen = subprocess.run([sys.executable, "-m", "tutorial_lib.jobs.rendezvous", str(taken)],
+                                env=subprocess_env(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert chosen.returncode == 0, chosen.stderr
+    assert taken < int(chosen.stdout) < taken + 64
+    assert f"rendezvous port {taken} is in use by another program" in chosen.stderr
 
 
 # ------------------------------------------------------------------------------ 3. interrupted checkpoint

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from tutorial_lib.jobs.rendezvous import with_free_endpoint
 from tutorial_lib.jobs.slurm_values import time_limit_seconds
 from tutorial_lib.jobs.states import FINAL_STATES, read_state, write_state
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STOP_FILE
@@ -95,7 +96,10 @@ class Supervisor:
         (self.run_dir / STOP_FILE).unlink(missing_ok=True)
         log = open(self.run_dir / JOB_LOG, "ab", buffering=0)
         env = {**os.environ, **self.record.get("env", {})}
-        for command in self.record["commands"]:
+        commands, moved = with_free_endpoint(self.record["commands"])  # its port may be taken since the submit
+        if moved:
+            log.write(f"{moved}\n".encode())
+        for command in commands:
             self.procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                                cwd=self.record["workdir"], start_new_session=True))
         write_state(self.run_dir, "RUNNING", pids=[p.pid for p in self.procs],
