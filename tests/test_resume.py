@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import tmpfs
 from tutorial_lib.engine.trainer import Trainer
 from tutorial_lib.rundir.checkpoint import SaveError, load_checkpoint
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, DONE_FILE, STOP_FILE
@@ -115,18 +116,10 @@ def test_resume_at_epoch_boundary_is_exact_with_worker_processes(runs, jpeg_tree
 # --------------------------------------------------------- faults of the run directory's disk (docs/reliability.md)
 @pytest.fixture
 def own_disk(tmp_path):
-    """A tmpfs of 128 MiB mounted for the test and removed after it (root): room for one checkpoint of these runs
-    (about 90 MB: the weights and their momentum), not for its atomic replacement beside it."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128m", "tmpfs", str(mount)], capture_output=True,
-                             text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"mounting a tmpfs needs root (run the tests as root, as CI does): {mounted.stderr.strip()}")
-    try:
+    """A 128 MiB tmpfs: room for one checkpoint of these runs (about 90 MB: the weights and their momentum), not
+    for its atomic replacement beside it."""
+    with tmpfs(tmp_path / "disk", "128m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import REPO_ROOT, subprocess_env, write_image_tree
+from tests.conftest import REPO_ROOT, subprocess_env, tmpfs, write_image_tree
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config, validate, validate_name
 from tutorial_lib.engine.input.folders import DataError, export_digits
@@ -328,15 +328,8 @@ def test_names_and_slurm_words_are_matched_whole(tmp_path, digits_dir, bad):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 MiB tmpfs (a full disk without filling the real one); skipped where mounting is not allowed."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "4m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_old_checkpoint(small_disk):
