@@ -114,10 +114,15 @@ def test_01_fp32_fastest_only_when_nothing_overlaps_it():
 
 
 def test_01_issue_14_single_windows_name_what_they_measured():
-    records = [train("fp32", [16.8]), train("bf16", [389]), train("bf16", [9], channels_last=True)]
+    """One window per setting: the ratio is that of the two measurements, its range collapses onto it (no spread
+    is invented), and both measured rates are named. Derived from the inputs, not copied from an output."""
+    fp32, bf16 = 16.8, 389.0
+    records = [train("fp32", [fp32]), train("bf16", [bf16]), train("bf16", [9], channels_last=True)]
     claim = claims.fastest_setting(records)
     assert claim.verdict == "faster"
-    assert "bf16 is the fastest here, 23.15x (between 23.15x and 23.15x) fp32" in claim.sentence
+    ratio = f"{bf16 / fp32:.2f}x"
+    assert f"bf16 is the fastest here, {ratio} (between {ratio} and {ratio}) fp32" in claim.sentence
+    assert f"bf16 {bf16:.1f}" in claim.sentence and f"fp32 {fp32:.1f}" in claim.sentence
 
 
 def test_01_accuracy_gap_against_noise():

@@ -13,6 +13,7 @@ import pytest
 
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config
+from tutorial_lib.engine.schedule import SchedulePlan
 from tutorial_lib.jobs.commands import spec_torchrun_command
 from tutorial_lib.jobs.spec import JobError, make_spec
 from tutorial_lib.rundir.layout import CONFIG_FILE, DONE_FILE
@@ -63,14 +64,21 @@ def test_one_node_two_ranks_completes(tmp_path, shared_data, backend):
 
 
 def test_two_node_job_runs_on_two_nodes(tmp_path, shared_data, backend):
-    """Each node stages the data to its local disk (stage_to), trains from that copy and removes it."""
+    """Each node stages the data to its local disk (stage_to), trains from that copy and removes it. The LR is
+    scaled by the global batch of both nodes (issue 47: scaled by one node's batch, planted, no test noticed)."""
     local = tmp_path / "node-local"
     local.mkdir()
     (local / "foreign.txt").write_text("not the project's")
-    cfg = small_config(tmp_path, shared_data, f"two-{backend}", dataset="imagefolder", stage_to=str(local))
+    cfg = small_config(tmp_path, shared_data, f"two-{backend}", dataset="imagefolder", stage_to=str(local),
+                       log_every=1)
     job = jobs.submit(cfg, nodes=2, ranks_per_node=1, backend=backend, verbose=False)
     assert job.wait(timeout=300) == "COMPLETED", job.explain()
     assert job.metrics("start").iloc[0]["world_size"] == 2
+    scaled = cfg.base_lr * cfg.batch_size * 2 / cfg.lr_reference_batch  # two nodes' batches
+    assert job.metrics("start").iloc[0]["scaled_lr"] == pytest.approx(scaled)
+    plan = SchedulePlan.of(cfg, cfg.max_steps_per_epoch)
+    used = [(e["step"], e["lr"]) for e in job.events() if e["event"] == "step"]  # the optimiser's LR after each step
+    assert used == [(step, pytest.approx(scaled * plan.factor(step))) for step in range(1, 5)]
     config = json.loads((job.run_dir / CONFIG_FILE).read_text())
     hosts = config["hosts"]
     assert len(hosts) == 2 and len(set(hosts)) == 2, hosts  # each rank ran on its own (Slurm or emulated) node

@@ -226,9 +226,10 @@ def test_lr_schedules_scaling_efficiency_and_bars():
 def test_job_table(two_jobs):
     table = plots.job_table(two_jobs)
     assert list(table.columns) == plots.TABLE_COLUMNS
-    assert table.to_dict("records")[0] | {"images_per_sec": None} == {
+    # images/s: the last finished epoch's rate (100 in add_epoch), not a step event's (101 to 108)
+    assert table.to_dict("records")[0] == {
         "name": "one", "id": "local-one", "backend": "local", "state": "COMPLETED", "world_size": 2, "epoch": 2,
-        "epochs": 3, "top1": 20.0, "images_per_sec": None}
+        "epochs": 3, "top1": 20.0, "images_per_sec": 100.0}
 
 
 # ------------------------------------------------------- frontend detection

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from tutorial_lib.engine.config import make_config
-from tutorial_lib.engine.optim import LARS, build_optimizer, build_scheduler, lr_schedule_values, parameter_groups
+from tutorial_lib.engine.optim import LARS, build_optimizer, lr_schedule_values, parameter_groups
+from tutorial_lib.engine.schedule import SchedulePlan, build_scheduler
 
 
 def small_model() -> nn.Module:
@@ -57,7 +58,7 @@ def test_no_weight_decay_1d_setting_and_default():
 def test_cosine_reaches_zero_at_the_last_step_even_for_one_step():
     cfg = make_config("smoke", epochs=1, warmup_epochs=0, lr_schedule="cosine")
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.4)
-    scheduler = build_scheduler(optimizer, cfg, steps_per_epoch=1)
+    scheduler = build_scheduler(optimizer, SchedulePlan.of(cfg, steps_per_epoch=1), base_lr=0.4)
     optimizer.step()
     scheduler.step()
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)

@@ -1,11 +1,17 @@
-"""Resume is exact: a run stopped and started again ends where an uninterrupted run ends."""
+"""Resume is exact: a run stopped and started again ends where an uninterrupted run ends; so does one whose run
+directory's disk filled up at a save, or was read-only for a while."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
+from tests.conftest import tmpfs
 from tutorial_lib.engine.trainer import Trainer
-from tutorial_lib.rundir.layout import DONE_FILE, STOP_FILE
+from tutorial_lib.rundir.checkpoint import SaveError, load_checkpoint
+from tutorial_lib.rundir.layout import CHECKPOINT_FILE, DONE_FILE, STOP_FILE
 
 # Augmentation stays on: random crops and flips, drawn from (seed, epoch, image index) in both pipelines.
 SMALL = dict(image_size=16, batch_size=16, epochs=2, max_steps_per_epoch=6, log_every=2)
@@ -105,3 +111,55 @@ def test_resume_at_epoch_boundary_is_exact_with_worker_processes(runs, jpeg_tree
     runs.assert_same_weights(runs.weights(straight), runs.weights(resumed), atol=ATOL)
     epochs = [{e["epoch"]: (e["top1"], e["train_loss"]) for e in runs.events(d, "epoch")} for d in (straight, resumed)]
     assert epochs[0] == epochs[1] and set(epochs[0]) == {1, 2}
+
+
+# --------------------------------------------------------- faults of the run directory's disk (docs/reliability.md)
+@pytest.fixture
+def own_disk(tmp_path):
+    """A 128 MiB tmpfs: room for one checkpoint of these runs (about 90 MB: the weights and their momentum), not
+    for its atomic replacement beside it."""
+    with tmpfs(tmp_path / "disk", "128m") as mount:
+        yield mount
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_disk_full_at_save_time_keeps_the_previous_checkpoint_and_the_run_resumes(make_runs, own_disk, straight):
+    runs = make_runs()
+    runs.output_root = own_disk
+    with pytest.raises(SaveError) as full:  # epoch 2's checkpoint does not fit beside epoch 1's
+        runs.in_process(runs.config("full", **SMALL))
+    message = str(full.value)
+    assert str(own_disk / "full" / CHECKPOINT_FILE) in message and "No space left on device" in message
+    assert "\n" not in message
+    assert load_checkpoint(own_disk / "full" / CHECKPOINT_FILE)["progress"]["epoch"] == 1  # epoch 1's, intact
+    assert not [p for p in (own_disk / "full").iterdir() if p.name.endswith(".tmp")]
+    assert [e["epoch"] for e in runs.events(own_disk / "full", "epoch")] == [1]
+
+    subprocess.run(["mount", "-o", "remount,size=512m", str(own_disk)], check=True)  # room made
+    assert runs.in_process(runs.config("full", **SMALL))["status"] == "completed"
+    resume, = runs.events(own_disk / "full", "resume")
+    assert (resume["epoch"], resume["step_in_epoch"]) == (1, 0)  # work lost: epoch 2, redone
+    runs.assert_same_weights(straight[0], runs.weights(own_disk / "full"), atol=ATOL)
+
+
+def test_a_run_directory_on_a_read_only_file_system_is_one_line_and_nothing_changes(make_runs, own_disk,
+                                                                                    straight):
+    runs = make_runs()
+    runs.output_root = own_disk
+    subprocess.run(["mount", "-o", "remount,size=512m", str(own_disk)], check=True)
+    assert runs.in_process(runs.config("ro", stop_after_epochs=1, **SMALL))["status"] == "stopped"
+    before = _files(own_disk / "ro")
+    subprocess.run(["mount", "-o", "remount,ro", str(own_disk)], check=True)
+    refused = runs.module(runs.flags("ro", **SMALL))
+    assert refused.returncode == 1, refused.stderr[-2000:]
+    assert "Traceback" not in refused.stderr
+    line = refused.stderr.strip().splitlines()[-1]
+    assert line.startswith("error:") and "Read-only file system" in line and str(own_disk / "ro") in line, line
+    assert _files(own_disk / "ro") == before
+
+    subprocess.run(["mount", "-o", "remount,rw", str(own_disk)], check=True)
+    assert runs.in_process(runs.config("ro", **SMALL))["status"] == "completed"
+    runs.assert_same_weights(straight[0], runs.weights(own_disk / "ro"), atol=ATOL)

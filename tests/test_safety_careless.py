@@ -9,6 +9,7 @@ cases of the whole-match test (a NUL and an escape sequence), which the old char
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import resource
@@ -22,10 +23,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import REPO_ROOT, subprocess_env, write_image_tree
+from tests.conftest import REPO_ROOT, subprocess_env, tmpfs, write_image_tree
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config, validate, validate_name
 from tutorial_lib.engine.input.folders import DataError, export_digits
+from tutorial_lib.engine.optim import lr_schedule_values
+from tutorial_lib.engine.recipe import SAFE_TO_CHANGE, check_resume
 from tutorial_lib.engine.stop import EXIT_DIVERGED, EXIT_STOPPED
 from tutorial_lib.engine.trainer import Trainer, TrainingDiverged
 from tutorial_lib.engine.validate import FLOAT_RANGES
@@ -185,6 +188,46 @@ def test_a_resume_with_another_recipe_is_refused_before_writing(finished, runs, 
     assert _files(run_dir) == before  # nothing written: config.json, metrics.jsonl, checkpoint as they were
 
 
+# What a resume may change (engine/recipe.py's SAFE_TO_CHANGE), written out here: a field that changes the arithmetic
+# of training added there (precision: an fp16 run resumed in fp32, a bf16 one in fp16) must fail this file.
+RESUMABLE = {"name", "output_root", "profile", "data_dir", "epochs", "stop_after_epochs", "workers", "prefetch",
+             "input_pipeline", "bad_data", "stage_to", "index_dir", "device", "compile", "bucket_cap_mb", "allreduce",
+             "log_every", "checkpoint", "progress"}
+
+
+def _another(value):
+    """A value of the same type that differs from ``value``."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, list):
+        return [*value, 99]
+    return f"{value}-other"
+
+
+@pytest.mark.parametrize("before, after", [("fp16", "fp32"), ("bf16", "fp16"), ("fp32", "tf32")])
+def test_a_resume_in_another_precision_is_refused(before, after):
+    """Issue 47: the check was planted to accept a change of precision and no test noticed."""
+    checkpoint = {"config": make_config("smoke", precision=before).to_dict(), "progress": {"epoch": 1}}
+    with pytest.raises(ConfigError, match=f"precision '{before}' -> '{after}'"):
+        check_resume(checkpoint, make_config("smoke", precision=after, epochs=5), {}, "runs/x")
+
+
+def test_a_resume_refuses_a_change_of_every_field_but_where_how_long_and_how_fast():
+    assert SAFE_TO_CHANGE == RESUMABLE
+    cfg = make_config("smoke")
+    checkpoint = {"config": cfg.to_dict(), "progress": {"epoch": 1}}
+    for field in dataclasses.fields(cfg):
+        changed = dataclasses.replace(cfg, **{field.name: _another(getattr(cfg, field.name))})
+        if field.name in RESUMABLE:  # recorded as a change (the run directory's place is not one)
+            allowed = check_resume(checkpoint, changed, {}, "runs/x")
+            assert field.name in allowed or field.name in ("name", "output_root")
+        else:
+            with pytest.raises(ConfigError, match=f"{field.name} "):
+                check_resume(checkpoint, changed, {}, "runs/x")
+
+
 def test_a_resume_refused_on_the_command_line_is_one_line(finished, runs):
     run_dir = _copy_run(finished, runs, "other-arch")
     before = _files(run_dir)
@@ -195,12 +238,21 @@ def test_a_resume_refused_on_the_command_line_is_one_line(finished, runs):
 
 
 def test_more_epochs_resume_and_the_change_is_recorded(finished, runs):
+    """The resumed steps follow the longer plan's schedule (issue 47: the checkpoint's scheduler carried the old
+    plan's length, so the cosine decay ran out at the old end and the LR jumped back up)."""
     run_dir = _copy_run(finished, runs, "longer")
-    summary = runs.in_process(runs.config("longer", **{**TINY, "epochs": 2}))
+    final = runs.config("longer", **{**TINY, "epochs": 2})
+    summary = runs.in_process(final)
     assert summary["status"] == "completed"
     resume, = runs.events(run_dir, "resume")
     assert resume["changes"] == {"epochs": [1, 2]}
     assert [e["epoch"] for e in runs.events(run_dir, "epoch")] == [1, 2]
+    # the LR of every resumed step: the resume's, then each step event's (the LR after that step) but the last
+    steps = [e for e in runs.events(run_dir, "step") if e["step"] > resume["global_step"]]
+    resumed = [resume["lr"]] + [e["lr"] for e in steps[:-1]]
+    uninterrupted = lr_schedule_values(final, TINY["max_steps_per_epoch"])  # a 2-epoch run's schedule
+    assert resumed == pytest.approx(uninterrupted[resume["global_step"]:], rel=1e-12)
+    assert resumed[-1] == pytest.approx(resumed[0] / 2)  # half-way down the new plan's cosine, not at its end
 
 
 # ------------------------------------------------------------- 3. finite settings, finite losses, real epochs
@@ -277,15 +329,8 @@ def test_names_and_slurm_words_are_matched_whole(tmp_path, digits_dir, bad):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 MiB tmpfs (a full disk without filling the real one); skipped where mounting is not allowed."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.decode().strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "4m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_old_checkpoint(small_disk):

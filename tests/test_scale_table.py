@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tutorial_lib import REPO_ROOT
@@ -19,6 +21,43 @@ def test_the_docs_table_is_the_one_the_results_give():
     shown = shown_between(REPO_ROOT / "docs" / "imagenet.md", BEGIN, END)
     assert shown is not None, "docs/imagenet.md lost its scale table markers"
     assert shown == scale_table(read_records(REPO_ROOT / "results" / "scale.jsonl")).strip()
+
+
+def test_every_cell_of_the_docs_table_is_its_latest_measurement_and_the_growth_between_them():
+    """Read back from the page, not compared with the generator: each time is the latest ok record of its step,
+    form and size in results/scale.jsonl, and each k is log(t_large / t_small) / log(n_large / n_small) of the
+    times it spans (a generator that picked the first record, or inverted k, passed the test above)."""
+    latest_of = {}
+    for record in read_records(REPO_ROOT / "results" / "scale.jsonl"):
+        if record.get("kind") == "scale" and record.get("status") == "ok":
+            key = (record["step"], record["form"], record["files"])
+            if key not in latest_of or record["timestamp"] >= latest_of[key]["timestamp"]:
+                latest_of[key] = record
+    lines = shown_between(REPO_ROOT / "docs" / "imagenet.md", BEGIN, END).splitlines()
+    sizes = [int(cell.removesuffix(" files").replace(",", "")) for cell in lines[0].strip("| ").split(" | ")[2:5]]
+    assert sizes == [10_000, 100_000, 1_331_167]
+    rows = set()
+    for line in lines[2:]:
+        step, form, *times, k_small, k_middle = line.strip("| ").split(" | ")
+        rows.add((step, form))
+        seconds = {}
+        for files, cell in zip(sizes, times, strict=True):
+            record = latest_of.get((step, form, files))
+            assert (cell == "-") is (record is None), (step, form, files, cell)
+            if record is not None:
+                seconds[files] = record["seconds"]
+                value, load = cell.split(" s ")[0], cell.split("(load ")[1].rstrip(")")
+                decimals = len(value.partition(".")[2])  # as shown: to within half its last digit
+                assert float(value) == pytest.approx(record["seconds"], abs=0.5 * 10 ** -decimals), (step, form, files)
+                assert load == f"{record['load_average_1m']:.0f}", (step, form, files)
+        for cell, points in ((k_small, seconds), (k_middle, {n: t for n, t in seconds.items() if n >= sizes[1]})):
+            if len(points) < 2:
+                assert cell == "-"
+                continue
+            k = math.log(points[max(points)] / points[min(points)]) / math.log(max(points) / min(points))
+            assert cell == f"{k:.2f} ({'linear or better' if k <= 1.05 else 'worse than linear'})", (step, form)
+    measured = {(step, form) for step, form, _ in latest_of if step in ("prepare", "tar", "scan", "job", "stage")}
+    assert rows == measured
 
 
 def test_growth_is_one_for_linear_below_one_for_a_fixed_cost_and_above_for_quadratic():

@@ -57,6 +57,43 @@ def test_interrupted_copy_resumes_and_complete_copy_is_reused(source, tmp_path, 
     assert staging.stage(source, str(tmp_path), "r", "n").reused  # a killed job's complete copy
 
 
+def test_a_copy_whose_source_changed_is_brought_up_to_date_not_reused(source, tmp_path):
+    """Issue 47: stage, add a file to the source, stage again: the copy was reused and still held the old files,
+    so the job trained on a stale set without a word."""
+    first = staging.stage(source, str(tmp_path), "r", "n")
+    (source / "train" / "a" / "3.JPEG").write_bytes(os.urandom(700))  # added
+    rewritten = source / "val" / "a" / "1.JPEG"
+    rewritten.write_bytes(os.urandom(1000))  # the same size, new content and time
+    os.utime(rewritten, ns=(rewritten.stat().st_atime_ns, rewritten.stat().st_mtime_ns + 10**9))
+    (source / "train" / "a" / "1.JPEG").unlink()  # removed
+    again = staging.stage(source, str(tmp_path), "r", "n")
+    assert again.path == first.path and not again.reused and again.refreshed
+    copied = sorted(str(p.relative_to(again.path)) for p in again.path.rglob("*.JPEG"))
+    assert copied == ["train/a/3.JPEG", "train/b/2.JPEG", "val/a/1.JPEG"]  # the source's files, no stale one
+    assert (again.path / "val" / "a" / "1.JPEG").read_bytes() == rewritten.read_bytes()
+    assert not first.path.with_name(first.path.name + ".partial").exists()
+    third = staging.stage(source, str(tmp_path), "r", "n")  # unchanged since: reused as it is
+    assert third.reused and not third.refreshed
+    assert staging.remove(third.path) == [] and not third.path.exists()
+
+
+def test_the_trainers_loaders_open_the_nodes_copy_not_data_dir(tmp_path, monkeypatch, jpeg_tree, runs):
+    """What the loaders open, not what config.json records: with a staged copy, every image is read from the
+    copy (staging planted away, loaders built from data_dir, was caught by no test: issue 47)."""
+    from tutorial_lib.engine.input import files
+
+    copy = staging.stage(jpeg_tree, str(tmp_path), "opened", "node").path
+    monkeypatch.setenv(staging.STAGED_DATA_ENV, str(copy))
+    monkeypatch.setenv(staging.STAGED_FROM_ENV, str(jpeg_tree))
+    opened, real_open = [], files.open_regular_file
+    monkeypatch.setattr(files, "open_regular_file", lambda path: opened.append(Path(path)) or real_open(path))
+    summary = runs.in_process(runs.config("opened", data_dir=str(jpeg_tree), image_size=16, batch_size=8,
+                                          epochs=1, max_steps_per_epoch=2, bad_data="error"))
+    assert summary["status"] == "completed"
+    assert len(opened) >= 2 * 8 + 6  # two training batches and the validation split
+    assert all(path.is_relative_to(copy) for path in opened), [p for p in opened if not p.is_relative_to(copy)][:3]
+
+
 def test_foreign_folder_of_the_same_name_is_refused(source, tmp_path):
     theirs = tmp_path / staging.copy_name("r", "n")
     theirs.mkdir()

@@ -13,15 +13,18 @@ def test_figures_of_an_epoch_in_two_parts_are_those_of_the_whole_epoch():
     tally.add_loss(2.0, 2)
     tally.add_loss(1.0, 2)
     tally.add_part(64.0, 1.0, 4.0)
+    tally.skipped_steps += 1  # a step every rank skipped (one had no readable image): carried across the stop
     saved = tally.as_dict()
-    assert saved == {"loss_sum": 6.0, "loss_steps": 4, "images": 64, "skipped": 1, "seconds": 4.0, "first_step": 0}
+    assert saved == {"loss_sum": 6.0, "loss_steps": 4, "images": 64, "skipped": 1, "skipped_steps": 1,
+                     "seconds": 4.0, "first_step": 0}
 
     resumed = EpochTally.for_epoch(4, saved)
     resumed.add_loss(0.5, 2)
     resumed.add_part(32.0, 2.0, 4.0)
     figures = resumed.figures(steps_per_epoch=6)
     assert figures == {"train_loss": pytest.approx(7.0 / 6), "epoch_time": 8.0, "images_per_sec": 12.0,
-                       "train_images": 99, "skipped_images": 3, "train_steps": 6, "partial": False}
+                       "train_images": 99, "skipped_images": 3, "skipped_steps": 1, "train_steps": 6,
+                       "partial": False}
 
 
 def test_a_checkpoint_without_sums_gives_partial_figures_of_the_resumed_steps():

@@ -9,8 +9,11 @@ copy, and calls :func:`remove` when they end, whatever the outcome.
 The copy goes to ``STAGE_TO/tutorial-stage-<run>-<node>``: first into ``<that>.partial`` (a marker and the
 list of files it will hold are written before any image), then renamed, so a complete copy is never
 confused with an interrupted one; an interrupted copy of the same source is resumed (files of the right size
-and time are kept). :func:`remove` deletes only the files on that list, the marker and the folders left
-empty: anything else found there survives, and a folder of that name that is not ours is refused.
+and time are kept). A complete copy is reused only while it holds exactly the source's files, each of the same
+size and modification time; when the source changed (a file added, removed or rewritten), the copy is brought
+up to date the same way, its files that the source no longer has deleted, before any rank reads it.
+:func:`remove` deletes only the files on that list, the marker and the folders left empty: anything else found
+there survives, and a folder of that name that is not ours is refused.
 
 ``stage_to`` may be a folder others can write (``/tmp``, a group scratch), so a mark alone proves nothing:
 the copy's folder is made with an exclusive ``mkdir`` (mode 0700), and one found there is used only if it is
@@ -55,6 +58,7 @@ class Staged:
     bytes: int
     seconds: float
     reused: bool = False
+    refreshed: bool = False  # a copy of an earlier job brought up to date: the source had changed since
 
 
 def _fail(problem: str, fix: str):
@@ -145,6 +149,27 @@ def _same(src: str, dst: str) -> bool:
     return a.st_size == b.st_size and a.st_mtime_ns == b.st_mtime_ns
 
 
+def _out_of_date(copy: Path, source: Path, files: list[tuple[str, int]]) -> bool:
+    """True when ``copy`` does not hold exactly ``files`` of ``source`` as they are now: a file added, removed,
+    or of another size or modification time since it was copied (one ``stat`` per file on each side)."""
+    manifest = _read_inside(copy, MANIFEST)
+    if manifest is None or sorted(manifest.splitlines()) != sorted(rel for rel, _ in files):
+        return True
+    return not all(_same(str(source / rel), str(copy / rel)) for rel, _ in files)
+
+
+def _drop_files_not_in(copy: Path, keep: set[str]) -> None:
+    """Delete the files of ``copy``'s file list that the source no longer has (never through a link)."""
+    top = os.open(copy, _DIR_FLAGS)
+    try:
+        for rel in (_read_at(top, MANIFEST) or "").splitlines():
+            parts = Path(rel).parts
+            if rel and rel not in keep and not os.path.isabs(rel) and ".." not in parts:
+                _unlink_regular(top, parts)
+    finally:
+        os.close(top)
+
+
 def copy_name(run: str, node: str) -> str:
     """The folder a node's copy gets inside ``stage_to``: one per run and node (emulated nodes share a disk)."""
     return "tutorial-stage-" + _UNSAFE.sub("_", f"{run}-{node}")[:120]
@@ -172,8 +197,14 @@ def stage(source: str | os.PathLike, stage_to: str, run: str, node: str, environ
                   "remove or rename it yourself, or choose another stage_to")
     files = listing(source)
     total = sum(size for _, size in files)
-    if present_at[final]:  # a complete copy of this run on this node, left by a job that was killed: reuse it
-        return Staged(final, len(files), total, 0.0, reused=True)
+    if present_at[final]:  # a complete copy of this run on this node, left by an earlier job of it
+        if not _out_of_date(final, source, files):
+            return Staged(final, len(files), total, 0.0, reused=True)
+        if present_at[partial]:
+            remove(partial)
+        os.rename(final, partial)  # the source changed since: brought up to date like an interrupted copy
+        present_at[partial] = True
+    refreshing = present_at[final]
     present = sum(size for rel, size in files if _same(str(source / rel), str(partial / rel)))
     free = shutil.disk_usage(root).free
     if total - present + SPARE_BYTES > free:
@@ -186,6 +217,8 @@ def stage(source: str | os.PathLike, stage_to: str, run: str, node: str, environ
         except FileExistsError:
             _fail(f"{partial} appeared on node {node} while this job checked it; nothing was copied",
                   "look who made it, remove it, and run again (or choose another stage_to)")
+    if present_at[partial]:
+        _drop_files_not_in(partial, {rel for rel, _ in files})
     (partial / MANIFEST).write_text("".join(rel + "\n" for rel, _ in files))
     (partial / MARKER).write_text(json.dumps({"source": str(source), "node": node, "run": run, "version": 1}))
     try:
@@ -199,7 +232,7 @@ def stage(source: str | os.PathLike, stage_to: str, run: str, node: str, environ
         remove(partial)
         _fail(f"copying {source} to {partial} on node {node} failed ({exc}); what was copied is removed",
               "check the free space and permissions of that folder, or choose another stage_to")
-    return Staged(final, len(files), total, time.perf_counter() - started)
+    return Staged(final, len(files), total, time.perf_counter() - started, refreshed=refreshing)
 
 
 def remove(copy: str | os.PathLike) -> list[Path]:

@@ -1,8 +1,7 @@
 """Optimisers and learning-rate schedules of the large-minibatch recipe.
 
 * Linear scaling rule (Goyal et al.): LR = base_lr * global_batch / 256.
-* Gradual warmup per iteration with torch's LinearLR, then step (MultiStepLR) or cosine decay,
-  chained with SequentialLR.
+* Gradual warmup per iteration, then step or cosine decay: :mod:`tutorial_lib.engine.schedule`.
 * No weight decay on normalisation weights and biases (Jia et al.).
 * LARS (You et al.) for very large batches. torch has no LARS optimiser, hence the small class here.
 """
@@ -11,7 +10,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, LRScheduler, MultiStepLR, SequentialLR
+
+from tutorial_lib.engine.config import scaled_batch_and_lr
+from tutorial_lib.engine.schedule import SchedulePlan, lr_values
 
 
 def parameter_groups(model: nn.Module, weight_decay: float, no_weight_decay_1d: bool = True) -> list[dict]:
@@ -83,36 +84,7 @@ def build_optimizer(model: nn.Module, cfg, lr: float, fused: bool = False) -> to
                            nesterov=cfg.nesterov, fused=fused or None)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg, steps_per_epoch: int) -> LRScheduler:
-    """Per-iteration schedule: linear warmup over ``warmup_epochs``, then step or cosine decay.
-
-    Call ``scheduler.step()`` after every optimiser step. Milestones are epochs counted from the
-    start of training (warmup included), as in the papers.
-    """
-    warmup = round(cfg.warmup_epochs * steps_per_epoch)
-    total = cfg.epochs * steps_per_epoch
-    if cfg.lr_schedule == "cosine":
-        decay = CosineAnnealingLR(optimizer, T_max=max(1, total - warmup))
-    else:
-        # a milestone inside warmup still applies (from the end of warmup): SequentialLR replays it at 0
-        milestones = [max(0, m * steps_per_epoch - warmup) for m in cfg.lr_milestones]
-        decay = MultiStepLR(optimizer, milestones=milestones, gamma=cfg.lr_decay)
-    if warmup == 0:
-        return decay
-    ramp = LinearLR(optimizer, start_factor=cfg.warmup_start_factor, end_factor=1.0, total_iters=warmup)
-    return SequentialLR(optimizer, [ramp, decay], milestones=[warmup])
-
-
 def lr_schedule_values(cfg, steps_per_epoch: int, world_size: int = 1) -> list[float]:
-    """The LR at every iteration of a run, computed with a throwaway optimiser (for plots and tests)."""
-    from tutorial_lib.engine.config import scaled_batch_and_lr
-
-    param = nn.Parameter(torch.zeros(1))
-    optimizer = torch.optim.SGD([param], lr=scaled_batch_and_lr(cfg, world_size)["scaled_lr"])
-    scheduler = build_scheduler(optimizer, cfg, steps_per_epoch)
-    values = []
-    for _ in range(cfg.epochs * steps_per_epoch):
-        values.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        scheduler.step()
-    return values
+    """The LR at every iteration of a run (for plots and tests): the trainer's schedule
+    (:mod:`tutorial_lib.engine.schedule`) over the linearly scaled LR of ``world_size`` ranks."""
+    return lr_values(SchedulePlan.of(cfg, steps_per_epoch), scaled_batch_and_lr(cfg, world_size)["scaled_lr"])

@@ -2,9 +2,10 @@
 
 Started again on a run directory, the trainer resumes from its checkpoint. Settings that only say how long,
 where or how fast to run (:data:`SAFE_TO_CHANGE`, e.g. more ``epochs``) may differ, and the differences are
-recorded in the ``resume`` event; any other difference (arch, classes, image size, batch, precision,
-optimiser, schedule, ranks...) would train something else on top of the old weights and is refused in one
-line before anything is written.
+recorded in the ``resume`` event; the schedule then follows the new plan (:mod:`tutorial_lib.engine.schedule`),
+and ``epochs`` fewer than the work already done is refused. Any other difference (arch, classes, image size,
+batch, precision, optimiser, schedule, ranks...) would train something else on top of the old weights and is
+refused in one line before anything is written.
 """
 
 from __future__ import annotations
@@ -57,4 +58,18 @@ def check_resume(checkpoint: dict, cfg, facts: dict, run_dir) -> dict:
             f"resume: the checkpoint in {run_dir} was trained with another recipe ({changed}); resuming would train "
             "something else on its weights, so nothing was written. Fix: pass another --name for a new run, or "
             f"start this one over (jobs.submit(..., fresh=True), or python -m tutorial_lib.rundir fresh {run_dir})")
+    check_plan_length(checkpoint.get("progress") or {}, cfg.epochs, run_dir)
     return safe
+
+
+def check_plan_length(progress: dict, epochs: int, run_dir) -> None:
+    """ConfigError when ``epochs`` ends the plan before the work the checkpoint already holds (its ``progress``):
+    the weights would be more trained than the plan says, and its schedule's end already passed."""
+    done, into = progress.get("epoch", 0), progress.get("step_in_epoch", 0)
+    if epochs > done or (epochs == done and not into):
+        return
+    held = f"{done} epochs" + (f" and {into} steps of epoch {done + 1}" if into else "")
+    raise ConfigError(
+        f"epochs: {epochs} is fewer than the checkpoint in {run_dir} has trained already ({held}), so nothing was "
+        f"written. Fix: pass --epochs {done + (1 if into else 0)} or more to go on from it, or another --name for a "
+        f"new run of {epochs} epochs")

@@ -1,4 +1,4 @@
-"""An epoch's running sums (loss, images, skipped images, seconds), carried in the checkpoint across a stop.
+"""An epoch's running sums (loss, images, skipped images and steps, seconds), carried in the checkpoint across a stop.
 
 A run stopped in the middle of an epoch saves the sums of the steps it did; the resumed run adds its own, so the
 epoch's ``train_loss``, ``epoch_time`` and ``images_per_sec`` cover the whole epoch as if it had never stopped
@@ -20,7 +20,8 @@ class EpochTally:
     loss_sum: float = 0.0  # sum of the logged mean losses (mean over ranks), each weighted by its steps
     loss_steps: int = 0
     images: int = 0  # images trained on, all ranks together
-    skipped: int = 0  # images skipped as unreadable, all ranks together
+    skipped: int = 0  # images not trained on (unreadable, or on a skipped step), all ranks together
+    skipped_steps: int = 0  # steps skipped by every rank because one had no usable image (the same on every rank)
     seconds: float = 0.0  # training time of the parts of the epoch done so far
     first_step: int = 0  # the first step of the epoch these sums include (0: all of them)
 
@@ -56,5 +57,6 @@ class EpochTally:
         return {"train_loss": self.loss_sum / max(self.loss_steps, 1), "epoch_time": self.seconds,
                 "images_per_sec": self.images / self.seconds if self.seconds > 0 else 0.0,
                 "train_images": self.images + self.skipped, "skipped_images": self.skipped,
+                "skipped_steps": self.skipped_steps,
                 "train_steps": steps_per_epoch - self.first_step,
                 "partial": self.first_step > 0}

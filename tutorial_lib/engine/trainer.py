@@ -148,8 +148,9 @@ class Trainer:
         if state is not None:  # before anything is written: a checkpoint of another recipe is refused
             changes = check_resume(state, self.cfg, {"world_size": self.info.world_size,
                                                      "num_classes": self.loaders.num_classes}, self.run_dir)
-            try:
-                self.step.load_state_dict(state)
+            done = Progress(**state["progress"])
+            try:  # the schedule of this run's plan, at the step's place in it (the plan may have grown)
+                self.step.load_state_dict(state, done.epoch * self.steps_per_epoch + done.step_in_epoch)
             except (RuntimeError, KeyError, ValueError) as exc:
                 raise ConfigError(
                     f"resume: the checkpoint in {self.run_dir} does not fit this model "
@@ -162,14 +163,15 @@ class Trainer:
             self.metrics.write("start", **self.scaled, hosts=hosts, steps_per_epoch=self.steps_per_epoch,
                                epochs=self.cfg.epochs, arch=self.cfg.arch, precision=self.cfg.precision, **workers)
             return
-        self.progress = Progress(**state["progress"])
+        self.progress = done
         if self.is_main and self.progress.epoch < self.cfg.epochs:  # trains on (more epochs): not finished now
             (self.run_dir / DONE_FILE).unlink(missing_ok=True)
         rng = state.get("rng") or []
         if self.progress.step_in_epoch > 0 and self.info.rank < len(rng):  # mid-epoch: continue its RNG
             self.resume_rng = rng[self.info.rank]
         self.metrics.write("resume", epoch=self.progress.epoch, step_in_epoch=self.progress.step_in_epoch,
-                           global_step=self.progress.global_step, **self.scaled, hosts=hosts, changes=changes)
+                           global_step=self.progress.global_step, lr=self.optimizer.param_groups[0]["lr"],
+                           **self.scaled, hosts=hosts, changes=changes)
         if changes:
             self._say("resuming with changed settings: "
                       + ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changes.items()))
@@ -197,12 +199,12 @@ class Trainer:
         """One step of :class:`tutorial_lib.engine.step.TrainStep` (forward, backward, optimiser, LR)."""
         return self.step(batch)
 
-    def _mean_loss_and_stop(self, loss_sum: torch.Tensor, steps: int) -> tuple[float, bool]:
-        """All-reduce the recent loss and the stop flags: the mean loss over ranks, and whether any rank
-        was asked to stop (so every rank stops at the same step)."""
+    def _mean_loss_and_stop(self, loss_sum: torch.Tensor, steps: int) -> tuple[float | None, bool]:
+        """All-reduce the recent loss and the stop flags: the mean loss over ranks of the ``steps`` trained
+        (None if none was), and whether any rank was asked to stop (so every rank stops at the same step)."""
         loss_total, step_total, stops = dist_utils.all_reduce_sum(
             [float(loss_sum), float(steps), float(self.stop.local())], self.info, self.device)
-        return loss_total / max(step_total, 1), stops > 0
+        return (loss_total / step_total if step_total else None), stops > 0
 
     def train_epoch(self, epoch: int) -> dict | None:
         """Run (the rest of) one epoch. Returns its summary, or None if a stop was requested."""
@@ -217,33 +219,40 @@ class Trainer:
         tally = EpochTally.for_epoch(progress.step_in_epoch, progress.epoch_tally)  # a stopped epoch's sums
         bar = self._progress_bar(todo, epoch)
         meter, part_start = ThroughputMeter(), time.perf_counter()
-        loss_sum, since_log, skipped, read = torch.zeros((), device=self.device), 0, 0, 0
+        loss_sum, since_log, trained, skipped, read = torch.zeros((), device=self.device), 0, 0, 0, 0
         for _ in range(todo):
             batch = next(batches)
             self.stop.progress()
-            loss_sum += self.train_step(batch)
+            loss = self.train_step(batch)
+            if loss is None:  # skipped by every rank (one had no usable image): this rank's images were not used
+                skipped += len(batch.targets)
+                tally.skipped_steps += 1
+            else:
+                loss_sum += loss
+                trained += 1
+                read += len(batch.targets)
             since_log += 1
             skipped += batch.skipped
-            read += len(batch.targets)
-            meter.update(len(batch.targets) * self.info.world_size)
+            meter.update(len(batch.targets) * self.info.world_size if loss is not None else 0)
             progress.step_in_epoch += 1
             progress.global_step += 1
             if bar is not None:
                 bar.update(1)
             if since_log == cfg.log_every or progress.step_in_epoch == self.steps_per_epoch:
-                mean_loss, stop = self._mean_loss_and_stop(loss_sum, since_log)
-                if not math.isfinite(mean_loss):  # before any checkpoint of these weights: the last one is kept
+                mean_loss, stop = self._mean_loss_and_stop(loss_sum, trained)
+                # before any checkpoint of these weights: the last one is kept
+                if mean_loss is not None and not math.isfinite(mean_loss):
                     self._fail(TrainingDiverged(
                         f"training loss is {mean_loss} at epoch {epoch + 1}, step {progress.global_step}; stopped "
                         f"without saving, the last checkpoint is kept. Fix: lower base_lr (now {cfg.base_lr:g}) "
                         "or lengthen warmup_epochs, then start again with another name or fresh"), bar)
-                tally.add_loss(mean_loss, since_log)
+                tally.add_loss(mean_loss or 0.0, trained)
                 self.metrics.write("step", epoch=epoch + 1, step=progress.global_step, loss=mean_loss,
                                    lr=self.optimizer.param_groups[0]["lr"], images_per_sec=meter.rate())
-                if bar is not None:
+                if bar is not None and mean_loss is not None:
                     bar.set_postfix(loss=f"{mean_loss:.3f}", img_s=f"{meter.rate():.0f}")
                 loss_sum.zero_()
-                since_log = 0
+                since_log = trained = 0
                 meter.reset()
                 if stop and progress.step_in_epoch < self.steps_per_epoch:
                     if bar is not None:
@@ -256,8 +265,9 @@ class Trainer:
         read_total = self._add_part(tally, read, skipped, part_start)
         if read_total == 0:
             self._fail(DataError(
-                f"data_dir: no training image of epoch {epoch + 1} could be read ({tally.skipped} skipped as "
-                f"unreadable, see the log). Fix: check the files under {cfg.data_dir}/train"))
+                f"data_dir: no training image of epoch {epoch + 1} could be read and trained on ({tally.skipped} "
+                "skipped: unreadable, or on a step another rank had no readable image for; see the log). Fix: "
+                f"check the files under {cfg.data_dir}/train"))
         return tally.figures(self.steps_per_epoch)
 
     def _add_part(self, tally: EpochTally, read: int, skipped: int, part_start: float) -> float:

@@ -21,6 +21,9 @@ SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
 SITE_BEGIN, SITE_END = "# >>> site >>>", "# <<< site <<<"
 
 
+AGENT_STORE_TIMEOUT_S = 600  # the ranks' process-group timeout (engine.distributed.init_distributed), without torch
+
+
 @dataclass(frozen=True)
 class Rendezvous:
     """Where the torchrun agents of a multi-node job meet (c10d), and whether this node hosts the store."""
@@ -28,6 +31,7 @@ class Rendezvous:
     endpoint: str  # host:port
     run_id: str  # the same on every node of the job
     is_host: bool | None = None  # None: torchrun decides by comparing host names
+    local_addr: str | None = None  # the address this node's agent gives the others (None: its host name)
 
 
 def torchrun_command(python: str, nnodes: int, nproc_per_node: int, max_restarts: int, module: str,
@@ -42,9 +46,17 @@ def torchrun_command(python: str, nnodes: int, nproc_per_node: int, max_restarts
     if rendezvous is None:
         command += ["--standalone"]
     else:
-        command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous.endpoint, "--rdzv-id", rendezvous.run_id]
+        # The agents keep talking to the rendezvous store while the ranks train; a store read gave up after 60 s
+        # (c10d's default), so a network outage the ranks sat out (their collectives wait up to the process
+        # group's timeout) failed an agent, and with it its node (measured: a 30 s outage on netlab, 55-60 s until
+        # TCP's backoff resent). The agents wait as long as the ranks do.
+        conf = f"read_timeout={AGENT_STORE_TIMEOUT_S}"
         if rendezvous.is_host is not None:  # emulated nodes share one host name: say which one hosts
-            command += ["--rdzv-conf", f"is_host={int(rendezvous.is_host)}"]
+            conf += f",is_host={int(rendezvous.is_host)}"
+        command += ["--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous.endpoint, "--rdzv-id", rendezvous.run_id,
+                    "--rdzv-conf", conf]
+        if rendezvous.local_addr:
+            command += ["--local-addr", rendezvous.local_addr]
     return command + ["-m", module] + list(program_args)
 
 

@@ -38,7 +38,9 @@ def run(command: list[str], environ=os.environ) -> int:
     except staging.StagingError as exc:
         print(f"ConfigError: {exc}", file=sys.stderr, flush=True)
         return 2
-    how = "reused the copy left by an earlier attempt" if copy.reused else f"copied in {copy.seconds:.1f} s"
+    how = ("reused the copy left by an earlier attempt" if copy.reused else f"copied in {copy.seconds:.1f} s"
+           + (" (the copy of an earlier attempt, brought up to date: the source changed since)" if copy.refreshed
+              else ""))
     print(f"node {node}: staged {copy.files:,} files ({copy.bytes / 1e6:.1f} MB) of {source} to {copy.path}: "
           f"{how}", flush=True)
     env = {**environ, staging.STAGED_DATA_ENV: str(copy.path), staging.STAGED_FROM_ENV: source}

@@ -23,6 +23,7 @@ import psutil
 from tutorial_lib import REPO_ROOT
 from tutorial_lib.jobs import processes
 from tutorial_lib.jobs.record import launch_of
+from tutorial_lib.jobs.rendezvous import with_free_endpoint
 from tutorial_lib.jobs.slurm_values import time_limit_seconds
 from tutorial_lib.jobs.states import FINAL_STATES, read_state, write_state
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STOP_FILE
@@ -98,13 +99,16 @@ class Supervisor:
         log = open(self.run_dir / JOB_LOG, "ab", buffering=0)
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **launch_of(self.record).environment()}
         names = self.record.get("node_names") or [None] * len(self.record["commands"])
-        for command, name in zip(self.record["commands"], names, strict=True):
+        commands, moved = with_free_endpoint(self.record["commands"])  # its port may be taken since the submit
+        if moved:
+            log.write(f"{moved}\n".encode())
+        for command, name in zip(commands, names, strict=True):
             node_env = {**env, "TUTORIAL_NODE_NAME": name} if name else env  # an emulated node's name
             self.procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=node_env,
                                                cwd=self.record["workdir"], start_new_session=True))
         # each agent as it was started (pid, start time, command line): what a cancel may signal once we are gone
         agents = [{**(processes.identity(p.pid) or {}), "pid": p.pid, "cmdline": command}
-                  for p, command in zip(self.procs, self.record["commands"], strict=True)]
+                  for p, command in zip(self.procs, commands, strict=True)]
         write_state(self.run_dir, "RUNNING", agents=agents)
         started, final, term_sent = time.time(), None, None
         while any(p.poll() is None for p in self.procs):
