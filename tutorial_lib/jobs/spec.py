@@ -138,8 +138,12 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
     if module not in JOB_MODULES:
         raise ConfigError(f"module: {shorten(module)} cannot be run as a job. "
                           f"Fix: use one of {', '.join(JOB_MODULES)}.")
-    if module_args is not None and not all(isinstance(a, str) and "\n" not in a for a in module_args):
+    if module_args is not None and (not isinstance(module_args, (list, tuple))
+                                    or not all(isinstance(a, str) and "\n" not in a for a in module_args)):
         raise ConfigError("module_args: must be a list of single-line strings. Fix: e.g. ['allreduce', '--out', 'x']")
+    if not isinstance(sbatch_options, (str, list, tuple)):
+        raise ConfigError(f"sbatch_options: expected a list of options, got {shorten(sbatch_options)}. Fix: e.g. "
+                          "sbatch_options=['--constraint=a100'].")
     options = [check_sbatch_option(o) for o in (list(sbatch_options) if not isinstance(sbatch_options, str)
                                                   else [sbatch_options])]
     site = load_site(site) if on_cluster else Site()
@@ -188,4 +192,11 @@ def read_job_file(run_dir: Path) -> dict:
     if missing:
         raise JobError(f"{path} lacks the job's {', '.join(missing)}: it was not written by tutorial_lib.jobs. "
                        "Fix: submit the job again with another name, or with fresh=True.")
+    odd = [key for key, ok in (("id", isinstance(record["id"], (str, int)) and not isinstance(record["id"], bool)),
+                               ("backend", record["backend"] in ("local", "slurm")),
+                               ("name", isinstance(record["name"], str))) if not ok]
+    if odd:
+        raise JobError(f"{path} holds a job {', '.join(odd)} of another type than tutorial_lib.jobs writes "
+                       f"({shorten(record[odd[0]])}): it was not written by it or was changed since. Fix: submit "
+                       "the job again with another name, or with fresh=True.")
     return record
