@@ -71,6 +71,8 @@ class TrainStep:
         self.scheduler = build_scheduler(self.optimizer, cfg, steps_per_epoch)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        # BatchNorm cannot train on one image (ValueError): a batch left with one is skipped (input.files)
+        self.needs_two_images = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in self.model.modules())
         self.train_model.train()
 
     def autocast(self):
