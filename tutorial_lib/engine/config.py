@@ -338,6 +338,11 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
               f"use a torchvision classification model name such as {', '.join(close or ['resnet50'])}")
     if cfg.norm == "group" and not cfg.arch.startswith(("resnet", "resnext", "wide_resnet")):
         _fail("norm", "group norm is only wired for ResNet-family models", "use --norm batch")
+    from tutorial_lib.engine.models import has_batch_norm
+
+    if cfg.batch_size == 1 and has_batch_norm(cfg.arch, cfg.norm):  # ValueError at the first step otherwise
+        _fail("batch_size", f"1 image per rank cannot train {cfg.arch}: BatchNorm's statistics need two",
+              "pass --batch-size 2 or more, or --norm group (ResNets)")
     if cuda_available is None:
         import torch
 
