@@ -39,11 +39,12 @@ def class_folders(root: str | os.PathLike, warn: bool = True) -> tuple[list[str]
     return [name for name in folders if is_class_folder(name)], skipped
 
 
-def scan(root: str | os.PathLike, warn: bool = True) -> dict:
+def scan(root: str | os.PathLike, warn: bool = True, classes: list[str] | None = None) -> dict:
     """``{"classes": [...], "files": [[file paths relative to root, class 0], ...], "skipped_folders": [...]}`` of
-    an ImageFolder split (hidden folders inside a class are skipped too)."""
+    an ImageFolder split (hidden folders inside a class are skipped too); ``classes``: the split's class folders
+    where the caller has just listed them (:func:`class_folders`), so the split is not listed twice."""
     root = Path(root)
-    classes, skipped = class_folders(root, warn)
+    classes, skipped = (classes, []) if classes is not None else class_folders(root, warn)
     files = []
     for name in classes:
         found = []

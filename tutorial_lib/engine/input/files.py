@@ -126,7 +126,8 @@ class ImageFiles(datasets.ImageFolder):
         (:func:`tutorial_lib.data.file_index.scan`: the project's rules of images and class folders)."""
         listed = file_index.samples(directory, class_to_idx)
         if listed is None:
-            listed = file_index.samples_of(directory, file_index.scan(directory, warn=False), class_to_idx)
+            listed = file_index.samples_of(directory, file_index.scan(directory, classes=list(class_to_idx)),
+                                           class_to_idx)
         if listed is None:  # classes given by the caller that are not the folders': torchvision's own walk
             return datasets.DatasetFolder.make_dataset(directory, class_to_idx, extensions, is_valid_file,
                                                        allow_empty)
