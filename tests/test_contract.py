@@ -604,13 +604,23 @@ def test_a_damaged_prepared_mark_is_one_line(damage, which, fake_sources):
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, digits_dir):
+def tiny_tree(tmp_path_factory) -> Path:
+    """Two classes of 8 training images and 1 validation image each (8 px): runs and evaluations in seconds."""
+    from tests.conftest import write_image_tree
+
+    root = tmp_path_factory.mktemp("contract-data")
+    write_image_tree(root, {"train": {"a": 8, "b": 8}, "val": {"a": 1, "b": 1}})
+    return root
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_tree):
     """One tiny finished run (its model.pt) and a checkpoint of it, made once for the record tests."""
     from tutorial_lib.engine.config import make_config
     from tutorial_lib.engine.trainer import train
 
     out = tmp_path_factory.mktemp("contract-run")
-    cfg = make_config("smoke", name="base", output_root=str(out), dataset="imagefolder", data_dir=str(digits_dir),
+    cfg = make_config("smoke", name="base", output_root=str(out), dataset="imagefolder", data_dir=str(tiny_tree),
                       image_size=16, batch_size=8, epochs=1, max_steps_per_epoch=2, progress=False)
     train(cfg)
     return out / "base"
@@ -642,7 +652,7 @@ TORCH_WRONG = st.sampled_from([None, "x", -1, 1.5, [], {}, [1, 2], {"a": 1}, Tru
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(["bytes", "truncated", "wrong", "inner"]), cut=st.floats(0, 1),
        noise=st.binary(max_size=200), which=st.integers(0, 50), wrong=TORCH_WRONG)
-def test_a_damaged_model_file_is_one_line_in_evaluate(kind, cut, noise, which, wrong, finished_run, digits_dir):
+def test_a_damaged_model_file_is_one_line_in_evaluate(kind, cut, noise, which, wrong, finished_run, tiny_tree):
     from tutorial_lib.engine.model_file import main
 
     good = (finished_run / "model.pt").read_bytes()
@@ -650,7 +660,7 @@ def test_a_damaged_model_file_is_one_line_in_evaluate(kind, cut, noise, which, w
         run = box.dest / "run"
         run.mkdir()
         (run / "model.pt").write_bytes(_damaged_torch_file(good, kind, cut, noise, which, wrong, "state_dict"))
-        _check_contract(box, main, [str(run), "--data-dir", str(digits_dir), "--workers", "0", "--device", "cpu",
+        _check_contract(box, main, [str(run), "--data-dir", str(tiny_tree), "--workers", "0", "--device", "cpu",
                                     "--batch-size", "64"])
 
 
@@ -659,7 +669,7 @@ def test_a_damaged_model_file_is_one_line_in_evaluate(kind, cut, noise, which, w
 @given(kind=st.sampled_from(["bytes", "truncated", "wrong", "inner"]), cut=st.floats(0, 1),
        noise=st.binary(max_size=200), which=st.integers(0, 50), wrong=TORCH_WRONG)
 def test_a_damaged_checkpoint_is_one_line_when_the_trainer_resumes(kind, cut, noise, which, wrong, finished_run,
-                                                                   digits_dir):
+                                                                   tiny_tree):
     from tutorial_lib.engine.trainer import main
 
     good = (finished_run / "checkpoint.pt").read_bytes()
@@ -669,7 +679,7 @@ def test_a_damaged_checkpoint_is_one_line_when_the_trainer_resumes(kind, cut, no
         (run / "DONE").unlink()
         (run / "checkpoint.pt").write_bytes(_damaged_torch_file(good, kind, cut, noise, which, wrong, "progress"))
         argv = ["--profile", "smoke", "--name", "base", "--output-root", str(box.dest), "--dataset", "imagefolder",
-                "--data-dir", str(digits_dir), "--image-size", "16", "--batch-size", "8", "--epochs", "2",
+                "--data-dir", str(tiny_tree), "--image-size", "16", "--batch-size", "8", "--epochs", "2",
                 "--max-steps-per-epoch", "2", "--progress", "false"]
         _check_contract(box, main, argv)
 
@@ -687,13 +697,9 @@ PARAMETER_VALUES = st.one_of(NUMBER, TEXT, st.sampled_from([None, -1, 0, 10**9, 
 
 
 @pytest.fixture(scope="module")
-def course_root(tmp_path_factory, digits_dir):
-    """A working directory whose data/digits and data/digits16 (the notebooks' default data_dirs) are the digits."""
-    root = tmp_path_factory.mktemp("course-root")
-    (root / "data").mkdir()
-    for name in ("digits", "digits16"):
-        (root / "data" / name).symlink_to(digits_dir)
-    return root
+def course_root(tmp_path_factory):
+    """An empty working directory: the notebooks' default data_dirs are digits exports still to be made there."""
+    return tmp_path_factory.mktemp("course-root")
 
 
 @CASES

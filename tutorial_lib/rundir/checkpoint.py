@@ -154,6 +154,8 @@ def check_checkpoint(state, path: str | os.PathLike, progress_fields) -> dict:
     if unknown or not all(isinstance(progress.get(k), int) and not isinstance(progress.get(k), bool)
                           and progress[k] >= 0 for k in _COUNTS):
         refuse(f"holds progress {str(progress)[:80]} (unknown fields or counts that are not whole numbers >= 0)")
-    if not isinstance(progress.get("history", []), list) or not isinstance(progress.get("epoch_tally") or {}, dict):
-        refuse("holds a progress history or epoch tally of another type")
+    best = progress.get("best_top1", 0.0)
+    if (not isinstance(progress.get("history", []), list) or not isinstance(progress.get("epoch_tally") or {}, dict)
+            or not isinstance(best, (int, float)) or isinstance(best, bool)):
+        refuse("holds a progress history, epoch tally or best top-1 of another type")
     return state
