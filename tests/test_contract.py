@@ -710,7 +710,7 @@ def test_a_notebook_parameter_is_checked_by_the_first_cell_and_the_plan(which, v
     negative), then by the notebook's plan: refused in one line naming the parameter, never a traceback."""
     from papermill.translators import PythonTranslator
 
-    from tests.test_params import check, parameters_source, values_for
+    from tests.test_params import check, defaults, parameters_source, values_for
     from tutorial_lib.course import check_injected_parameters
 
     notebook, name = which
@@ -720,6 +720,13 @@ def test_a_notebook_parameter_is_checked_by_the_first_cell_and_the_plan(which, v
     except ValueError as exc:
         assert _one_line_refusal(exc).startswith(f"parameters: {name} "), str(exc)[:300]
         return
+    default = defaults(notebook)[name]
+    if default is not None:  # accepted: a value of its default's kind (a number for a number, text for text...)
+        assert isinstance(value, bool) == isinstance(default, bool), (name, default, value)
+        kind = (int, float) if isinstance(default, (int, float)) else (list, tuple) if isinstance(default, list) \
+            else type(default)
+        assert isinstance(value, kind), (name, default, value)
+        assert not isinstance(value, float) or math.isfinite(value), (name, value)
     with contextlib.chdir(course_root):
         values = {**values_for(notebook, None), name: value}
         try:
