@@ -405,7 +405,7 @@ def test_records_of_another_type_are_one_line(tmp_path):
         with pytest.raises(JobError, match="of another type than tutorial_lib.jobs writes"):
             attach(tmp_path)
     (tmp_path / "metrics.jsonl").write_text('{"event": "step", "epoch": 1, "step": "2"}\n{"event": 5}\n'
-                                            '{"event": "step", "epoch": 1}\n{"event": "end", "time": 1.0}\n')
+                                            '{"event": "epoch", "top1": [1]}\n{"event": "end", "time": 1.0}\n')
     assert read_metrics(tmp_path) == [{"event": "end", "time": 1.0}]
     for mark in ([1], {"source": 5}, "x"):
         (tmp_path / MARK).write_text(json.dumps(mark))

@@ -80,18 +80,15 @@ def append_jsonl(path: str | os.PathLike, records: list[dict]) -> Path:
     return path
 
 
-# The numbers an event may hold, and those each kind of event must hold: a record of another shape (a field of
-# the wrong type, a step without its number) is skipped like a garbled line, so no reader meets it.
+# The numbers an event may hold: a record of another shape (a field of the wrong type) is skipped like a garbled
+# line, so no reader meets it.
 NUMBER_FIELDS = ("time", "epoch", "step", "global_step", "step_in_epoch", "loss", "lr", "images_per_sec", "top1",
                  "top5", "train_loss", "val_loss", "epoch_time", "best_top1", "total_time", "epochs")
-REQUIRED_FIELDS = {"step": ("epoch", "step"), "epoch": ("epoch",)}
 
 
 def well_formed(record: dict) -> bool:
     """Whether ``record`` is an event as the trainer writes it: a named event, its numbers numbers."""
     if not isinstance(record.get("event"), str):
-        return False
-    if any(key not in record for key in REQUIRED_FIELDS.get(record["event"], ())):
         return False
     return all(isinstance(record[key], (int, float)) and not isinstance(record[key], bool)
                for key in NUMBER_FIELDS if key in record)
