@@ -54,19 +54,34 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 
 def one_line(text: str, limit: int = 2000) -> str:
     """``text`` as one line: line breaks and tabs become spaces, other control characters are escaped
-    (a hostile path cannot forge further lines), cut to about ``limit`` characters."""
+    (a hostile path cannot forge further lines), cut to about ``limit`` characters in the middle, where a long
+    value sits: the start (the field) and the end (the fix) are kept."""
     text = str(text)
     if "Original Traceback" in text:  # re-raised from a DataLoader worker: keep the worker's own message
         text = text.rstrip().splitlines()[-1].split(": ", 1)[-1]
     text = " ".join(text.replace("\r", " ").replace("\t", " ").split("\n"))
     text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-    text = re.sub(r" {2,}", " ", text).strip()
-    return text if len(text) <= limit else text[:limit - 20] + " ... (cut)"
+    return cut_middle(re.sub(r" {2,}", " ", text).strip(), limit)
+
+
+def cut_middle(text: str, limit: int = 2000) -> str:
+    """``text`` cut to about ``limit`` characters in its middle, where a long value sits in a message: the start
+    (the field) and the end (the fix) are kept, and the line says how much was cut."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 3 - 40
+    return f"{text[:head]} ... ({len(text) - head - tail:,} characters cut) ... {text[-tail:]}"
+
+
+def _short_repr(path: str, limit: int = 200) -> str:
+    """``repr(path)``, its middle cut when longer than ``limit`` (a path of 1 MB stays one readable line)."""
+    text = repr(path)
+    return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 4:]} ({len(path):,} characters)"
 
 
 def describe_os_error(exc: OSError) -> tuple[int, str]:
     """The exit status and the one-line message for an OSError: the path, the cause and the fix."""
-    paths = [repr(os.fsdecode(p)) for p in (exc.filename, exc.filename2) if p is not None]
+    paths = [_short_repr(os.fsdecode(p)) for p in (exc.filename, exc.filename2) if p is not None]
     where = f"{' -> '.join(paths)}: " if paths else ""
     cause = exc.strerror or str(exc) or type(exc).__name__
     code = f" (errno {exc.errno})" if exc.errno else ""
@@ -116,6 +131,10 @@ def run_main(body: Callable[[], int | None], *, refused: tuple[type[BaseExceptio
             _print(str(exc))
             return EXIT_REFUSED
         if isinstance(exc, BrokenPipeError):  # `... | head`: the reader left, nothing to say
+            return EXIT_ERROR
+        if isinstance(exc, MemoryError):  # the machine's memory, not the program: one line
+            _print(f"out of memory ({exc or 'MemoryError'}). Fix: ask for less (a smaller batch, image or data "
+                   "size), or run where there is more memory.")
             return EXIT_ERROR
         if isinstance(exc, OSError):
             code, message = describe_os_error(exc)

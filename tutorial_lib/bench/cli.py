@@ -301,7 +301,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
+    from tutorial_lib.bench.arguments import check_arguments
+
     args = build_parser().parse_args(argv)
+    check_arguments(args)  # before anything runs, is generated or written
+    return run_command(args)
+
+
+def run_command(args) -> int:
+    """Run a parsed and checked subcommand; its exit status."""
     if args.command == "table":
         records = [r for f in args.files for r in read_records(f)]
         text = markdown_tables(records)
@@ -370,10 +378,6 @@ def _main(argv: list[str] | None) -> int:
                               args.repeats), args)
         return 0
     device = resolve_device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("error: --device cuda but no CUDA GPU is visible. Fix: run on a GPU node, or use --device cpu.",
-              file=sys.stderr)
-        return 2
     if args.command == "matmul":
         torch.backends.cuda.matmul.allow_tf32 = False
         for dtype in args.dtype or [None]:

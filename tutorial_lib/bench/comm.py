@@ -28,7 +28,10 @@ def parse_size(text: str) -> int:
     """``4K``, ``16M``, ``1G`` (powers of 1024) or plain bytes."""
     text = str(text).strip().upper().removesuffix("B")
     factor = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    return int(float(text[:-1] if factor > 1 else text) * factor)
+    number = float(text[:-1] if factor > 1 else text)
+    if not 1 <= number * factor <= 1 << 40:  # nan, inf and 0 too (ValueError: argparse names the flag)
+        raise ValueError(f"{text!r} is not a message size from 1 byte to 1T")
+    return int(number * factor)
 
 
 def measure_allreduce(sizes: list[int] | None = None, iters: int | None = None, warmup: int | None = None,

@@ -57,7 +57,7 @@ def trainer_record(run_dir: str | os.PathLike, skip_steps: int = 0) -> dict:
     if not isinstance(config, dict):
         raise RunSummaryError(f"{config_path}: not a complete {CONFIG_FILE} (torn, empty or not a JSON object). "
                               "Fix: pass the run directory of a training run that has started")
-    steps = [e for e in read_metrics(run_dir) if e.get("event") == "step"]
+    steps = [e for e in read_metrics(run_dir) if e.get("event") == "step" and "step" in e]
     kept, dropped = steady_windows(steps, skip_steps)
     record = {"kind": "trainer", "run": config.get("name", run_dir.name), "run_dir": str(run_dir),
               **{key: config.get(key) for key in SETTINGS}, "skip_steps": skip_steps,

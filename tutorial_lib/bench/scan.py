@@ -19,6 +19,7 @@ import torch
 
 from tutorial_lib.data import file_index
 from tutorial_lib.engine.device import environment_facts
+from tutorial_lib.engine.errors import ConfigError
 from tutorial_lib.engine.input.cpu import CountingImageFolder
 
 TREE_MARKER = "scan_tree.json"
@@ -32,7 +33,8 @@ def make_tree(root: str | os.PathLike, classes: int = 1000, train_per_class: int
     if (root / TREE_MARKER).is_file() and json.loads((root / TREE_MARKER).read_text()) == settings:
         return root
     if root.exists() and any(root.iterdir()):
-        raise ValueError(f"root: {root} is not empty and holds no {TREE_MARKER}. Fix: pass a new or empty folder.")
+        raise ConfigError(f"--tree: {root} is not empty and holds no {TREE_MARKER}. Fix: pass a new or empty "
+                          "folder.")
     for label in range(classes):
         wnid = f"n{1440764 + label * 37:08d}"
         for split, count in (("train", train_per_class), ("val", val_per_class)):

@@ -90,6 +90,57 @@ def check_injected_parameters(history: list[str] | None = None) -> None:
             if unknown:
                 raise NotebookParameterError(unknown_parameter_message(
                     unknown[0], declared, "parameters: this notebook", "given with papermill -p or -f"))
+            defaults, given = _literals(history[position - 1]), _literals(source)
+            for name in assigned_names(source):
+                problem = parameter_problem(defaults.get(name), given.get(name, _NOT_A_VALUE))
+                if problem:
+                    raise NotebookParameterError(f"parameters: {name} {problem} (given with papermill -p or -f). "
+                                                 f"Fix: e.g. -p {name} {defaults.get(name)!r}.")
+
+
+_NOT_A_VALUE = object()  # an injected expression that is no plain value (papermill writes nan as float('nan'))
+
+
+def _literals(source: str) -> dict:
+    """The plain value (a literal) each assignment of a cell gives; :data:`_NOT_A_VALUE` for any other."""
+    import ast
+
+    values = {}
+    for statement in ast.parse(source).body:
+        if isinstance(statement, ast.Assign):
+            try:
+                value = ast.literal_eval(statement.value)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                value = _NOT_A_VALUE
+            values.update({t.id: value for t in statement.targets if isinstance(t, ast.Name)})
+    return values
+
+
+def parameter_problem(default, value) -> str | None:
+    """Why ``value`` cannot stand for a parameter whose default is ``default``, or None: it must be of the default's
+    kind (on/off, a whole number, a number, one line of text, a list of such, not empty when the default is not),
+    finite, and not negative where the default is not (a parameter whose default is None takes any value)."""
+    import math
+
+    if default is None:
+        return None
+    shown = repr(value)[:60]
+    if value is _NOT_A_VALUE:
+        return "is not a plain value (nan, inf or an expression)"
+    if isinstance(default, bool) or isinstance(value, bool):
+        return None if isinstance(default, bool) and isinstance(value, bool) else f"must be true or false, got {shown}"
+    if isinstance(default, (int, float)):
+        whole = isinstance(default, int)
+        if not isinstance(value, int if whole else (int, float)) or not math.isfinite(value):
+            return f"must be {'a whole number' if whole else 'a finite number'} like its default, got {shown}"
+        return f"must not be negative, got {shown}" if value < 0 <= default else None
+    if isinstance(default, str):
+        return None if isinstance(value, str) and value.isprintable() else f"must be one line of text, got {shown}"
+    if isinstance(default, (list, tuple)):
+        if not isinstance(value, (list, tuple)) or (default and not value):
+            return f"must be a non-empty list like its default, got {shown}"
+        return next(filter(None, (parameter_problem(default[0], item) for item in value)), None) if default else None
+    return None if isinstance(value, type(default)) else f"must be a {type(default).__name__}, got {shown}"
 
 
 def declared_parameters(notebook: Path) -> list[str]:

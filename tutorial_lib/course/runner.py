@@ -133,7 +133,8 @@ def load_params(path: str | os.PathLike) -> dict:
     except YamlFileError as exc:
         raise SystemExit(f"error: {exc}") from None
     if not isinstance(data, dict):
-        raise SystemExit(f"error: parameter file {path} must hold a mapping of name: value")
+        raise SystemExit(f"error: parameter file {path} must hold a mapping of name: value. Fix: write one "
+                         "parameter a line, such as epochs: 1")
     return data
 
 

@@ -21,7 +21,7 @@ import zlib
 from pathlib import Path
 
 from tutorial_lib.data import PrepareError
-from tutorial_lib.data.names import is_image, is_system_file
+from tutorial_lib.data.names import is_class_folder, is_image, is_system_file
 
 BROKEN = (tarfile.TarError, EOFError, zlib.error)  # what reading a truncated or corrupt archive raises
 _BLOCK = tarfile.BLOCKSIZE
@@ -40,6 +40,19 @@ def member_name(member: tarfile.TarInfo, archive: str) -> str:
         kind = "a symlink" if member.issym() else "a hard link" if member.islnk() else "not a regular file"
         raise PrepareError(f"SOURCE: {archive} holds {member.name!r}, which is {kind}; only image files are "
                            "extracted. Fix: pass the original ImageNet archives.")
+    return name
+
+
+def class_archive_name(member: tarfile.TarInfo, archive: str) -> str:
+    """The name of a class archive in the training archive (``n01440764.tar``), checked: a regular file named
+    ``<class>.tar`` at the top of the archive, the class a plain folder name; PrepareError naming the member
+    otherwise (``../x.tar`` would become class ``x``, ``.ipynb_checkpoints.tar`` a hidden folder)."""
+    name = member_name(member, archive)
+    stem = name[:-len(".tar")] if name.endswith(".tar") else ""
+    if member.name.removeprefix("./") != name or not stem or not is_class_folder(stem):
+        raise PrepareError(f"SOURCE: {archive} holds {member.name!r}, which is not a class archive (<class>.tar at "
+                           "the top of the archive, the class a plain folder name); nothing was extracted. Fix: pass "
+                           "the original ImageNet archives.")
     return name
 
 

@@ -5,37 +5,63 @@ entries; 64 ranks read 85 million directory entries from the shared file system)
 walks the tree once (:func:`build`) and writes ``file_index.json`` in the run directory; every rank
 (:func:`use`) then reads that one file instead of the folders. Nothing is written into the data folders.
 
-The walk is torchvision's (``os.walk`` with ``followlinks=True``, sorted) with the project's one rule of
-which files are images (:func:`tutorial_lib.data.names.is_image`: system files such as ``._x.JPEG`` are not),
-so the list is exactly the one the trainer's ImageFolder makes. An index is used only for the root it was made for.
+The walk is torchvision's (``os.walk`` with ``followlinks=True``, sorted) with the project's rules of which
+files are images (:func:`tutorial_lib.data.names.is_image`: system files such as ``._x.JPEG`` are not) and which
+folders are classes (:func:`tutorial_lib.data.names.is_class_folder`: not ``.ipynb_checkpoints``); the trainer's
+ImageFolder makes the same list with :func:`scan` when there is no index. An index is used only for the root it
+was made for.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
-from tutorial_lib.data.names import is_image, is_system_file
+from tutorial_lib.data.names import is_class_folder, is_image
 from tutorial_lib.rundir.layout import INDEX_FILE
 from tutorial_lib.rundir.owned import is_index_file
 
 _active: dict[str, dict] = {}  # this process's index, by split root
 
 
-def scan(root: str | os.PathLike) -> dict:
-    """``{"classes": [...], "files": [[file paths relative to root, class 0], ...]}`` of an ImageFolder split."""
-    root = Path(root)
+def class_folders(root: str | os.PathLike, warn: bool = True) -> tuple[list[str], list[str]]:
+    """The sorted class folders of an ImageFolder split, and the folders skipped as no class (hidden, such as
+    ``.ipynb_checkpoints``, or an operating system's: :func:`tutorial_lib.data.names.is_class_folder`), which a
+    warning names and counts."""
     with os.scandir(root) as entries:
-        classes = sorted(e.name for e in entries if e.is_dir() and not is_system_file(e.name))
+        folders = sorted(e.name for e in entries if e.is_dir())
+    skipped = [name for name in folders if not is_class_folder(name)]
+    if skipped and warn:
+        print(f"warning: skipping {len(skipped)} folder(s) of {root} that are not classes (hidden or system "
+              f"folders): {', '.join(skipped[:5])}", file=sys.stderr, flush=True)
+    return [name for name in folders if is_class_folder(name)], skipped
+
+
+def scan(root: str | os.PathLike, warn: bool = True, classes: list[str] | None = None) -> dict:
+    """``{"classes": [...], "files": [[file paths relative to root, class 0], ...], "skipped_folders": [...]}`` of
+    an ImageFolder split (hidden folders inside a class are skipped too); ``classes``: the split's class folders
+    where the caller has just listed them (:func:`class_folders`), so the split is not listed twice."""
+    root = Path(root)
+    classes, skipped = (classes, []) if classes is not None else class_folders(root, warn)
     files = []
     for name in classes:
         found = []
-        for folder, _, names in sorted(os.walk(root / name, followlinks=True)):
-            rel = os.path.relpath(folder, root)
-            found += [os.path.join(rel, f) for f in sorted(names) if is_image(f)]
-        files.append(found)
-    return {"classes": classes, "files": files}
+        for folder, dirs, names in os.walk(root / name, followlinks=True):
+            dirs[:] = [d for d in dirs if is_class_folder(d)]
+            found.append((os.path.relpath(folder, root), sorted(f for f in names if is_image(f))))
+        files.append([os.path.join(rel, f) for rel, names in sorted(found) for f in names])
+    return {"classes": classes, "files": files, "skipped_folders": skipped}
+
+
+def samples_of(root: str | os.PathLike, listed: dict, class_to_idx: dict[str, int]) -> list[tuple[str, int]] | None:
+    """The ``(path, label)`` list of ``root`` from its index entry ``listed`` (:func:`scan`'s), or None if its
+    classes differ from ``class_to_idx``."""
+    if {c: i for i, c in enumerate(listed["classes"])} != class_to_idx:
+        return None
+    root = str(root)
+    return [(os.path.join(root, rel), label) for label, files in enumerate(listed["files"]) for rel in files]
 
 
 class IndexPlaceError(ValueError):
@@ -86,10 +112,7 @@ def samples(root: str | os.PathLike, class_to_idx: dict[str, int]) -> list[tuple
     """The ``(path, label)`` list of ``root`` from the active index, or None if there is none for it (or its
     classes differ from ``class_to_idx``)."""
     index = _active.get(str(Path(root).absolute()))
-    if index is None or {c: i for i, c in enumerate(index["classes"])} != class_to_idx:
-        return None
-    root = str(root)
-    return [(os.path.join(root, rel), label) for label, files in enumerate(index["files"]) for rel in files]
+    return None if index is None else samples_of(root, index, class_to_idx)
 
 
 def classes(root: str | os.PathLike) -> list[str] | None:

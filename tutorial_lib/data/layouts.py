@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tutorial_lib.data import PREPARE_COMMAND, PrepareError
 from tutorial_lib.data.devkit import FORMS_TEXT, devkit_labels, is_devkit
-from tutorial_lib.data.names import DEVKIT_DIR, DEVKIT_TAR, TRAIN_TAR, VAL_TAR, is_image, is_system_file
+from tutorial_lib.data.names import DEVKIT_DIR, DEVKIT_TAR, TRAIN_TAR, VAL_TAR, is_class_folder, is_image
 
 __all__ = ["PrepareError", "Source", "detect", "is_image", "val_labels"]
 
@@ -51,7 +51,7 @@ class Source:
 
 def _subdirs(folder: Path) -> list[str]:
     with os.scandir(folder) as entries:
-        return sorted(e.name for e in entries if e.is_dir() and not is_system_file(e.name))
+        return sorted(e.name for e in entries if e.is_dir() and is_class_folder(e.name))
 
 
 def _has_images(folder: Path) -> bool:

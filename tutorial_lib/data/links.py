@@ -74,7 +74,9 @@ def moved_source(data_dir: str | os.PathLike) -> str | None:
         state = json.loads((root / MARK).read_text())
     except (OSError, ValueError):
         return None
-    source = state.get("source") if isinstance(state, dict) else None
+    if not isinstance(state, dict) or not isinstance(state.get("source"), str):  # not the mark prepare writes
+        return None
+    source = state["source"]
     if state.get("form") == "archives" or not source or Path(source).exists() or not _dangling(root):
         return None
     return (f"data_dir: {root} was prepared from {source}, which is gone (moved or removed), so its links lead "

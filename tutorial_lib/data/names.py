@@ -34,6 +34,14 @@ def is_system_file(name: str | os.PathLike) -> bool:
     return base.startswith("._") or base.lower() in SYSTEM_FILES
 
 
+def is_class_folder(name: str | os.PathLike) -> bool:
+    """Whether a folder of that name (or path) can be a class: not hidden (``.ipynb_checkpoints``, ``.git``,
+    ``.Trash-1000``: never data) and not an operating system's litter. Every reader of class folders (training,
+    validation, evaluate, ``prepare``, the file index, staging) asks this one rule, and skips the others."""
+    base = _base(name)
+    return bool(base) and not base.startswith(".") and not is_system_file(base)
+
+
 def is_image(name: str | os.PathLike) -> bool:
     """Whether ``name`` (a file name or path) is an image to train on: an image suffix torchvision's ImageFolder
     reads, and not a system file (a macOS ``._x.JPEG`` is metadata, not an image)."""

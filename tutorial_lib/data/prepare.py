@@ -31,6 +31,7 @@ from tutorial_lib.data import PREPARE_COMMAND
 from tutorial_lib.data.extract import (
     BROKEN,
     check_unique,
+    class_archive_name,
     extract_class,
     extract_val,
     list_class,
@@ -40,7 +41,7 @@ from tutorial_lib.data.extract import (
 )
 from tutorial_lib.data.layouts import FULL_SET, PrepareError, Source, detect, val_labels
 from tutorial_lib.data.links import HUBS, MARK, make_link
-from tutorial_lib.data.names import is_image, is_system_file
+from tutorial_lib.data.names import is_class_folder, is_image, is_system_file
 
 LOCK = ".tutorial_prepare.lock"  # flock'ed while a run writes into DEST (stays, empty, afterwards)
 
@@ -64,9 +65,15 @@ def check_destination(dest: Path, source: Source) -> dict:
         raise PrepareError(f"DEST: {dest} already holds files that {PREPARE_COMMAND} did not write; refusing to "
                            "write into it. Fix: pass a new or empty folder.")
     try:
-        state = json.loads(mark.read_text())
+        state = json.loads(mark.read_bytes())
         recorded = state["source"]
-    except (ValueError, KeyError, TypeError):
+        kinds = {"skipped_train": dict, "totals": dict, "form": str, "moved_from": str}
+        if not isinstance(recorded, str) or any(not isinstance(state[k], kind) for k, kind in kinds.items()
+                                                if k in state):
+            raise TypeError(recorded)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in state.get("skipped_train", {}).values()):
+            raise TypeError(recorded)
+    except (ValueError, KeyError, TypeError, IndexError):
         raise PrepareError(f"DEST: {mark} is torn or not this command's (not its JSON). Fix: pass a new or empty "
                            f"folder; or, if DEST is a prepare of yours, delete {mark.name} and run again "
                            "(it resumes).") from None
@@ -149,7 +156,7 @@ def plan(found: Source, dest: Path) -> dict:
         members = [m for m in _listing(found.train) if not m.isdir()]
         top_skipped = sum(is_system_file(m.name) for m in members)
         members = [m for m in members if not is_system_file(m.name)]
-        names = [member_name(m, str(found.train)) for m in members]
+        names = [class_archive_name(m, str(found.train)) for m in members]
         check_unique(names, str(found.train))
         classes = sorted(Path(n).stem for n in names)
         val = [m for m in _listing(found.val) if not m.isdir()]
@@ -160,8 +167,9 @@ def plan(found: Source, dest: Path) -> dict:
         stems = [Path(n).stem for n in val_names]
     else:
         entries = os.listdir(found.train)
-        top_skipped = sum(map(is_system_file, entries))
-        classes = sorted(e for e in entries if (found.train / e).is_dir() and not is_system_file(e))
+        folders = {e for e in entries if (found.train / e).is_dir()}
+        top_skipped = sum(is_system_file(e) or (e in folders and not is_class_folder(e)) for e in entries)
+        classes = sorted(e for e in folders if is_class_folder(e))
         val_names, val_skipped = _list_images(found.val)
         stems = [Path(n).stem for n in val_names]
         check_unique(stems, str(found.val))
@@ -263,7 +271,7 @@ def _count(split: Path, known: dict[str, int] | None = None) -> tuple[dict[str, 
     the folders in ``known`` (counted on disk by this run's extraction) are not listed again."""
     counts, skipped, known = {}, 0, known or {}
     for name in sorted(os.listdir(split)):
-        if is_system_file(name):
+        if is_system_file(name) or (not is_class_folder(name) and (split / name).is_dir()):  # .ipynb_checkpoints
             skipped += 1
         elif name in known:
             counts[name] = known[name]

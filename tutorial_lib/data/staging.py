@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tutorial_lib.data.links import HUBS
+from tutorial_lib.data.names import is_class_folder
 
 MARKER = ".tutorial_staged.json"  # {"source", "node", "run", "version"}: this project made the folder
 MANIFEST = ".tutorial_staged.files"  # the relative path of every file the copy holds, one a line
@@ -65,8 +66,28 @@ def _fail(problem: str, fix: str):
     raise StagingError(f"stage_to: {problem}. Fix: {fix}.")
 
 
+def climbs_out(stage_to: str) -> str | None:
+    """The node-local root that ``stage_to`` names (its leading ``$VARIABLE``, or its absolute path up to the first
+    ``..``) when its ``..`` parts lead out of that root (``$HOME/../../etc``); None when it stays inside."""
+    parts = stage_to.split("/")
+    if ".." not in parts:
+        return None
+    first = 1 if stage_to.startswith("$") else parts.index("..")
+    depth = 0
+    for part in parts[first:]:
+        depth += -1 if part == ".." else 0 if part in ("", ".") else 1
+        if depth < 0:
+            return "/".join(parts[:first]) or "/"
+    return None
+
+
 def target_root(stage_to: str, environ=os.environ) -> Path:
-    """``stage_to`` with its environment variables expanded in ``environ`` (the node's), checked absolute."""
+    """``stage_to`` with its environment variables expanded in ``environ`` (the node's), checked absolute and
+    inside the root it names (:func:`climbs_out`)."""
+    left = climbs_out(stage_to)
+    if left is not None:
+        _fail(f"{stage_to} leaves {left}, the node-local folder it names ('..' climbs out of it)",
+              f"name a folder inside it, without '..' (e.g. {left}/stage), or the node's $TMPDIR")
     expanded = os.path.expandvars(stage_to) if environ is os.environ else _expand(stage_to, environ)
     if "$" in expanded:
         _fail(f"{stage_to} names a variable that is not set on this node",
@@ -88,7 +109,7 @@ def listing(source: str | os.PathLike) -> list[tuple[str, int]]:
     for folder, dirs, names in os.walk(source, followlinks=True):
         if folder == str(source):
             dirs[:] = [d for d in dirs if d not in HUBS.values()]
-        dirs.sort()
+        dirs[:] = sorted(d for d in dirs if is_class_folder(d))  # no .ipynb_checkpoints: no class, no data
         rel = os.path.relpath(folder, source)
         for name in sorted(names):
             found.append((os.path.normpath(os.path.join(rel, name)), os.stat(os.path.join(folder, name)).st_size))

@@ -16,7 +16,14 @@ from pathlib import Path
 
 from tutorial_lib.engine.errors import ConfigError, shorten
 from tutorial_lib.engine.errors import fail as _fail
-from tutorial_lib.engine.validate import check_index_dir, check_numbers, check_shards, check_stage_to
+from tutorial_lib.engine.validate import (
+    check_index_dir,
+    check_numbers,
+    check_path_length,
+    check_shards,
+    check_stage_to,
+    path_setting,
+)
 from tutorial_lib.paths import user_path
 from tutorial_lib.yamlfile import YamlFileError, read_yaml
 
@@ -225,18 +232,22 @@ def _example(name: str) -> str:
 
 
 def _check_keys(values: dict, source: str) -> None:
+    odd = [key for key in values if not isinstance(key, str)]
+    if odd:  # YAML makes keys of numbers, null, lists...: `{0}` is {0: None}
+        raise ConfigError(f"{shorten(odd[0])} in {shorten(source)} is not a setting name ({type(odd[0]).__name__}). "
+                          "Fix: write field: value pairs such as epochs: 3 (python -m tutorial_lib.train --help).")
     for old, new in RENAMED_KEYS.items():
         if old in values:
             raise ConfigError(f"{old}: this setting was renamed {new} (in {source}). Fix: write {new} instead "
                               f"(--{new.replace('_', '-')} on the command line).")
-    unknown = sorted(set(values) - set(_FIELDS))
+    unknown = sorted(key for key in values if key not in _FIELDS)
     if unknown:
         hints = []
         for key in unknown:
             close = [k for k in _FIELDS if k.startswith(key[:4])][:3]
             hints.append(shorten(key) + (f" (did you mean {', '.join(close)}?)" if close else ""))
         raise ConfigError(
-            f"unknown setting(s) in {source}: {', '.join(hints)}. "
+            f"unknown setting(s) in {shorten(source)}: {', '.join(hints[:5])}. "
             f"Fix: use one of the TrainConfig fields (python -m tutorial_lib.train --help)."
         )
 
@@ -251,7 +262,8 @@ def load_yaml(path: str | os.PathLike) -> dict:
     except YamlFileError as exc:
         raise ConfigError(str(exc)) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of field: value pairs.")
+        raise ConfigError(f"config file {path} must hold a mapping of field: value pairs. Fix: write one setting a "
+                          "line, such as epochs: 3 (python -m tutorial_lib.train --help lists them).")
     _check_keys(data, str(path))
     return data
 
@@ -331,6 +343,11 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
               f"use a torchvision classification model name such as {', '.join(close or ['resnet50'])}")
     if cfg.norm == "group" and not cfg.arch.startswith(("resnet", "resnext", "wide_resnet")):
         _fail("norm", "group norm is only wired for ResNet-family models", "use --norm batch")
+    from tutorial_lib.engine.models import has_batch_norm
+
+    if cfg.batch_size == 1 and has_batch_norm(cfg.arch, cfg.norm):  # ValueError at the first step otherwise
+        _fail("batch_size", f"1 image per rank cannot train {cfg.arch}: BatchNorm's statistics need two",
+              "pass --batch-size 2 or more, or --norm group (ResNets)")
     if cuda_available is None:
         import torch
 
@@ -344,29 +361,37 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
               "use --precision fp32 or bf16 on a CPU")
     if cfg.compile != "none" and cfg.compile == "reduce-overhead" and not on_gpu:
         _fail("compile", "reduce-overhead uses CUDA graphs and needs a GPU", "use --compile default or none")
-    if cfg.stage_to:
-        check_stage_to(cfg)
-    if cfg.index_dir:
-        check_index_dir(cfg)
+    for name in PATH_FIELDS + ("stage_to",):  # no path is longer than PATH_MAX: refused naming its setting
+        check_path_length(name, getattr(cfg, name))
+    with path_setting("stage_to"):
+        if cfg.stage_to:
+            check_stage_to(cfg)
+    with path_setting("index_dir"):
+        if cfg.index_dir:
+            check_index_dir(cfg)
     if cfg.data_format == "shards":
         classes = check_shards(cfg, check_paths)
         if classes is not None:
             check_class_count(cfg, classes, f"the shards of {cfg.data_dir}")
     elif check_paths and cfg.dataset == "imagefolder":
+        from tutorial_lib.data.names import is_class_folder
         from tutorial_lib.engine.input.folders import DataError, check_imagefolder
 
-        try:
-            root = check_imagefolder(cfg.data_dir)
-        except DataError as exc:
-            raise ConfigError(str(exc)) from None
-        check_class_count(cfg, sum(1 for d in (root / "train").iterdir() if d.is_dir()), f"{root}/train")
+        with path_setting("data_dir"):
+            try:
+                root = check_imagefolder(cfg.data_dir)
+            except DataError as exc:
+                raise ConfigError(str(exc)) from None
+            classes = sum(1 for d in (root / "train").iterdir() if d.is_dir() and is_class_folder(d.name))
+        check_class_count(cfg, classes, f"{root}/train")
     if check_paths and cfg.dataset == "digits":  # the export replaces data_dir: only ever a folder of ours
         from tutorial_lib.engine.input.folders import DataError, check_digits_target
 
-        try:
-            check_digits_target(cfg.data_dir)
-        except DataError as exc:
-            raise ConfigError(str(exc)) from None
+        with path_setting("data_dir"):
+            try:
+                check_digits_target(cfg.data_dir)
+            except DataError as exc:
+                raise ConfigError(str(exc)) from None
     if cfg.dataset == "digits":
         check_class_count(cfg, DIGITS_CLASSES, "the digits data set")
     return cfg

@@ -7,7 +7,18 @@ without an import cycle; ``config`` re-exports both names.
 from __future__ import annotations
 
 
-class ConfigError(ValueError):
+class OneLineError(ValueError):
+    """Bad input, said in one line that names the field and the fix (:func:`tutorial_lib.exits.one_line`): line
+    breaks and control characters of a value in it are escaped, and a long value is cut in the middle, never the
+    message's start or its fix."""
+
+    def __init__(self, message: object = "", *args):
+        from tutorial_lib.exits import one_line
+
+        super().__init__(one_line(str(message)), *args)
+
+
+class ConfigError(OneLineError):
     """A configuration value is wrong; the message names the field and how to fix it."""
 
 

@@ -18,18 +18,20 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
-from torchvision.datasets.folder import find_classes
 
 from tutorial_lib.data import PREPARE_COMMAND
+from tutorial_lib.data.file_index import class_folders
 from tutorial_lib.data.links import moved_source
 from tutorial_lib.data.shard_index import is_pack
 from tutorial_lib.engine import distributed as dist_utils
+from tutorial_lib.engine.errors import shorten
 from tutorial_lib.engine.evaluate import evaluate
 from tutorial_lib.engine.input.cpu import CountingImageFolder, NormalizedBatches, collate_skipping, val_transform
 from tutorial_lib.engine.input.files import Normalizer
 from tutorial_lib.engine.input.folders import DataError
 from tutorial_lib.engine.input.samplers import ShardSampler
 from tutorial_lib.engine.input.shards import CountingShards, read_pack
+from tutorial_lib.engine.memory import available_bytes, check_fits
 from tutorial_lib.engine.models import build_model
 from tutorial_lib.exits import run_main
 from tutorial_lib.paths import user_path
@@ -44,7 +46,7 @@ def class_names(cfg, num_classes: int) -> list[str]:
         return [str(i) for i in range(num_classes)]
     if cfg.data_format == "shards":
         return read_pack(cfg.data_dir)["splits"]["train"]["classes"]
-    return find_classes(str(Path(cfg.data_dir) / "train"))[0]
+    return class_folders(Path(cfg.data_dir) / "train", warn=False)[0]
 
 
 def save_model(path: str | os.PathLike, model: torch.nn.Module, cfg, num_classes: int, classes: list[str]) -> Path:
@@ -62,9 +64,41 @@ def load_model(path: str | os.PathLike, device: torch.device | str = "cpu") -> t
     if not isinstance(saved, dict) or saved.get("format") != 1:
         raise CheckpointError(f"model: {path} is not a model.pt written by tutorial_lib. Fix: pass the run "
                               "directory of a finished run.")
-    model = build_model(saved["arch"], saved["num_classes"], norm=saved["norm"])
-    model.load_state_dict(saved["state_dict"])
+    _check_entries(saved, path)
+    try:
+        model = build_model(saved["arch"], saved["num_classes"], norm=saved["norm"])
+        model.load_state_dict(saved["state_dict"])
+    except (RuntimeError, KeyError, ValueError, TypeError) as exc:  # weights of another shape or model
+        raise CheckpointError(f"model: the weights in {path} do not fit a {saved['arch']} with "
+                              f"{saved['num_classes']} outputs ({str(exc).strip().splitlines()[0][:200]}). Fix: pass "
+                              "the run directory of a finished run; do not edit its model.pt.") from None
     return model.to(device).eval(), {k: v for k, v in saved.items() if k != "state_dict"}
+
+
+def _check_entries(saved: dict, path) -> None:
+    """CheckpointError naming the first entry of a model.pt that is missing or not what :func:`save_model` writes
+    (an arch that is no torchvision model, such as ``os.system``, is never looked up)."""
+    from tutorial_lib.engine.config import NORMS
+    from tutorial_lib.engine.models import available_archs
+
+    def whole(value, low: int, high: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+    classes = saved.get("classes")
+    problems = [
+        ("arch", saved.get("arch") in available_archs(), "a torchvision model name"),
+        ("num_classes", whole(saved.get("num_classes"), 1, 1_000_000), "a whole number of outputs"),
+        ("norm", saved.get("norm") in NORMS, f"one of {', '.join(NORMS)}"),
+        ("image_size", whole(saved.get("image_size"), 1, 65_535), "a size in pixels"),
+        ("classes", isinstance(classes, list) and len(classes) == saved.get("num_classes")
+         and all(isinstance(c, str) for c in classes), "a list of num_classes class names"),
+        ("state_dict", isinstance(saved.get("state_dict"), dict), "the weights"),
+    ]
+    bad = next(((key, want) for key, ok, want in problems if not ok), None)
+    if bad is not None:
+        raise CheckpointError(f"model: {path} holds {bad[0]} {shorten(saved.get(bad[0]))}, not {bad[1]}: it was not "
+                              "written by tutorial_lib or was changed since. Fix: pass the run directory of a "
+                              "finished run.")
 
 
 def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_size: int = 64,
@@ -86,16 +120,25 @@ def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_
         raise DataError(moved)
     if is_pack(data_dir):  # a pack of shards (python -m tutorial_lib.data pack): its validation shards
         val_dir = Path(data_dir)
-    elif not val_dir.is_dir() or not any(entry.is_dir() for entry in os.scandir(val_dir)):
+    elif not val_dir.is_dir() or not class_folders(val_dir, warn=False)[0]:
         raise DataError(f"--data-dir: {data_dir} has no val/ folder with class folders in it (a flat val/ needs "
                         f"its ground truth). Fix: pass a folder with val/<class>/ (`{PREPARE_COMMAND}` makes one).")
+    if device not in ("auto", "cpu", "cuda"):
+        raise DataError(f"--device: {shorten(device)} is not a device. Fix: pass auto, cpu or cuda.")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise DataError("--device: cuda was asked for but no GPU is visible here. Fix: pass --device cpu (or auto), "
+                        "or run on a GPU node.")
     _, _, local_rank, _ = dist_utils.env_rank_info()
     target = dist_utils.pick_device(device, local_rank)
     info = dist_utils.init_distributed(target)
     try:
         model, meta = load_model(path, target)
-        dataset = (CountingShards(data_dir, "val", val_transform(meta["image_size"])) if is_pack(data_dir)
-                   else CountingImageFolder(val_dir, val_transform(meta["image_size"])))
+        size = meta["image_size"]
+        check_fits(batch_size * 3 * size * size * 4, available_bytes(target),
+                   f"--batch-size: evaluating batches of {batch_size} images of {size}x{size} px (the model's "
+                   "image_size)", "pass a smaller --batch-size", None)
+        dataset = (CountingShards(data_dir, "val", val_transform(size)) if is_pack(data_dir)
+                   else CountingImageFolder(val_dir, val_transform(size)))
         if dataset.classes != meta["classes"]:
             raise DataError(f"--data-dir: the class folders of {val_dir} ({len(dataset.classes)}, first "
                             f"{dataset.classes[:3]}) are not the {len(meta['classes'])} classes the model was "
@@ -127,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", required=True, metavar="DIR", help="a folder with val/<class>/ images")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per rank")
-    parser.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto, cpu or cuda")
     return run_main(lambda: _evaluate_and_print(parser.parse_args(argv)), refused=(CheckpointError, DataError))
 
 

@@ -40,6 +40,15 @@ def build_model(arch: str = "resnet50", num_classes: int = 1000, zero_init_resid
     return model
 
 
+@functools.lru_cache(maxsize=32)
+def has_batch_norm(arch: str, norm: str = "batch") -> bool:
+    """Whether ``arch`` (built with ``norm``) has BatchNorm layers, which cannot train on a batch of one image;
+    found on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        model = build_model(arch, 10, norm=norm)
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 from tutorial_lib.engine.comm_hooks import register_allreduce
 from tutorial_lib.engine.config import TrainConfig, scaled_batch_and_lr
 from tutorial_lib.engine.input.files import Batch
-from tutorial_lib.engine.models import build_model
+from tutorial_lib.engine.models import build_model, has_batch_norm
 from tutorial_lib.engine.optim import build_optimizer
 from tutorial_lib.engine.schedule import SchedulePlan, build_scheduler
 
@@ -99,6 +99,8 @@ class TrainStep:
         self.scheduler = build_scheduler(self.optimizer, self.plan, self.lr)
         self.scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")
         self.criterion = torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        # BatchNorm cannot train on one image (ValueError): a batch left with one is skipped (input.files)
+        self.needs_two_images = has_batch_norm(cfg.arch, cfg.norm)
         self.train_model.train()
 
     def autocast(self):

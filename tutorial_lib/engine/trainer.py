@@ -32,9 +32,10 @@ from tutorial_lib.engine.cli import config_from_args
 from tutorial_lib.engine.config import ConfigError, TrainConfig, scaled_batch_and_lr, validate
 from tutorial_lib.engine.device import environment_facts, loader_workers, usable_cpus
 from tutorial_lib.engine.evaluate import evaluate
-from tutorial_lib.engine.input.files import Batch
+from tutorial_lib.engine.input.files import Batch, without_a_lone_image
 from tutorial_lib.engine.input.folders import DataError, prepare_dataset
 from tutorial_lib.engine.input.loaders import loaders_for
+from tutorial_lib.engine.memory import check_training_memory
 from tutorial_lib.engine.model_file import class_names, save_model
 from tutorial_lib.engine.models import count_parameters
 from tutorial_lib.engine.recipe import check_resume
@@ -51,6 +52,7 @@ from tutorial_lib.engine.tally import EpochTally
 from tutorial_lib.exits import run_main
 from tutorial_lib.rundir.checkpoint import (
     SaveError,
+    check_checkpoint,
     load_checkpoint,
     remove_stale_temp_files,
     save_atomic,
@@ -98,6 +100,7 @@ class Trainer:
     def setup(self) -> None:
         """Prepare the run directory, data, model, optimiser, schedule and (if any) the checkpoint."""
         cfg, info = self.cfg, self.info
+        check_training_memory(cfg, self.device, info)  # before the run directory is touched
         if self.is_main:
             prepare_run_dir(self.run_dir)
             self.lock.acquire()
@@ -134,7 +137,10 @@ class Trainer:
         self._resume()
 
     def _resume(self) -> None:
-        state = load_checkpoint(self.run_dir / CHECKPOINT_FILE, map_location=self.device)
+        path = self.run_dir / CHECKPOINT_FILE
+        state = load_checkpoint(path, map_location=self.device)
+        if state is not None:  # its parts of the types the trainer writes, before any is used
+            state = check_checkpoint(state, path, [f.name for f in dataclasses.fields(Progress)])
         per_rank = dist_utils.all_gather_objects(
             (dist_utils.node_name(), usable_cpus(), self.cfg.workers, os.path.abspath(self.read_from)), self.info)
         hosts, cpus, counts, read_from = (list(column) for column in zip(*per_rank, strict=True))
@@ -151,7 +157,7 @@ class Trainer:
             done = Progress(**state["progress"])
             try:  # the schedule of this run's plan, at the step's place in it (the plan may have grown)
                 self.step.load_state_dict(state, done.epoch * self.steps_per_epoch + done.step_in_epoch)
-            except (RuntimeError, KeyError, ValueError) as exc:
+            except (RuntimeError, KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
                 raise ConfigError(
                     f"resume: the checkpoint in {self.run_dir} does not fit this model "
                     f"({str(exc).strip().splitlines()[0][:200]}). Fix: pass another --name for a new run, or start "
@@ -222,6 +228,8 @@ class Trainer:
         loss_sum, since_log, trained, skipped, read = torch.zeros((), device=self.device), 0, 0, 0, 0
         for _ in range(todo):
             batch = next(batches)
+            if self.step.needs_two_images:
+                batch = without_a_lone_image(batch)
             self.stop.progress()
             loss = self.train_step(batch)
             if loss is None:  # skipped by every rank (one had no usable image): this rank's images were not used
@@ -305,6 +313,12 @@ class Trainer:
                 return self._stopped(started)
             summary.update(evaluate(self.eval_model, self.loaders.val, self.device, self.info,
                                     cfg.channels_last, self.step.autocast, self.stop.progress))
+            if not math.isfinite(summary["val_loss"]):  # the weights diverged in the epoch's last steps
+                self._fail(TrainingDiverged(
+                    f"validation loss is {summary['val_loss']} after epoch {progress.epoch + 1} (step "
+                    f"{progress.global_step}): the weights are no longer finite; stopped without saving them, the "
+                    f"last checkpoint is kept. Fix: lower base_lr (now {cfg.base_lr:g}) or lengthen warmup_epochs, "
+                    "then start again with another name or fresh"))
             self.stop.progress()
             progress.epoch += 1
             progress.step_in_epoch, progress.epoch_tally = 0, None
@@ -381,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
 
     return run_main(run, refused=(ConfigError, DataError, RunLockedError, RunDirError, file_index.IndexPlaceError,
                                   staging.StagingError),
-                    statuses={TrainingDiverged: EXIT_DIVERGED, SaveError: EXIT_ERROR})
+                    statuses={TrainingDiverged: EXIT_DIVERGED, SaveError: EXIT_ERROR,
+                              torch.cuda.OutOfMemoryError: EXIT_ERROR})  # beyond the estimate: one line
 
 
 if __name__ == "__main__":

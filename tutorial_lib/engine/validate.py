@@ -8,6 +8,7 @@ are refused here instead of reaching the optimiser.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -81,6 +82,12 @@ def check_stage_to(cfg) -> None:
     if "\n" in cfg.stage_to or not (os.path.isabs(cfg.stage_to) or _STAGE_VARIABLE.fullmatch(cfg.stage_to)):
         fail("stage_to", f"{shorten(cfg.stage_to)} is neither an absolute path nor a variable such as $TMPDIR",
               "give the node-local folder as an absolute path (/local/scratch) or as $TMPDIR")
+    from tutorial_lib.data.staging import climbs_out
+
+    left = climbs_out(cfg.stage_to)
+    if left is not None:
+        fail("stage_to", f"{shorten(cfg.stage_to)} leaves {left[:60]}, the node-local folder it names ('..' "
+             "climbs out of it)", f"name a folder inside it, without '..' (e.g. {left[:60]}/stage), or $TMPDIR")
     if os.path.isabs(cfg.stage_to):
         target, data = Path(cfg.stage_to).resolve(), Path(cfg.data_dir).resolve()
         if target == data or data in target.parents:
@@ -114,3 +121,26 @@ def check_shards(cfg, check_paths: bool = True) -> int | None:
         return len(check(cfg.data_dir)["splits"]["train"]["classes"])
     except ShardError as exc:
         raise ConfigError(str(exc)) from None
+
+
+@contextlib.contextmanager
+def path_setting(name: str):
+    """An OSError of the file system while the path setting ``name`` is checked (a name too long, a loop of links,
+    no permission) as the ConfigError that names the setting, the path and the fix."""
+    try:
+        yield
+    except OSError as exc:
+        from tutorial_lib.exits import describe_os_error
+
+        raise ConfigError(f"{name}: {describe_os_error(exc)[1]}") from None
+
+
+PATH_MAX = 4096  # Linux's longest path (PATH_MAX); a longer setting can never name a folder
+
+
+def check_path_length(name: str, value: str) -> None:
+    """Refuse a path setting longer than any path can be, naming the setting (the file system would only say
+    "File name too long")."""
+    if len(value) > PATH_MAX:
+        fail(name, f"{shorten(value)} is longer than any path can be ({PATH_MAX} characters)",
+             "pass a shorter path")

@@ -290,22 +290,44 @@ def sweep(config: TrainConfig, over: str, values, sequential: bool = True, **sub
 
     Run names get a suffix such as ``-nodes2`` or ``-batch_size256``. With ``sequential`` each job
     starts when the previous one has ended, so throughput measurements do not share the machine.
+    Every value is checked before the first job is submitted (a bad one: ConfigError naming it).
     """
+    planned = _sweep_plan(config, over, values)
     jobs: list[Job] = []
-    for value in values:
-        name = f"{config.name}-{over}{value}"
-        job_args = dict(submit_args)
-        if over in RENAMED_ARGUMENTS:
-            raise ConfigError(f"over: {over} was renamed {RENAMED_ARGUMENTS[over]}. "
-                              f"Fix: over={RENAMED_ARGUMENTS[over]!r}.")
-        if over in ("nodes", "ranks_per_node"):
-            job_config = dataclasses.replace(config, name=name)
-            job_args[over] = value
-        elif over in {f.name for f in dataclasses.fields(TrainConfig)}:
-            job_config = dataclasses.replace(config, name=name, **{over: value})
-        else:
-            raise JobError(f"over: cannot sweep {over!r}. Fix: use 'nodes', 'ranks_per_node' or a TrainConfig field.")
+    for job_config, job_args in planned:
+        job_args = {**submit_args, **job_args}
         if sequential and jobs:
             job_args["after"] = jobs[-1]
         jobs.append(submit(job_config, **job_args))
     return jobs
+
+
+def _sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfig, dict]]:
+    """The (config, submit arguments) of each job of a sweep, every value checked (ConfigError naming ``over``
+    or ``values`` and the fix)."""
+    from tutorial_lib.engine.config import shorten, validate
+    from tutorial_lib.jobs.spec import check_counts
+
+    if not isinstance(config, TrainConfig):
+        raise ConfigError("config: expected a TrainConfig. Fix: build one with "
+                          "tutorial_lib.engine.config.make_config().")
+    if over in RENAMED_ARGUMENTS:
+        raise ConfigError(f"over: {over} was renamed {RENAMED_ARGUMENTS[over]}. Fix: over={RENAMED_ARGUMENTS[over]!r}.")
+    fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"name"}  # the name is made from the value
+    if not isinstance(over, str) or over not in fields | {"nodes", "ranks_per_node"}:
+        raise ConfigError(f"over: cannot sweep {shorten(over)}. Fix: use 'nodes', 'ranks_per_node' or a TrainConfig "
+                          "field other than name (each job's name is made from it).")
+    if isinstance(values, (str, bytes, dict)) or not isinstance(values, (list, tuple, range)) or not values:
+        raise ConfigError(f"values: expected a non-empty list of values for {over}, got {shorten(values)}. "
+                          f"Fix: e.g. values=[1, 2] (one job per value).")
+    planned = []
+    for value in values:
+        name = f"{config.name}-{over}{value}"
+        if over in ("nodes", "ranks_per_node"):
+            check_counts(**{over: value})
+            planned.append((dataclasses.replace(config, name=name), {over: value}))
+        else:
+            job_config = dataclasses.replace(config, name=name, **{over: value})
+            validate(job_config, check_paths=False, cuda_available=True)  # the data and GPUs: at submit
+            planned.append((job_config, {}))
+    return planned

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tutorial_lib.data.staging import STAGE_FROM_ENV, STAGE_TO_ENV
+from tutorial_lib.engine.config import shorten
 from tutorial_lib.jobs.spec import JobError
 from tutorial_lib.rundir.layout import JOB_FILE, STOP_FILE
 
@@ -128,4 +129,11 @@ def read_job_file(run_dir: Path) -> dict:
     if missing:
         raise JobError(f"{path} lacks the job's {', '.join(missing)}: it was not written by tutorial_lib.jobs. "
                        "Fix: submit the job again with another name, or with fresh=True.")
+    odd = [key for key, ok in (("id", isinstance(record["id"], (str, int)) and not isinstance(record["id"], bool)),
+                               ("backend", record["backend"] in ("local", "slurm")),
+                               ("name", isinstance(record["name"], str))) if not ok]
+    if odd:
+        raise JobError(f"{path} holds a job {', '.join(odd)} of another type than tutorial_lib.jobs writes "
+                       f"({shorten(record[odd[0]])}): it was not written by it or was changed since. Fix: submit "
+                       "the job again with another name, or with fresh=True.")
     return record

@@ -16,7 +16,7 @@ SITE_ENV = "TUTORIAL_SITE"  # a YAML file whose `site:` block every Slurm job ge
 GPU_REQUESTS = ("gpus-per-node", "gres")
 CONTAINER_RUNTIMES = ("apptainer", "pyxis")
 _MEM = re.compile(r"\d{1,9}[KMGT]?")
-_COMMAND_WORD = re.compile(r"[A-Za-z0-9_./+-]{1,255}")
+_COMMAND_WORD = re.compile(r"[A-Za-z0-9_./+][A-Za-z0-9_./+-]{0,254}")  # a path or a command name, never an option
 _IMAGE = re.compile(r"[A-Za-z0-9_./:@#+-]{1,255}")
 _BIND = re.compile(r"/[A-Za-z0-9_./+-]{0,255}(:/[A-Za-z0-9_./+-]{0,255}(:(ro|rw))?)?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -65,15 +65,16 @@ class Site:
         """A checked Site from a mapping (a parameter file's ``site:`` block); errors name ``site.<key>``."""
         if data is None:
             return cls()
-        if isinstance(data, Site):
-            return data
+        if isinstance(data, Site):  # built directly: its values are checked like a block's
+            data = data.to_dict()
         if not isinstance(data, dict):
             raise ConfigError(f"site: expected a mapping of settings, got {shorten(data)}. Fix: e.g. "
                               "site: {partition: gpu, python: python3}.")
         known = [f.name for f in fields(cls)]
         unknown = [key for key in data if key not in known]
         if unknown:
-            raise ConfigError(f"site.{str(unknown[0])[:60]}: not a site setting. Fix: use one of {', '.join(known)}.")
+            name = unknown[0] if isinstance(unknown[0], str) and unknown[0].isidentifier() else shorten(unknown[0])
+            raise ConfigError(f"site.{name}: not a site setting. Fix: use one of {', '.join(known)}.")
         return cls(**{key: _SITE_CHECKS[key](value) for key, value in data.items() if value not in (None, "")})
 
     def resolve(self, partition=None, account=None) -> tuple:
@@ -179,7 +180,8 @@ _SITE_CHECKS = {
     "partition": _site_word("partition"), "account": _site_word("account"), "qos": _site_word("qos"),
     "time": lambda value: _prefixed(check_time, "time", value), "cpus_per_rank": _site_int,
     "mem": _site_match("mem", _MEM, "64G"), "gpu_request": _site_choice("gpu_request", GPU_REQUESTS),
-    "setup": _site_lines, "python": _site_match("python", _COMMAND_WORD, "python3"), "env": _site_env,
+    "setup": _site_lines, "python": _site_match("python", _COMMAND_WORD, "/opt/venv/bin/python (a path) or python3 "
+                                                "(a command name; an option such as -c is refused)"), "env": _site_env,
     "container": _site_container, "sbatch_options": _site_options,
 }
 
@@ -189,12 +191,16 @@ def load_site(source=None) -> Site:
     of the file named by the ``TUTORIAL_SITE`` environment variable; an empty Site when there is none."""
     if isinstance(source, (Site, dict)):
         return Site.from_dict(source)
+    if source is not None and (isinstance(source, bool) or not isinstance(source, (str, os.PathLike))):
+        raise ConfigError(f"site: expected a Site, a site: mapping or the path of a YAML file, got {shorten(source)} "
+                          f"({type(source).__name__}). Fix: e.g. site={{'partition': 'gpu', 'python': 'python3'}} or "
+                          "site='notebooks/params/cluster.yaml'.")
     path = source if source is not None else os.environ.get(SITE_ENV)
     if not path:
         return Site()
     from tutorial_lib.yamlfile import YamlFileError, read_yaml
 
-    where = f"{SITE_ENV}={path}" if source is None else str(path)
+    where = f"{SITE_ENV}={shorten(str(path))}" if source is None else shorten(str(path))
     if not Path(path).is_file():
         raise ConfigError(f"site: {where} names no file. Fix: point it at a YAML file with a site: block.")
     try:

@@ -7,8 +7,14 @@ import re
 
 from tutorial_lib.engine.config import ConfigError, shorten
 
-# Matched whole with re.fullmatch: `$` alone would also match before a final newline.
-_TIME = re.compile(r"(\d+-)?\d{1,3}(:\d{2}){0,2}")
+# Slurm's six time forms (sbatch(1) --time; parse_time.c): minutes, minutes:seconds, hours:minutes:seconds,
+# days-hours, days-hours:minutes, days-hours:minutes:seconds. Matched whole with re.fullmatch (`$` alone would also
+# match before a final newline). Slurm adds up fields out of range (99:99:99 is 4-04:41:00): refused here.
+_TIME = re.compile(r"(?P<days>\d{1,3})-(?P<hours>\d{1,2})(:(?P<minutes>\d{1,2})(:(?P<seconds>\d{1,2}))?)?"
+                   r"|(?P<h>\d{1,4}):(?P<m>\d{1,2}):(?P<s>\d{1,2})"
+                   r"|(?P<lead>\d{1,6})(:(?P<lead_s>\d{1,2}))?")
+_FIELD_LIMITS = (("hours", 24), ("minutes", 60), ("seconds", 60), ("m", 60), ("s", 60), ("lead_s", 60))
+MAX_SIGNAL_LEAD_S = 65535  # sbatch(1) --signal: sig_time is an integer between 0 and 65535
 _SLURM_WORD = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _SBATCH_OPTION = re.compile(r"--[a-z][a-z-]{1,30}(=[A-Za-z0-9_.:,@+/-]{1,200})?")
 # sbatch_options: only these full sbatch option names (sbatch takes an exact name as itself, while it would
@@ -27,12 +33,41 @@ SBATCH_SET_HERE = ("--parsable", "--job-name", "--nodes", "--ntasks-per-node", "
 
 
 def check_time(value: str | int) -> str:
-    """A Slurm time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS."""
+    """A Slurm time limit in one of Slurm's forms (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS), each
+    field after the first within its range (hours < 24 after days, minutes and seconds < 60): Slurm would add up
+    the rest silently, so the limit would not be the one written."""
     text = str(value).strip(" ")
-    if not _TIME.fullmatch(text):
+    fields = _TIME.fullmatch(text) if not isinstance(value, bool) else None
+    if fields is None:
         raise ConfigError(f"time: {shorten(value)} is not a Slurm time limit. Fix: use minutes (30), "
                           "HH:MM:SS (01:30:00) or D-HH:MM:SS (1-00:00:00).")
+    over = next(((name, limit) for name, limit in _FIELD_LIMITS
+                 if fields[name] is not None and int(fields[name]) >= limit), None)
+    if over is not None:
+        unit = {"hours": "hours"}.get(over[0], "minutes" if over[0] in ("minutes", "m") else "seconds")
+        read = format_time(_seconds(fields))
+        raise ConfigError(f"time: {shorten(value)} has {unit} {int(fields[over[0]])}, not below {over[1]}: Slurm "
+                          f"would add it up and run the job for {read}. Fix: write the limit you mean with each field "
+                          f"in range, e.g. {read} (D-HH:MM:SS).")
     return text
+
+
+def _seconds(fields: re.Match) -> int:
+    """Seconds of a matched time, added up as Slurm adds them."""
+    n = {key: int(value) for key, value in fields.groupdict().items() if value is not None}
+    if "days" in n:
+        return ((n["days"] * 24 + n["hours"]) * 60 + n.get("minutes", 0)) * 60 + n.get("seconds", 0)
+    if "h" in n:
+        return (n["h"] * 60 + n["m"]) * 60 + n["s"]
+    return n["lead"] * 60 + n.get("lead_s", 0)
+
+
+def format_time(seconds: int) -> str:
+    """``seconds`` as Slurm shows a limit, rounded up to whole minutes: ``HH:MM:SS``, or ``D-HH:MM:SS``."""
+    minutes = -(-max(int(seconds), 0) // 60)
+    days, minutes = divmod(minutes, 24 * 60)
+    text = f"{minutes // 60:02d}:{minutes % 60:02d}:00"
+    return f"{days}-{text}" if days else text
 
 
 DEFAULT_WARNING_LEAD_S = 120  # train.sbatch's #SBATCH --signal=B:USR1@120
@@ -51,24 +86,23 @@ def check_time_against_warning(time: str, sbatch_options) -> None:
     if limit <= lead:
         raise ConfigError(f"time: {time} ({limit} s) leaves no time to train: Slurm warns the job {lead} s before "
                           f"its limit (--signal=B:USR1@{lead}), and the job then stops to checkpoint and requeues. "
-                          f"Fix: a time limit well above {lead} s (e.g. '00:{max(10, lead // 60 + 5):02d}:00'), "
+                          f"Fix: a time limit well above {lead} s (e.g. '{time_for_warning(lead)}'), "
                           "or a shorter warning in sbatch_options ('--signal=B:USR1@30').")
 
 
+def time_for_warning(lead: int) -> str:
+    """A time limit that leaves at least 10 minutes of training after a warning ``lead`` seconds before the end
+    (the example :func:`check_time_against_warning` suggests: a limit :func:`check_time` accepts)."""
+    return format_time(lead + 600)
+
+
 def time_limit_seconds(text: str) -> int:
-    """Seconds in a Slurm time string (minutes, MM:SS, HH:MM:SS, D-HH:MM:SS)."""
-    days = 0
-    if "-" in text:
-        day_text, text = text.split("-", 1)
-        days = int(day_text)
-    parts = [int(p) for p in text.split(":")]
-    if len(parts) == 1:
-        seconds = parts[0] * 60
-    elif len(parts) == 2:
-        seconds = parts[0] * 60 + parts[1]
-    else:
-        seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
-    return days * 86400 + seconds
+    """Seconds in a Slurm time string (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS), as Slurm reads it."""
+    fields = _TIME.fullmatch(str(text).strip(" "))
+    if fields is None:
+        raise ConfigError(f"time: {shorten(text)} is not a Slurm time limit. Fix: use minutes (30), HH:MM:SS "
+                          "(01:30:00) or D-HH:MM:SS (1-00:00:00).")
+    return _seconds(fields)
 
 
 def check_word(what: str, value: str | None) -> str | None:
@@ -87,8 +121,10 @@ def check_sbatch_option(option: str) -> str:
                           "'--exclusive'].")
     name = option.split("=", 1)[0]
     if name in SBATCH_ALLOWED:
-        if name == "--signal" and not re.fullmatch(r"--signal=B:USR1@\d{1,5}", option):
-            raise ConfigError("sbatch_options: train.sbatch needs its warning as --signal=B:USR1@<seconds>. "
+        if name == "--signal" and not (re.fullmatch(r"--signal=B:USR1@\d{1,5}", option)
+                                       and int(option.rsplit("@", 1)[1]) <= MAX_SIGNAL_LEAD_S):
+            raise ConfigError(f"sbatch_options: {shorten(option)}: train.sbatch needs its warning as "
+                              f"--signal=B:USR1@<seconds>, 0 to {MAX_SIGNAL_LEAD_S} (sbatch's range). "
                               "Fix: e.g. '--signal=B:USR1@300' (or leave it out: 120 s).")
         return option
     meant = [full for full in SBATCH_SET_HERE + SBATCH_ALLOWED if full.startswith(name)]

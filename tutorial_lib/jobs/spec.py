@@ -136,8 +136,12 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
     if module not in JOB_MODULES:
         raise ConfigError(f"module: {shorten(module)} cannot be run as a job. "
                           f"Fix: use one of {', '.join(JOB_MODULES)}.")
-    if module_args is not None and not all(isinstance(a, str) and "\n" not in a for a in module_args):
+    if module_args is not None and (not isinstance(module_args, (list, tuple))
+                                    or not all(isinstance(a, str) and "\n" not in a for a in module_args)):
         raise ConfigError("module_args: must be a list of single-line strings. Fix: e.g. ['allreduce', '--out', 'x']")
+    if not isinstance(sbatch_options, (str, list, tuple)):
+        raise ConfigError(f"sbatch_options: expected a list of options, got {shorten(sbatch_options)}. Fix: e.g. "
+                          "sbatch_options=['--constraint=a100'].")
     options = [check_sbatch_option(o) for o in (list(sbatch_options) if not isinstance(sbatch_options, str)
                                                   else [sbatch_options])]
     site = load_site(site) if on_cluster else Site()

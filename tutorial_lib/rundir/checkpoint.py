@@ -112,7 +112,8 @@ def load_weights_only(path: str | os.PathLike, map_location="cpu") -> dict:
                               "loading it could run code, so nothing was loaded or run. Fix: delete it if you did "
                               "not write it (an older tutorial_lib wrote numpy objects: start a new run name, or "
                               "resume with that version).") from None
-    except (EOFError, KeyError, RuntimeError) as exc:  # torch's words for an empty, torn or foreign file
+    except (EOFError, KeyError, RuntimeError, ValueError, TypeError, IndexError, AttributeError, OverflowError,
+            MemoryError) as exc:  # torch's words (and pickle's) for an empty, torn or foreign file
         if isinstance(exc, RuntimeError) and "PytorchStreamReader" not in str(exc) and "zip" not in str(exc):
             raise
         size = os.path.getsize(path) if os.path.exists(path) else 0
@@ -128,3 +129,33 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict | None:
     if not path.is_file():
         return None
     return load_weights_only(path, map_location)
+
+
+_PARTS = {"model": dict, "optimizer": dict, "scheduler": dict, "scaler": dict, "progress": dict}
+_OPTIONAL = {"config": dict, "rng": list, "world_size": int, "num_classes": int}
+_COUNTS = ("epoch", "step_in_epoch", "global_step")
+
+
+def check_checkpoint(state, path: str | os.PathLike, progress_fields) -> dict:
+    """``state`` (a loaded checkpoint) if it holds what a resume reads, each part of the type the trainer writes;
+    CheckpointError (one line) naming the first part that is missing or of another type, before any of it is used.
+    ``progress_fields``: the names a checkpoint's ``progress`` may hold."""
+    def refuse(what: str) -> None:
+        raise CheckpointError(f"checkpoint: {path} {what}, which the trainer never writes; nothing was loaded. Fix: "
+                              "delete it (the run then starts over) or restore the file the trainer wrote.")
+
+    if not isinstance(state, dict):
+        refuse(f"holds a {type(state).__name__}, not the trainer's dict of parts")
+    for key, kind in {**_PARTS, **_OPTIONAL}.items():
+        if (key in _PARTS or state.get(key) is not None) and not isinstance(state.get(key), kind):
+            refuse(f"holds {key} as {type(state.get(key)).__name__}, not {kind.__name__}")
+    progress = state["progress"]
+    unknown = [key for key in progress if key not in progress_fields]
+    if unknown or not all(isinstance(progress.get(k), int) and not isinstance(progress.get(k), bool)
+                          and progress[k] >= 0 for k in _COUNTS):
+        refuse(f"holds progress {str(progress)[:80]} (unknown fields or counts that are not whole numbers >= 0)")
+    best = progress.get("best_top1", 0.0)
+    if (not isinstance(progress.get("history", []), list) or not isinstance(progress.get("epoch_tally") or {}, dict)
+            or not isinstance(best, (int, float)) or isinstance(best, bool)):
+        refuse("holds a progress history, epoch tally or best top-1 of another type")
+    return state

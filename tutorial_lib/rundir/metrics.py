@@ -80,12 +80,27 @@ def append_jsonl(path: str | os.PathLike, records: list[dict]) -> Path:
     return path
 
 
+# The numbers an event may hold: a record of another shape (a field of the wrong type) is skipped like a garbled
+# line, so no reader meets it.
+NUMBER_FIELDS = ("time", "epoch", "step", "global_step", "step_in_epoch", "loss", "lr", "images_per_sec", "top1",
+                 "top5", "train_loss", "val_loss", "epoch_time", "best_top1", "total_time", "epochs")
+
+
+def well_formed(record: dict) -> bool:
+    """Whether ``record`` is an event as the trainer writes it: a named event, its numbers numbers."""
+    if not isinstance(record.get("event"), str):
+        return False
+    return all(isinstance(record[key], (int, float)) and not isinstance(record[key], bool)
+               for key in NUMBER_FIELDS if key in record)
+
+
 def read_metrics(run_dir_or_file: str | os.PathLike) -> list[dict]:
-    """All complete events of a run (a torn or garbled line is skipped, never raised)."""
+    """All complete events of a run (a torn or garbled line, or an event of another shape, is skipped, never
+    raised: :func:`well_formed`)."""
     path = Path(run_dir_or_file)
     if path.is_dir():
         path = path / METRICS_FILE
-    return [record for record in read_jsonl(path) if "event" in record]
+    return [record for record in read_jsonl(path) if well_formed(record)]
 
 
 def metrics_table(run_dir_or_file, event: str | None = None):

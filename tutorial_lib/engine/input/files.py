@@ -30,7 +30,7 @@ from torchvision import datasets
 from torchvision.io import ImageReadMode, decode_jpeg
 
 from tutorial_lib.data import file_index
-from tutorial_lib.data.names import is_image, is_system_file
+from tutorial_lib.data.names import is_image
 from tutorial_lib.engine.input.folders import DataError
 from tutorial_lib.engine.input.jpeg import is_complete_jpeg, read_header
 
@@ -117,16 +117,21 @@ class ImageFiles(datasets.ImageFolder):
         """The class folders from the job's file index (:mod:`tutorial_lib.data.file_index`), else a scan."""
         known = file_index.classes(directory)
         if known is None:
-            known = [name for name in super().find_classes(directory)[0] if not is_system_file(name)]
+            known = file_index.class_folders(directory)[0]
         return known, {name: label for label, name in enumerate(known)}
 
     @staticmethod
     def make_dataset(directory, class_to_idx, extensions=None, is_valid_file=None, allow_empty=False):
-        """The (path, label) list from the job's file index, else torchvision's walk of the folders."""
+        """The (path, label) list from the job's file index, else from the same walk of the folders
+        (:func:`tutorial_lib.data.file_index.scan`: the project's rules of images and class folders)."""
         listed = file_index.samples(directory, class_to_idx)
-        if listed is not None:
-            return listed
-        return datasets.DatasetFolder.make_dataset(directory, class_to_idx, extensions, is_valid_file, allow_empty)
+        if listed is None:
+            listed = file_index.samples_of(directory, file_index.scan(directory, classes=list(class_to_idx)),
+                                           class_to_idx)
+        if listed is None:  # classes given by the caller that are not the folders': torchvision's own walk
+            return datasets.DatasetFolder.make_dataset(directory, class_to_idx, extensions, is_valid_file,
+                                                       allow_empty)
+        return listed
 
     def read(self, index: int) -> bytes:
         """The bytes of image ``index`` (OSError for anything but a regular file)."""
@@ -149,6 +154,16 @@ class Batch:
     images: torch.Tensor
     targets: torch.Tensor
     skipped: int = 0
+
+
+def without_a_lone_image(batch: Batch) -> Batch:
+    """``batch``, or an empty one counting its image as skipped when unreadable images left it with one: a model
+    with BatchNorm cannot train on a single image (its statistics need two), so that image is skipped and said."""
+    if len(batch.targets) != 1:
+        return batch
+    print("warning: skipping the one readable image of a batch whose other images were unreadable (BatchNorm "
+          "cannot train on one image); counted as skipped", file=sys.stderr, flush=True)
+    return Batch(batch.images[:0], batch.targets[:0], batch.skipped + 1)
 
 
 class Normalizer:

@@ -14,13 +14,15 @@ from PIL import Image
 
 from tutorial_lib.data import PREPARE_COMMAND
 from tutorial_lib.data.links import moved_source
+from tutorial_lib.data.names import is_class_folder
+from tutorial_lib.engine.errors import OneLineError
 from tutorial_lib.rundir.owned import describe, foreign_tree_files
 
 _DIGITS_MARKER = "digits_export.json"
 PREPARE_FIX = f"make it with `{PREPARE_COMMAND}` from the archives, the Kaggle download or a flat val/"
 
 
-class DataError(ValueError):
+class DataError(OneLineError):
     """The data on disk is missing, in the wrong layout, or unreadable."""
 
 
@@ -73,6 +75,8 @@ def check_replaceable(root: Path, marker: str, fix: str = "") -> None:
         problem = f"already holds files that this project did not write (no {marker} of ours in it)"
     elif foreign:
         problem = f"holds files that this project did not write beside its own ({describe(foreign)})"
+    elif root.is_symlink() and foreign is None:  # a link is never replaced, and writing through it is not ours
+        problem = f"is a symbolic link to an empty folder ({os.path.realpath(root)})"
     else:
         return
     field, _, fix = (fix or "folder: pass a new or empty folder").partition(": ")
@@ -127,7 +131,7 @@ def check_imagefolder(data_dir: str | os.PathLike) -> Path:
         if not split_dir.is_dir():
             raise DataError(f"data_dir: {root} has no {split}/ folder. Fix: {PREPARE_FIX}, or arrange the "
                             f"data as {root}/train/<class>/<image>.JPEG and {root}/val/<class>/<image>.JPEG.")
-        classes = [d for d in split_dir.iterdir() if d.is_dir()]
+        classes = [d for d in split_dir.iterdir() if d.is_dir() and is_class_folder(d.name)]
         if not classes:
             raise DataError(f"data_dir: {split_dir} has no class folders. Fix: {PREPARE_FIX} (it sorts a flat "
                             f"val/ by its ground truth), or put each class's images in {split_dir}/<class>/.")

@@ -1,0 +1,129 @@
+"""The benchmarks' arguments, checked before anything runs, is generated or is written.
+
+argparse checks the form of each flag (an int, a float); this module checks what argparse cannot: counts at or
+above their minimum, finite times, names out of closed sets (devices, models, precisions, forms, steps, dtypes),
+a node-local folder outside the data, and the memory a size asks for (:mod:`tutorial_lib.engine.memory`: an image
+size, batch or JPEG size whose tensors cannot fit is refused with the estimate and the memory there is). Every
+refusal is a :class:`ConfigError` of one line that names the flag and the fix (exit status 2).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
+from tutorial_lib.engine.memory import available_bytes, check_fits, training_bytes
+
+JPEG_MAX_SIDE = 65_500  # libjpeg (PIL) writes no JPEG with a longer side
+FAKE_PIXEL_BYTES = 16  # the generator's coordinate grid alone: two int64 per pixel (bench.fake_imagenet)
+DEVICES = ("auto", "cpu", "cuda")
+# the minimum of each count flag: (flag, minimum); a flag left at None (its device default) is not checked
+_COUNTS = {"rounds": 1, "classes": 1, "per_class": 1, "val_per_class": 1, "repeats": 1, "ranks": 1,
+           "train_per_class": 1, "steps": 1, "warmup": 0, "windows": 1, "num_classes": 1, "batches": 1,
+           "read_workers": 0, "iters": 1, "ddp_steps": 0, "decode_images": 0, "skip_steps": 0, "batch_size": 1,
+           "image_size": 1}
+_SECONDS = ("min_time", "matmul_tflops")
+
+
+def _refuse(flag: str, value, fix: str) -> None:
+    raise ConfigError(f"--{flag.replace('_', '-')}: {shorten(value)} is refused. Fix: {fix}.")
+
+
+def check_arguments(args) -> None:
+    """Check the parsed arguments of any ``python -m tutorial_lib.bench`` subcommand (ConfigError, one line)."""
+    values = vars(args)
+    if "device" in values and values["device"] not in DEVICES:
+        _refuse("device", values["device"], f"pass one of {', '.join(DEVICES)}")
+    if values.get("device") == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device: cuda was asked for but no CUDA GPU is visible. Fix: run on a GPU node, or use "
+                          "--device cpu.")
+    for name, low in _COUNTS.items():
+        value = values.get(name)
+        if isinstance(value, list):  # train's --batch-size is a comma list (scale's --steps are names)
+            if not value or (all(isinstance(v, int) for v in value) and min(value) < low):
+                _refuse(name, ",".join(map(str, value)), f"a comma list of whole numbers of at least {low}")
+        elif isinstance(value, int) and not isinstance(value, bool) and value < low:
+            _refuse(name, value, f"a whole number of at least {low}")
+    for name in _SECONDS:
+        value = values.get(name)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            _refuse(name, value, "a finite number of seconds (or TFLOP/s) of at least 0")
+    workers = values.get("workers")
+    if workers is not None and (not workers or min(workers) < 0):
+        _refuse("workers", ",".join(map(str, workers)), "a comma list of worker counts of at least 0, e.g. 0,1,2")
+    _check_names(values)
+    _check_places(values)
+    _check_memory(args, values)
+
+
+def _check_names(values: dict) -> None:
+    from tutorial_lib.engine.models import available_archs
+
+    closed = {"precision": PRECISIONS, "compile": COMPILE_MODES}
+    for name, allowed in closed.items():
+        given = values.get(name)
+        for value in ([given] if isinstance(given, str) else given or []):
+            if value not in allowed:
+                _refuse(name, value, f"pass {'a comma list of ' if isinstance(given, list) else ''}"
+                                     f"{', '.join(allowed)}")
+    archs = values.get("arch")
+    for arch in ([archs] if isinstance(archs, str) else archs or []):
+        if arch not in available_archs():
+            _refuse("arch", arch, "a torchvision classification model name, e.g. resnet18 or resnet50")
+    if isinstance(values.get("arch"), list) and not values["arch"]:
+        _refuse("arch", "", "a comma list of torchvision model names, e.g. resnet18,resnet50")
+    for dtype in ([values["dtype"]] if isinstance(values.get("dtype"), str) else values.get("dtype") or []):
+        kind = getattr(torch, str(dtype), None)
+        if not isinstance(kind, torch.dtype) or not (kind.is_floating_point or kind in (torch.int32, torch.int64)):
+            _refuse("dtype", dtype, "a torch number type such as float32, bfloat16 or float16")
+    if values.get("command") == "scale":
+        from tutorial_lib.bench.fake_forms import FORMS
+        from tutorial_lib.bench.scale import SIZES, STEPS
+
+        if values["files"] not in SIZES:
+            _refuse("files", values["files"], f"pass one of {', '.join(SIZES)}")
+        for name, allowed in (("forms", FORMS), ("steps", STEPS)):
+            unknown = [v for v in values[name] if v not in allowed]
+            if unknown or not values[name]:
+                _refuse(name, ",".join(unknown or values[name]), f"a comma list of {', '.join(allowed)}")
+
+
+def _check_places(values: dict) -> None:
+    """Folders that the command writes: never the data's own folder (staging copies the data out of it)."""
+    if values.get("command") == "staging" and values.get("stage_to"):
+        target, data = Path(values["stage_to"]).absolute().resolve(), Path(values["data_dir"]).absolute().resolve()
+        if target == data or data in target.parents or target in data.parents:
+            _refuse("stage_to", values["stage_to"], f"a folder outside --data-dir {shorten(values['data_dir'])} and "
+                    "not holding it (the node's local disk, e.g. /tmp)")
+
+
+def _check_memory(args, values: dict) -> None:
+    """The sizes the command asks for, against the memory there is (lower bounds, :mod:`tutorial_lib.engine.memory`)."""
+    size = values.get("jpeg_size")
+    if size is not None and values.get("command") in ("extract", "data", "e2e"):
+        if max(size) > JPEG_MAX_SIDE:
+            _refuse("jpeg_size", f"{size[0]}x{size[1]}", f"sides of at most {JPEG_MAX_SIDE:,} px (the largest JPEG "
+                    "libjpeg writes), e.g. 500x375")
+        check_fits(size[0] * size[1] * FAKE_PIXEL_BYTES, available_bytes("cpu"),
+                   f"--jpeg-size: generating one {size[0]}x{size[1]} image", "pass a smaller --jpeg-size, e.g. "
+                   "500x375 (ImageNet's typical size)")
+    image_size = values.get("image_size")
+    if image_size is None:
+        return
+    batches = values.get("batch_size") or [32]
+    for batch in batches if isinstance(batches, list) else [batches]:
+        if values.get("command") in ("train", "e2e"):
+            archs = values.get("arch") or ["resnet18"]
+            for arch in [archs] if isinstance(archs, str) else archs:
+                parts = training_bytes(arch, values.get("num_classes") or 1000, image_size, batch)
+                total = parts.pop("total")
+                check_fits(total, available_bytes("cpu"), f"--image-size/--batch-size: a training step of {arch} on "
+                           f"batches of {batch} images of {image_size}x{image_size} px",
+                           "pass a smaller --image-size or --batch-size", parts)
+        else:  # a loader: the batch as float32, made by the workers and the training process
+            check_fits(batch * 3 * image_size * image_size * 4, available_bytes("cpu"),
+                       f"--image-size/--batch-size: a batch of {batch} images of {image_size}x{image_size} px",
+                       "pass a smaller --image-size (ImageNet: 224) or --batch-size", None)

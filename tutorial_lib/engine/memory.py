@@ -1,0 +1,115 @@
+"""Memory a step needs, estimated before anything is allocated: a size whose tensors cannot fit is refused in one
+line with the estimate and the memory there is, instead of growing until the kernel's OOM killer ends the run.
+
+The estimate is a lower bound, so that it never refuses a run that fits: the weights and their gradients, the
+batch as float32 on the device, and the outputs of the model's convolutions and linear layers for the batch
+(autograd keeps at least those for the backward pass). Those outputs are counted by running the model on
+PyTorch's ``meta`` device, which computes shapes and allocates nothing (a model that will not run at that size
+there, such as a ViT at another image size, is counted without them). Available memory: ``psutil`` for the host,
+``torch.cuda.mem_get_info`` for a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import psutil
+import torch
+from torch import nn
+
+from tutorial_lib.engine.errors import ConfigError
+
+AMP_BYTES = {"fp16": 2, "bf16": 2}  # bytes per activation under autocast; 4 otherwise
+
+
+def human_bytes(count: float) -> str:
+    """``count`` bytes as a short figure (``3.2 GB``, ``640 TB``)."""
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(count) < 1000 or unit == "PB":
+            return f"{count:.3g} {unit}" if unit != "B" else f"{int(count)} B"
+        count /= 1000
+    return f"{count:.3g} EB"  # pragma: no cover
+
+
+def available_bytes(device: torch.device | str = "cpu") -> int:
+    """Memory that can be allocated now: free GPU memory on a CUDA device, else the host's available memory."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return int(psutil.virtual_memory().available)
+
+
+@functools.lru_cache(maxsize=16)
+def _layer_outputs(arch: str, num_classes: int, image_size: int, norm: str) -> tuple[int, int]:
+    """(elements output by the convolutions and linear layers for one image, parameters) of ``arch`` at
+    ``image_size``, computed on the meta device; no outputs counted if the model does not run at that size."""
+    from tutorial_lib.engine.models import build_model
+
+    with torch.device("meta"):
+        model = build_model(arch, num_classes, norm=norm)
+    total = 0
+
+    def count(_module, _inputs, output) -> None:
+        nonlocal total
+        if isinstance(output, torch.Tensor):
+            total += output.numel()
+
+    for module in model.modules():
+        if isinstance(module, (nn.Conv2d, nn.Linear)):
+            module.register_forward_hook(count)
+    parameters = sum(p.numel() for p in model.parameters())
+    try:
+        with torch.no_grad():
+            model.eval()(torch.empty(1, 3, image_size, image_size, device="meta"))  # eval: BatchNorm takes 1 image
+    except (RuntimeError, ValueError, AssertionError, TypeError):  # e.g. a ViT asserts its one image size
+        return 0, parameters
+    return total, parameters
+
+
+def training_bytes(arch: str, num_classes: int, image_size: int, batch_size: int, precision: str = "fp32",
+                   norm: str = "batch") -> dict[str, int]:
+    """A lower bound of the memory one rank's training step needs, by part (``total`` included)."""
+    outputs, parameters = _layer_outputs(arch, max(int(num_classes), 1), int(image_size), norm)
+    parts = {"weights and gradients": 8 * parameters,
+             "activations": batch_size * outputs * AMP_BYTES.get(precision, 4),
+             "the batch": batch_size * 3 * image_size * image_size * 4}
+    return {**parts, "total": sum(parts.values())}
+
+
+def check_fits(needed: int, available: int, what: str, fix: str, parts: dict[str, int] | None = None) -> None:
+    """Raise ConfigError (``what`` starts with the field) when ``needed`` bytes exceed ``available``: one line with
+    the estimate, its parts and the memory there is."""
+    if needed <= available:
+        return
+    shown = "; ".join(f"{name} {human_bytes(size)}" for name, size in (parts or {}).items() if size)
+    raise ConfigError(f"{what} needs at least {human_bytes(needed)} of memory{f' ({shown})' if shown else ''}, "
+                      f"and {human_bytes(available)} is available here; nothing was allocated. Fix: {fix}.")
+
+
+def check_training_fits(cfg, num_classes: int, device: torch.device, ranks_here: int = 1) -> None:
+    """Refuse (ConfigError naming image_size and batch_size) a training step of ``cfg`` whose tensors cannot fit
+    in the memory of ``device`` (on the CPU: ``ranks_here`` ranks of this node share it)."""
+    parts = training_bytes(cfg.arch, num_classes, cfg.image_size, cfg.batch_size, cfg.precision, cfg.norm)
+    share = ranks_here if device.type == "cpu" else 1
+    total = parts.pop("total") * share
+    where = f"{share} ranks x " if share > 1 else ""
+    check_fits(total, available_bytes(device),
+               f"image_size/batch_size: a training step of {cfg.arch} on {where}batches of {cfg.batch_size} images "
+               f"of {cfg.image_size}x{cfg.image_size} px ({cfg.precision}, {device.type})",
+               "pass a smaller --image-size (ImageNet: 224) or --batch-size", parts)
+
+
+def check_training_memory(cfg, device: torch.device, info) -> None:
+    """:func:`check_training_fits` on every rank of a job (``info``: its DistInfo), which all refuse together (no
+    rank left waiting for one that stopped), before anything is allocated or written."""
+    from tutorial_lib.engine import distributed as dist_utils
+
+    problem = None
+    try:
+        check_training_fits(cfg, cfg.num_classes or 1000, device, dist_utils.env_rank_info()[3])
+    except ConfigError as exc:
+        problem = exc
+    if dist_utils.all_reduce_sum([float(problem is not None)], info, device)[0]:
+        raise problem or ConfigError("image_size/batch_size: the training step does not fit in the memory of another "
+                                     "rank's node (its error gives the estimate). Fix: pass a smaller --image-size "
+                                     "or --batch-size.")
