@@ -48,7 +48,7 @@ $(COMPAT_VENV)/.installed: pyproject.toml $(COMPAT_VENV)/constraints.txt
 	date +%s > $(COMPAT_VENV)/.install_started
 	test -x $(COMPAT_PY) || $(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_PY) -m pip install --progress-bar off --upgrade pip
-	$(COMPAT_PY) -m pip install --progress-bar off --no-compile -c $(COMPAT_VENV)/constraints.txt -e '.[test]'
+	$(COMPAT_PY) -m pip install --progress-bar off --no-compile --no-cache-dir -c $(COMPAT_VENV)/constraints.txt -e '.[test]'
 	$(COMPAT_PY) -m tutorial_lib.course.kernel >/dev/null
 	echo $$(( $$(date +%s) - $$(cat $(COMPAT_VENV)/.install_started) )) > $(COMPAT_VENV)/.install_seconds
 	touch $@

@@ -16,7 +16,8 @@ JOB_IDS = (0, 26, 4711, 19999, 20000, 20026, 987654, 2**31 - 1)
 
 def test_the_batch_script_takes_its_port_from_the_library_only():
     lines = [text.strip() for text in SBATCH.read_text().splitlines() if re.match(r"\s*PORT=", text)]
-    assert lines == ['PORT=$("$TUTORIAL_PYTHON" -m tutorial_lib.jobs.rendezvous "$SLURM_JOB_ID") || exit 1']
+    helper = 'PORT=$("${SITE_LAUNCH[@]}" "$TUTORIAL_PYTHON" -m tutorial_lib.jobs.rendezvous "$SLURM_JOB_ID") || exit 1'
+    assert lines == [helper]
     assert "20000" not in SBATCH.read_text()
 
 

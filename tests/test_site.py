@@ -367,7 +367,8 @@ def test_the_batch_script_passes_the_cpus_per_task_to_the_step_on_every_slurm(tm
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_NNODES": "1", "SLURM_CPUS_PER_TASK": "4",
-           "SLURM_JOB_NODELIST": "node1", "TUTORIAL_WORKDIR": str(tmp_path), "HOME": str(tmp_path)}
+           "SLURM_JOB_NODELIST": "node1", "TUTORIAL_WORKDIR": str(tmp_path), "HOME": str(tmp_path),
+           "TUTORIAL_PYTHON": sys.executable}  # the head node's port helper runs it
     result = subprocess.run(["bash", str(tmp_path / "train.sbatch")], capture_output=True, text=True, env=env,
                             timeout=60)
     assert result.returncode == 0, result.stderr

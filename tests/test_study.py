@@ -182,7 +182,7 @@ def test_real_sbatch_script_sections():
     assert "# >>> site >>>" in sections["0"].text  # where each job's copy gets its site's lines
     assert "#SBATCH --signal=B:USR1@120" in sections["directives"].text
     assert "#SBATCH --requeue" in sections["directives"].text
-    assert "scontrol show hostnames" in sections["2"].text and "SLURM_JOB_ID % 20000" in sections["2"].text
+    assert "scontrol show hostnames" in sections["2"].text and "tutorial_lib.jobs.rendezvous" in sections["2"].text
     assert "NCCL_SOCKET_IFNAME" in sections["3"].text
     assert "trap on_usr1 USR1" in sections["4"].text
     launch = sections["5"].text

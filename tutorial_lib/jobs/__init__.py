@@ -39,7 +39,8 @@ __all__ = ["FINAL_STATES", "STATES", "Job", "JobError", "JobSpec", "Site", "atta
            "sbatch_command", "slurm_available", "spec_torchrun_command", "submit", "sweep"]
 RENAMED_ARGUMENTS = {"gpus_per_node": "ranks_per_node"}
 # slurmstepd's words when a task's program is not there (e.g. a virtualenv only the login node has)
-_MISSING_PROGRAM = re.compile(r"execve\(\): (\S+?): No such file or directory")
+# srun's words for a program missing on a node, and bash's in the batch script (train.sbatch's port helper)
+_MISSING_PROGRAM = re.compile(r"(?:execve\(\)|line \d+): (\S+?): No such file or directory")
 
 
 class Job:

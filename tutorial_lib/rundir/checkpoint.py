@@ -131,8 +131,8 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict | None:
     return load_weights_only(path, map_location)
 
 
-_PARTS = {"model": dict, "optimizer": dict, "scheduler": dict, "scaler": dict, "progress": dict}
-_OPTIONAL = {"config": dict, "rng": list, "world_size": int, "num_classes": int}
+_PARTS = {"model": dict, "optimizer": dict, "scaler": dict, "progress": dict}
+_OPTIONAL = {"scheduler": dict, "config": dict, "rng": list, "world_size": int, "num_classes": int}
 _COUNTS = ("epoch", "step_in_epoch", "global_step")
 
 

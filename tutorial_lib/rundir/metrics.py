@@ -87,11 +87,12 @@ NUMBER_FIELDS = ("time", "epoch", "step", "global_step", "step_in_epoch", "loss"
 
 
 def well_formed(record: dict) -> bool:
-    """Whether ``record`` is an event as the trainer writes it: a named event, its numbers numbers."""
+    """Whether ``record`` is an event as the trainer writes it: a named event, its numbers numbers (a step's
+    ``loss`` may be null: a step every rank skipped, see ``engine/step.py``)."""
     if not isinstance(record.get("event"), str):
         return False
     return all(isinstance(record[key], (int, float)) and not isinstance(record[key], bool)
-               for key in NUMBER_FIELDS if key in record)
+               for key in NUMBER_FIELDS if key in record and not (key == "loss" and record[key] is None))
 
 
 def read_metrics(run_dir_or_file: str | os.PathLike) -> list[dict]:
