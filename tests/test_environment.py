@@ -12,6 +12,7 @@ import torch
 from tests.conftest import write_image_tree
 from tutorial_lib.course import environment
 from tutorial_lib.engine.input.folders import DataError
+from tutorial_lib.jobs import slurm
 
 X86_CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -40,7 +41,7 @@ def test_parse_meminfo_total_in_bytes():
 
 
 def test_parse_sinfo_nodes_partitions_and_gres():
-    nodes = environment.parse_sinfo(SINFO)
+    nodes = slurm.parse_sinfo(SINFO)
     assert [n["node"] for n in nodes] == ["node1", "node2", "gpu[01-02]"]
     first, second, third = nodes
     assert first == {"node": "node1", "partition": "debug", "default": True, "state": "idle", "cpus": 4,

@@ -15,14 +15,11 @@ from __future__ import annotations
 import os
 import platform
 import random
-import shutil
-import subprocess
 from pathlib import Path
 
 from tutorial_lib.engine.device import parse_cpu_model
 
 _GIB = 1024**3
-SINFO_FORMAT = "%N|%P|%T|%c|%m|%G"  # node | partition | state | CPUs | memory (MB) | generic resources
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
@@ -36,25 +33,6 @@ def parse_meminfo_total(meminfo: str) -> int | None:
                 unit = parts[2].lower() if len(parts) > 2 else "kb"
                 return int(parts[1]) * {"kb": 1024, "mb": 1024**2, "gb": _GIB}.get(unit, 1)
     return None
-
-
-def parse_sinfo(text: str) -> list[dict]:
-    """Nodes from ``sinfo -N -h -o '%N|%P|%T|%c|%m|%G'`` output: one dict per node and partition.
-
-    CPUs and memory become integers where Slurm printed one (``4``, ``64000``; ``4+`` stays text).
-    Lines that do not have the six fields are skipped.
-    """
-    nodes = []
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.split("|")]
-        if len(fields) != 6 or not fields[0]:
-            continue
-        node, partition, state, cpus, memory, gres = fields
-        nodes.append({"node": node, "partition": partition.rstrip("*"), "default": partition.endswith("*"),
-                      "state": state, "cpus": int(cpus) if cpus.isdigit() else cpus,
-                      "memory_mb": int(memory) if memory.isdigit() else memory,
-                      "gres": "" if gres in ("(null)", "") else gres})
-    return nodes
 
 
 def format_cudnn_version(version: int | None) -> str | None:
@@ -111,21 +89,16 @@ def gpu_info() -> list[dict]:
 
 
 def slurm_info(timeout: float = 10) -> dict:
-    """Whether a Slurm controller answers (``jobs.slurm_available``) and, if so, its nodes from sinfo."""
+    """Whether a Slurm controller answers (``jobs.slurm_available``) and, if so, its nodes from sinfo
+    (``jobs.slurm.cluster_nodes``: every Slurm command lives in ``jobs/``)."""
     from tutorial_lib.jobs import slurm
 
     available, why = slurm.slurm_available()
     info = {"available": available, "why": why, "nodes": []}
-    if available and shutil.which("sinfo"):
-        try:
-            result = subprocess.run(["sinfo", "-N", "-h", "-o", SINFO_FORMAT], capture_output=True, text=True,
-                                    timeout=timeout)
-            if result.returncode == 0:
-                info["nodes"] = parse_sinfo(result.stdout)
-            else:
-                info["why"] += f"; sinfo failed: {(result.stderr or result.stdout).strip()}"
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            info["why"] += f"; sinfo failed: {exc}"
+    if available:
+        info["nodes"], problem = slurm.cluster_nodes(timeout)
+        if problem:
+            info["why"] += f"; {problem}"
     return info
 
 

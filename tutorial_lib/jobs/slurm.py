@@ -32,6 +32,43 @@ SBATCH_FIXES = (
 )
 
 
+SINFO_FORMAT = "%N|%P|%T|%c|%m|%G"  # node | partition | state | CPUs | memory (MB) | generic resources
+
+
+def parse_sinfo(text: str) -> list[dict]:
+    """Nodes from ``sinfo -N -h -o '%N|%P|%T|%c|%m|%G'`` output: one dict per node and partition.
+
+    CPUs and memory become integers where Slurm printed one (``4``, ``64000``; ``4+`` stays text).
+    Lines that do not have the six fields are skipped.
+    """
+    nodes = []
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) != 6 or not fields[0]:
+            continue
+        node, partition, state, cpus, memory, gres = fields
+        nodes.append({"node": node, "partition": partition.rstrip("*"), "default": partition.endswith("*"),
+                      "state": state, "cpus": int(cpus) if cpus.isdigit() else cpus,
+                      "memory_mb": int(memory) if memory.isdigit() else memory,
+                      "gres": "" if gres in ("(null)", "") else gres})
+    return nodes
+
+
+def cluster_nodes(timeout: float = 10) -> tuple[list[dict], str | None]:
+    """The cluster's nodes (:func:`parse_sinfo` of one ``sinfo`` call), and why there are none when sinfo is
+    missing or fails (else None)."""
+    if shutil.which("sinfo") is None:
+        return [], "sinfo is not on the PATH"
+    try:
+        result = subprocess.run(["sinfo", "-N", "-h", "-o", SINFO_FORMAT], capture_output=True, text=True,
+                                timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return [], f"sinfo failed: {exc}"
+    if result.returncode != 0:
+        return [], f"sinfo failed: {(result.stderr or result.stdout).strip()}"
+    return parse_sinfo(result.stdout), None
+
+
 def slurm_available() -> tuple[bool, str]:
     """Whether a Slurm controller answers here, and why (not)."""
     if shutil.which("sbatch") is None:
