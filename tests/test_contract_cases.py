@@ -137,7 +137,7 @@ def test_make_spec_with_a_site_of_another_type_is_one_line(site, tmp_path):
 
 @pytest.mark.parametrize("over, values, field", [("name", ["a"], "over"), ("nodes", None, "values"),
                                                  ("nodes", "12", "values"), (5, [1], "over"), ("nodes", [], "values"),
-                                                 ("nodes", [1, 0], "nodes"), ("batch_size", [16, -1], "batch_size"),
+                                                 (["nodes"], [1], "over"), ("nodes", [1, 0], "nodes"), ("batch_size", [16, -1], "batch_size"),
                                                  ("precision", ["fp32", "fp64"], "precision")])
 def test_sweep_checks_every_value_before_the_first_job(over, values, field, tmp_path, monkeypatch):
     """``sweep(over='name')`` and ``sweep(values=None)`` were TypeError tracebacks; a bad value after a good one was
@@ -152,6 +152,20 @@ def test_sweep_checks_every_value_before_the_first_job(over, values, field, tmp_
     assert submitted == []
     jobs.sweep(cfg, over="batch_size", values=[16, 32], backend="local")
     assert [c.batch_size for c in submitted] == [16, 32]
+
+
+def test_records_nested_past_pythons_limit_are_garbled_lines_not_tracebacks(tmp_path):
+    """A job.json or a metrics.jsonl line of 100,000 ``[`` was a RecursionError through both readers (the independent
+    re-run of issue 43's inputs found it)."""
+    from tutorial_lib.jobs.record import read_job_file
+    from tutorial_lib.jobs.spec import JobError
+    from tutorial_lib.rundir.metrics import read_metrics
+
+    (tmp_path / "job.json").write_bytes(b"[" * 100_000)
+    with pytest.raises(JobError, match="is not a complete job record"):
+        read_job_file(tmp_path)
+    (tmp_path / "metrics.jsonl").write_bytes(b"[" * 100_000 + b'\n{"event": "epoch", "epoch": 1}\n')
+    assert read_metrics(tmp_path) == [{"event": "epoch", "epoch": 1}]
 
 
 # ------------------------------------------------------------------ the trainer

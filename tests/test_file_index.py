@@ -106,3 +106,21 @@ def test_the_index_goes_where_the_user_placed_it(runs, jpeg_tree, tmp_path, caps
     assert "index_dir: " in capsys.readouterr().err and (cache / "other.file_index.json").read_text() == "my notes"
     with pytest.raises(ConfigError, match="^index_dir: .* inside data_dir"):
         validate(runs.config("inside", **{**settings, "index_dir": str(jpeg_tree / "cache")}), check_paths=False)
+
+
+def test_links_back_up_the_tree_are_no_classes_and_the_scan_ends(tmp_path):
+    """A link in train/ to the data folder (``up -> ..``), to train/ itself, a link to itself, and inside a class a
+    link to a folder above it: before, ``up`` became a class holding every image again and the walk never ended."""
+    split = tmp_path / "data" / "train"
+    for name in ("a", "b"):
+        (split / name).mkdir(parents=True)
+        (split / name / f"{name}.jpg").write_bytes(b"x")
+    (split / "up").symlink_to("..")
+    (split / "self").symlink_to(".")
+    (split / "loop").symlink_to("loop")
+    (split / "a" / "back").symlink_to("../..")
+    classes, skipped = file_index.class_folders(split, warn=False)
+    assert classes == ["a", "b"] and sorted(skipped) == ["self", "up"]
+    listed = file_index.scan(split, warn=False)
+    assert listed["classes"] == ["a", "b"] and listed["files"][1] == ["b/b.jpg"]
+    assert "a/a.jpg" in listed["files"][0] and len(listed["files"][0]) == len(set(listed["files"][0]))

@@ -31,12 +31,27 @@ def class_folders(root: str | os.PathLike, warn: bool = True) -> tuple[list[str]
     ``.ipynb_checkpoints``, or an operating system's: :func:`tutorial_lib.data.names.is_class_folder`), which a
     warning names and counts."""
     with os.scandir(root) as entries:
-        folders = sorted(e.name for e in entries if e.is_dir())
-    skipped = [name for name in folders if not is_class_folder(name)]
+        folders = sorted(e.name for e in entries if _is_dir(e))
+    here = os.path.realpath(root)
+    # a link back to the split or above it (``up -> ..``) would hold every class again, and walking it never ends
+    loops = {name for name in folders if _contains(os.path.realpath(os.path.join(root, name)), here)}
+    skipped = [name for name in folders if not is_class_folder(name) or name in loops]
     if skipped and warn:
         print(f"warning: skipping {len(skipped)} folder(s) of {root} that are not classes (hidden or system "
               f"folders): {', '.join(skipped[:5])}", file=sys.stderr, flush=True)
-    return [name for name in folders if is_class_folder(name)], skipped
+    return [name for name in folders if is_class_folder(name) and name not in loops], skipped
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:  # a link to itself (ELOOP), a folder gone meanwhile: no class
+        return False
+
+
+def _contains(folder: str, path: str) -> bool:
+    """Whether real path ``path`` is ``folder`` or lies inside it."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def scan(root: str | os.PathLike, warn: bool = True, classes: list[str] | None = None) -> dict:
@@ -48,7 +63,13 @@ def scan(root: str | os.PathLike, warn: bool = True, classes: list[str] | None =
     files = []
     for name in classes:
         found = []
+        seen = set()  # the real folders walked: a link inside a class to a folder above it is walked once
         for folder, dirs, names in os.walk(root / name, followlinks=True):
+            real = os.path.realpath(folder)
+            if real in seen:
+                dirs[:] = []
+                continue
+            seen.add(real)
             dirs[:] = [d for d in dirs if is_class_folder(d)]
             found.append((os.path.relpath(folder, root), sorted(f for f in names if is_image(f))))
         files.append([os.path.join(rel, f) for rel, names in sorted(found) for f in names])

@@ -312,7 +312,7 @@ def _sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfi
     if not isinstance(config, TrainConfig):
         raise ConfigError("config: expected a TrainConfig. Fix: build one with "
                           "tutorial_lib.engine.config.make_config().")
-    if over in RENAMED_ARGUMENTS:
+    if isinstance(over, str) and over in RENAMED_ARGUMENTS:
         raise ConfigError(f"over: {over} was renamed {RENAMED_ARGUMENTS[over]}. Fix: over={RENAMED_ARGUMENTS[over]!r}.")
     fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"name"}  # the name is made from the value
     if not isinstance(over, str) or over not in fields | {"nodes", "ranks_per_node"}:

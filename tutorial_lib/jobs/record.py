@@ -122,7 +122,7 @@ def read_job_file(run_dir: Path) -> dict:
     except OSError as exc:
         raise JobError(f"{path}: cannot be read ({exc.strerror}). Fix: give yourself read permission on it, "
                        "or pass the run directory of a job you submitted.") from None
-    except ValueError:  # torn (a full disk, a copy cut short), empty, or not JSON at all
+    except (ValueError, RecursionError):  # torn (a full disk, a copy cut short), empty, nested past Python, not JSON
         raise JobError(f"{path} is not a complete job record (torn, empty or not JSON); nothing was read from it. "
                        "Fix: submit the job again with another name, or with fresh=True.") from None
     missing = [key for key in ("id", "backend", "name") if not isinstance(record, dict) or key not in record]

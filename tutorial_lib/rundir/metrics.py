@@ -63,7 +63,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
         for line in handle:
             try:
                 record = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # deeply nested: garbled too
                 continue
             if isinstance(record, dict):
                 records.append(record)
