@@ -137,7 +137,8 @@ def test_make_spec_with_a_site_of_another_type_is_one_line(site, tmp_path):
 
 @pytest.mark.parametrize("over, values, field", [("name", ["a"], "over"), ("nodes", None, "values"),
                                                  ("nodes", "12", "values"), (5, [1], "over"), ("nodes", [], "values"),
-                                                 (["nodes"], [1], "over"), ("nodes", [1, 0], "nodes"), ("batch_size", [16, -1], "batch_size"),
+                                                 (["nodes"], [1], "over"), ("nodes", [1, 0], "nodes"),
+                                                 ("batch_size", [16, -1], "batch_size"),
                                                  ("precision", ["fp32", "fp64"], "precision")])
 def test_sweep_checks_every_value_before_the_first_job(over, values, field, tmp_path, monkeypatch):
     """``sweep(over='name')`` and ``sweep(values=None)`` were TypeError tracebacks; a bad value after a good one was
