@@ -425,3 +425,28 @@ def test_records_of_another_type_are_one_line(tmp_path):
     for mark in ([1], {"source": 5}, "x"):
         (tmp_path / MARK).write_text(json.dumps(mark))
         assert moved_source(tmp_path) is None
+
+
+@pytest.mark.parametrize("value", [True, False, 3.5, ["gpu"]])
+def test_a_site_name_that_yaml_read_as_another_type_is_refused(value):
+    """``partition: yes`` (YAML: true) and ``partition: 3.5`` were kept and sent to sbatch as 'True' and '3.5'."""
+    from tutorial_lib.jobs.site import Site
+
+    with pytest.raises(ConfigError, match=r"^site\.partition: .* is not a Slurm partition name\. Fix: "):
+        Site.from_dict({"partition": value})
+    assert Site.from_dict({"account": 1234}).account == "1234"
+
+
+@pytest.mark.parametrize("field, value", [("image_size", 1e308), ("workers", 10**6), ("prefetch", 2**63),
+                                          ("bucket_cap_mb", 2**63), ("lr_reference_batch", 2**63),
+                                          ("batch_size", 10**12)])
+def test_a_count_beyond_what_a_run_can_use_is_refused_naming_it(field, value):
+    """``image_size=1e308`` was an OverflowError in the memory estimate; ``workers=10**6`` and the others passed."""
+    with pytest.raises(ConfigError, match=rf"^{field}: must be at most [\d,]+, got .*Fix: pass --"):
+        validate(make_config("smoke", **{field: value}), check_paths=False)
+
+
+def test_a_profile_that_is_no_name_is_one_line():
+    """``make_config(profile=[1])`` was a TypeError traceback."""
+    with pytest.raises(ConfigError, match=r"^profile: unknown profile"):
+        make_config([1])

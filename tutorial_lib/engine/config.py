@@ -279,7 +279,7 @@ def make_config(profile: str | None = None, yaml_path: str | None = None, **over
     _check_keys(overrides, "overrides")
     file_values = load_yaml(yaml_path) if yaml_path else {}
     profile = profile or file_values.get("profile") or overrides.get("profile") or "smoke"
-    if profile not in PROFILES:
+    if not isinstance(profile, str) or profile not in PROFILES:
         raise ConfigError(
             f"profile: unknown profile {shorten(profile)}. Fix: use one of {', '.join(PROFILES)}."
         )

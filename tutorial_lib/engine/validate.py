@@ -50,10 +50,18 @@ def check_float(name: str, value: float, low, low_in: bool, high, high_in: bool,
         fail(name, f"must be in {interval}, got {value:g}", f"pass e.g. {example}")
 
 
+INT_LIMITS = {"workers": 1024, "prefetch": 1024, "seed": 2**63 - 1}  # per rank; every other count: 2**31 - 1
+
+
 def check_numbers(cfg) -> None:
     """Check every numeric field of ``cfg`` (a TrainConfig whose types are already checked)."""
     for name, (low, low_in, high, high_in, example) in FLOAT_RANGES.items():
         check_float(name, getattr(cfg, name), low, low_in, high, high_in, example)
+    for name in POSITIVE_INTS + NON_NEGATIVE_INTS:
+        value, most = getattr(cfg, name), INT_LIMITS.get(name, 2**31 - 1)
+        if not isinstance(value, str) and value > most:  # beyond what any run can use (or an estimate can hold)
+            fail(name, f"must be at most {most:,}, got {shorten(value)}",
+                 f"pass --{name.replace('_', '-')} with a smaller value")
     for name in POSITIVE_INTS:
         if getattr(cfg, name) <= 0:
             fail(name, f"must be a positive integer, got {getattr(cfg, name)}",

@@ -106,8 +106,14 @@ def time_limit_seconds(text: str) -> int:
 
 
 def check_word(what: str, value: str | None) -> str | None:
-    """``value`` if it is a valid Slurm name for ``what`` (or None), else a one-line ConfigError."""
-    if value is not None and (not _SLURM_WORD.fullmatch(str(value)) or ".." in str(value)):
+    """``value`` if it is a valid Slurm name for ``what`` (or None; a whole number, as YAML reads ``account: 1234``,
+    as its text), else a one-line ConfigError. YAML reads ``partition: yes`` as true: refused, not sent as "True"."""
+    if isinstance(value, bool) or (value is not None and not isinstance(value, (str, int))):
+        raise ConfigError(f"{what}: {shorten(value)} ({type(value).__name__}) is not a Slurm {what} name. Fix: give "
+                          f"the name as text (in YAML quote it: {what}: 'yes').")
+    if isinstance(value, int):
+        value = str(value)
+    if value is not None and (not _SLURM_WORD.fullmatch(value) or ".." in value):
         raise ConfigError(f"{what}: {shorten(value)} is not a valid Slurm {what} name (letters, digits, '_', '.', "
                           f"'-'). Fix: pass the {what} name exactly as `sinfo`/`sacctmgr` show it.")
     return value
