@@ -370,6 +370,8 @@ def test_evaluate_on_cuda_without_a_gpu_is_one_line(tmp_path, jpeg_tree, monkeyp
     (["staging", "--stage-to", "{data}/sub", "--data-dir", "{data}"], "--stage-to"),
     (["staging", "--classes", "0"], "--classes"),
     (["loader", "--workers", "-1"], "--workers"),
+    (["loader", "--workers", "100000"], "--workers"),
+    (["data", "--read-workers", "6916"], "--read-workers"),
     (["loader", "--batch-size", "0"], "--batch-size"),
     (["prepare", "--classes", "0"], "--classes"),
     (["loader", "--image-size", "100000"], "--image-size"),

@@ -20,6 +20,7 @@ from tutorial_lib.engine.memory import available_bytes, check_fits, training_byt
 JPEG_MAX_SIDE = 65_500  # libjpeg (PIL) writes no JPEG with a longer side
 FAKE_PIXEL_BYTES = 16  # the generator's coordinate grid alone: two int64 per pixel (bench.fake_imagenet)
 DEVICES = ("auto", "cpu", "cuda")
+MAX_WORKERS = 1024  # loader processes or threads: the trainer's own limit (engine/validate.py INT_LIMITS)
 # the minimum of each count flag: (flag, minimum); a flag left at None (its device default) is not checked
 _COUNTS = {"rounds": 1, "classes": 1, "per_class": 1, "val_per_class": 1, "repeats": 1, "ranks": 1,
            "train_per_class": 1, "steps": 1, "warmup": 0, "windows": 1, "num_classes": 1, "batches": 1,
@@ -52,8 +53,11 @@ def check_arguments(args) -> None:
         if value is not None and not (math.isfinite(value) and value >= 0):
             _refuse(name, value, "a finite number of seconds (or TFLOP/s) of at least 0")
     workers = values.get("workers")
-    if workers is not None and (not workers or min(workers) < 0):
-        _refuse("workers", ",".join(map(str, workers)), "a comma list of worker counts of at least 0, e.g. 0,1,2")
+    if workers is not None and (not workers or min(workers) < 0 or max(workers) > MAX_WORKERS):
+        _refuse("workers", ",".join(map(str, workers)), f"a comma list of worker counts from 0 to {MAX_WORKERS}, "
+                "e.g. 0,1,2")
+    if (values.get("read_workers") or 0) > MAX_WORKERS:
+        _refuse("read_workers", values["read_workers"], f"a whole number from 0 to {MAX_WORKERS}")
     _check_names(values)
     _check_places(values)
     _check_memory(args, values)
