@@ -452,3 +452,18 @@ def test_a_profile_that_is_no_name_is_one_line():
     """``make_config(profile=[1])`` was a TypeError traceback."""
     with pytest.raises(ConfigError, match=r"^profile: unknown profile"):
         make_config([1])
+
+
+@pytest.mark.parametrize("progress", [{"best_top1": float("nan")}, {"best_top1": 150.0}, {"epoch": 10**30},
+                                      {"epoch": -1}, {"best_top1": True}])
+def test_a_checkpoints_progress_out_of_its_range_is_refused_before_use(progress, tmp_path):
+    """``best_top1=nan`` and ``epoch=10**30`` were accepted by the checkpoint check (the independent re-run)."""
+    from tutorial_lib.rundir.checkpoint import CheckpointError, check_checkpoint
+
+    good = {"model": {}, "optimizer": {}, "scaler": {}, "progress": {"epoch": 1, "step_in_epoch": 0,
+                                                                     "global_step": 3, "best_top1": 50.0}}
+    fields = ["epoch", "step_in_epoch", "global_step", "best_top1", "history", "epoch_tally"]
+    assert check_checkpoint(good, tmp_path / "c.pt", fields) is good
+    bad = {**good, "progress": {**good["progress"], **progress}}
+    with pytest.raises(CheckpointError, match="which the trainer never writes; nothing was loaded"):
+        check_checkpoint(bad, tmp_path / "c.pt", fields)

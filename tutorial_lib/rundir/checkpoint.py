@@ -152,10 +152,10 @@ def check_checkpoint(state, path: str | os.PathLike, progress_fields) -> dict:
     progress = state["progress"]
     unknown = [key for key in progress if key not in progress_fields]
     if unknown or not all(isinstance(progress.get(k), int) and not isinstance(progress.get(k), bool)
-                          and progress[k] >= 0 for k in _COUNTS):
+                          and 0 <= progress[k] < 2**63 for k in _COUNTS):
         refuse(f"holds progress {str(progress)[:80]} (unknown fields or counts that are not whole numbers >= 0)")
     best = progress.get("best_top1", 0.0)
     if (not isinstance(progress.get("history", []), list) or not isinstance(progress.get("epoch_tally") or {}, dict)
-            or not isinstance(best, (int, float)) or isinstance(best, bool)):
-        refuse("holds a progress history, epoch tally or best top-1 of another type")
+            or not isinstance(best, (int, float)) or isinstance(best, bool) or not 0 <= best <= 100):
+        refuse("holds a progress history, epoch tally or best top-1 of another type (top-1 is a % from 0 to 100)")
     return state
