@@ -160,7 +160,9 @@ def test_a_controller_that_times_out_is_not_a_verdict_the_job_is_reported_comple
     job = jobs.submit(cfg, backend="slurm", verbose=False)
     assert job.wait(timeout=900) == "COMPLETED", job.explain()
     calls = (tmp_path / "calls.log").read_text().splitlines()
-    assert len(calls) >= 5, calls  # the four timeouts were served to the watcher and asked through
+    # at least the first timeout was served to the watcher (call 2); a job that ends before call 5 is finished
+    # from the run directory's records (DONE, the exit record), which is also no verdict of the timeouts
+    assert len(calls) >= 2, calls
     seen = [state for _, state, _ in fresh_watcher.history(job)]
     assert "unknown" in seen and seen[-1] == "completed", seen
     assert not {"failed", "cancelled", "timeout"} & set(seen), seen
