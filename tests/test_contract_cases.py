@@ -467,3 +467,18 @@ def test_a_checkpoints_progress_out_of_its_range_is_refused_before_use(progress,
     bad = {**good, "progress": {**good["progress"], **progress}}
     with pytest.raises(CheckpointError, match="which the trainer never writes; nothing was loaded"):
         check_checkpoint(bad, tmp_path / "c.pt", fields)
+
+
+@pytest.mark.parametrize("launch", [{"max_restarts": "x"}, {"run_dir": 5}, {"python": "-c"}, {"threads": 8},
+                                    {"module": None}, {"ranks_per_node": -3}, {"stage_to": ["a"]},
+                                    {"max_restarts": True}])
+def test_a_job_records_launch_block_of_another_type_is_one_line(launch):
+    """``launch={'max_restarts': 'x'}`` was a TypeError in every node's launcher; ``python: -c`` and the others were
+    used as they stood (the independent re-run of issue 43's inputs)."""
+    from tutorial_lib.jobs.record import launch_of
+    from tutorial_lib.jobs.spec import JobError
+
+    assert launch_of({"launch": {"python": "python3", "max_restarts": 1}}).max_restarts == 1
+    field = next(iter(launch))
+    with pytest.raises(JobError, match=rf"^job record: launch\.{field} is .* Fix: "):
+        launch_of({"launch": launch})

@@ -94,8 +94,17 @@ def read_launch(environ=os.environ) -> Launch:
 
 def launch_of(record: dict) -> Launch:
     """The :class:`Launch` block of a job record (a key this version does not know is left out)."""
-    known = {f.name for f in dataclasses.fields(Launch)}
-    return Launch(**{key: value for key, value in (record.get("launch") or {}).items() if key in known})
+    known = {f.name: f.default for f in dataclasses.fields(Launch)}
+    given = {key: value for key, value in (record.get("launch") or {}).items() if key in known}
+    for key, value in given.items():
+        kind = type(known[key])  # str or int, as this module writes them
+        odd = (not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 0)
+               or (key == "python" and value.startswith("-")))
+        if odd:
+            wanted = "a whole number >= 0" if kind is int else "text" if key != "python" else "text, no option"
+            raise JobError(f"job record: launch.{key} is {shorten(value)}, which tutorial_lib.jobs never writes "
+                           f"({wanted}). Fix: submit the job again with another name, or with fresh=True.")
+    return Launch(**given)
 
 
 def python_of(launch: Launch) -> str:
