@@ -482,3 +482,13 @@ def test_a_job_records_launch_block_of_another_type_is_one_line(launch):
     field = next(iter(launch))
     with pytest.raises(JobError, match=rf"^job record: launch\.{field} is .* Fix: "):
         launch_of({"launch": launch})
+
+
+def test_an_injected_cell_that_does_not_parse_is_no_syntax_error_of_the_check():
+    """``check_injected_parameters(['', 'epochs = 3', '# Parameters\\nepochs = '])`` raised SyntaxError from the check
+    itself; such a cell is IPython's to refuse when it runs (papermill never writes one). A parsing one is checked."""
+    from tutorial_lib.course import check_injected_parameters
+
+    assert check_injected_parameters(["", "epochs = 3\n", "# Parameters\nepochs = \n"]) is None
+    with pytest.raises(ValueError, match=r"^parameters: epochs must be a whole number"):
+        check_injected_parameters(["", "epochs = 3\n", "# Parameters\nepochs = 'x'\n"])

@@ -106,7 +106,11 @@ def _literals(source: str) -> dict:
     import ast
 
     values = {}
-    for statement in ast.parse(source).body:
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:  # a cell that does not parse holds no plain value (papermill's own cells always parse)
+        return values
+    for statement in body:
         if isinstance(statement, ast.Assign):
             try:
                 value = ast.literal_eval(statement.value)
