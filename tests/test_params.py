@@ -101,6 +101,24 @@ def test_every_key_of_a_parameter_file_is_a_notebook_parameter(params_file):
     assert not unknown, f"{params_file.name}: no notebook has the parameter(s) {sorted(unknown)} (misspelt?)"
 
 
+RECIPE_KEYS = ("base_lr", "warmup_epochs", "train_compile")  # what a parameter file sets for every training job
+
+
+def submits_training_jobs(notebook: Path) -> bool:
+    """Whether the notebook submits training jobs (through its plan or a sweep)."""
+    return notebook.stem in plans.PLANS or "jobs.sweep(" in notebook.read_text()
+
+
+@pytest.mark.parametrize("params_file", PARAM_FILES, ids=lambda p: p.name)
+def test_a_recipe_key_of_a_parameter_file_reaches_every_notebook_that_trains(params_file):
+    """The H200 course run of 01 trained at the gpu profile's LR 0.025 with 5 warmup epochs, flips and
+    torch.compile, while gpu.yaml says 0.4, 2, no flips and none: 01 did not declare those parameters, so
+    papermill dropped them (64% top-1 after 12 epochs, a 50 s compile per job)."""
+    given = [key for key in RECIPE_KEYS if key in yaml.safe_load(params_file.read_text())]
+    missing = {n.stem: [k for k in given if k not in defaults(n)] for n in NOTEBOOKS if submits_training_jobs(n)}
+    assert not {n: keys for n, keys in missing.items() if keys}, f"{params_file.name}: dropped by {missing}"
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_papermill_reads_every_line_of_the_parameters_cell(notebook, caplog):
     names = [t.id for stmt in ast.parse(parameters_source(notebook)).body if isinstance(stmt, ast.Assign)
@@ -115,6 +133,7 @@ def test_the_gpu_file_fits_one_gpu_without_slurm(digits_root, monkeypatch):
     """With gpu.yaml every GPU job runs on the one GPU, as one node, and 03's check still compares 2 with 1."""
     monkeypatch.chdir(digits_root)
     gpu_file = REPO_ROOT / "notebooks" / "params" / "gpu.yaml"
+    gpu = yaml.safe_load(gpu_file.read_text())
     for notebook in NOTEBOOKS:
         if notebook.stem not in plans.PLANS:
             continue
@@ -123,6 +142,11 @@ def test_the_gpu_file_fits_one_gpu_without_slurm(digits_root, monkeypatch):
             if job.config.device != "cpu":
                 assert (job.nodes, job.ranks_per_node) == (1, 1), (notebook.stem, job.name)
                 assert job.config.hflip is False and job.config.min_crop_scale >= 0.5, "digits: no flips, big crops"
+                assert job.config.compile == gpu["train_compile"], (notebook.stem, job.name)
+    amp = plan_for(NOTEBOOKS[1], values_for(NOTEBOOKS[1], gpu_file), gpus=1)
+    assert [job.name for job in amp.jobs] == [f"01-amp-precision{p}" for p in gpu["train_precisions"]]
+    for job in amp.jobs:
+        assert (job.config.base_lr, job.config.warmup_epochs) == (gpu["base_lr"], gpu["warmup_epochs"]), job.name
     ddp = plan_for(NOTEBOOKS[3], values_for(NOTEBOOKS[3], gpu_file), gpus=1)
     assert ddp["03-group-2w"].ranks_per_node == 2 and ddp["03-group-2w"].config.device == "cpu"
     assert ddp["03-group-1w"].config.device == "cpu" and ddp.extras["exact_ranks_on"].startswith("CPU")

@@ -194,6 +194,28 @@ EXACT = dict(train_augment=False, warmup_epochs=0.0, epochs=1, log_every=1, seed
              precision="fp32", compile="none", channels_last=False)
 
 
+def mixed_precision(*, profile: str, output_root: str, dataset: str, data_dir: str, arch: str, image_size: int,
+                    batch_size: int, epochs: int, max_steps_per_epoch: int, train_precisions: list[str], nodes: int,
+                    ranks_per_node: int, base_lr: float | None = None, warmup_epochs: float | None = None,
+                    train_compile: str | None = None, site=None, gpus: int = 0, backend: str = "local") -> Plan:
+    """01: one training job per precision in ``train_precisions`` (the ones the time budget allows), one after
+    another so that their speeds do not share the machine; the recipe of every other notebook (the parameter
+    files' base_lr, warmup_epochs and train_compile; no flips on the digits)."""
+    if isinstance(train_precisions, (str, bytes)) or not isinstance(train_precisions, (list, tuple)):
+        raise ConfigError(f"train_precisions: expected a list such as ['fp32', 'bf16'], got {train_precisions!r}.")
+    rec = Recipe(profile, base_lr, warmup_epochs, train_compile)
+    notes: list[str] = []
+    planned: list[Planned] = []
+    for precision in train_precisions:
+        cfg = recipe(rec, f"01-amp-precision{precision}", output_root=output_root, dataset=dataset, data_dir=data_dir,
+                     arch=arch, image_size=image_size, batch_size=batch_size, epochs=epochs,
+                     max_steps_per_epoch=max_steps_per_epoch, precision=precision)
+        job = _job(cfg, nodes, ranks_per_node, backend, gpus, notes, site=site)
+        job.after = planned[-1].name if planned else None
+        planned.append(job)
+    return Plan(planned, backend, notes, groups={"precision": [job.name for job in planned]})
+
+
 def ddp_one_node(*, profile: str, output_root: str, data_dir: str, arch: str, image_size: int, batch_size: int,
                  epochs: int, nodes: int, ranks_per_node: int, max_steps_per_epoch: int, bucket_cap_mb: int,
                  exact_workers: int, exact_batch: int, exact_steps: int, base_lr: float | None = None,
@@ -330,13 +352,14 @@ def scaling_study(*, profile: str, output_root: str, data_dir: str, arch: str, i
 
 def other_notebook(params: Mapping, gpus: int = 0, backend: str = "local") -> Plan:
     """The config a notebook without its own plan builds: the profile and every parameter that is a
-    training setting (00, 01 and 07 build theirs this way), with its site."""
+    training setting (00 and 07 build theirs this way), with its site."""
     fields = {k: v for k, v in params.items() if k in _FIELDS and k not in ("profile", "name")}
     return Plan([Planned(make_config(params["profile"], name="config", **fields),
                          options=dict(site=params.get("site")))], backend)
 
 
 PLANS: dict[str, Callable[..., Plan]] = {
+    "01_mixed_precision": mixed_precision,
     "03_ddp_one_node": ddp_one_node,
     "04_large_batches": large_batches,
     "05_multi_node_slurm": multi_node,
