@@ -97,6 +97,7 @@ def problems(fig, name: str, epochs: int | None = None) -> list[str]:
             if hits:
                 found.append(f"{where}: its legend covers plotted data ({hits} points)")
         found += _lines_in_limits(ax, where)
+        found += _tick_labels_apart(ax, where, renderer)
         found += _coinciding(ax, where)
         if ax.axison and not _has_data(ax):
             if not any(t.get_text().strip() for t in ax.texts):
@@ -131,6 +132,20 @@ def _titles(fig, name: str, renderer) -> list[str]:
             if box.overlaps(other_box) and min(box.x1, other_box.x1) - max(box.x0, other_box.x0) > 2 \
                     and min(box.y1, other_box.y1) - max(box.y0, other_box.y0) > 2:
                 found.append(f"{name}: the titles {text!r} and {other!r} overlap")
+    return found
+
+
+def _tick_labels_apart(ax, where: str, renderer) -> list[str]:
+    """No two tick labels of one axis overlap (each one readable)."""
+    found = []
+    for axis, labels in (("x", ax.get_xticklabels()), ("y", ax.get_yticklabels())):
+        shown = [(label.get_text().replace("\n", " "), label.get_window_extent(renderer)) for label in labels
+                 if label.get_visible() and label.get_text()]
+        for i, (text, box) in enumerate(shown):
+            for other, other_box in shown[i + 1:]:
+                if min(box.x1, other_box.x1) - max(box.x0, other_box.x0) > 1 \
+                        and min(box.y1, other_box.y1) - max(box.y0, other_box.y0) > 1:
+                    found.append(f"{where}: the {axis} tick labels {text!r} and {other!r} overlap")
     return found
 
 

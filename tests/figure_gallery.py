@@ -70,6 +70,22 @@ def monitor_figure(runs: dict, state: str = "COMPLETED"):
     return monitor.draw_jobs(Figure(figsize=(12, 8), layout="constrained"), runs, table(runs, state), True)
 
 
+def _bars_01_gpu():
+    """01's speed bars on a GPU: gpu.yaml's 16 settings (4 precisions x channels_last x compile none/default)."""
+    import matplotlib.pyplot as plt
+
+    from tutorial_lib.figures import plots
+
+    labels = [f"{p}{cl}{mode}" for mode in ("", " default") for cl in ("", " +CL") for p in ("fp32", "tf32", "fp16",
+                                                                                              "bf16")]
+    values = [2909.9 + 61.0 * i for i in range(len(labels))]
+    fig, (speed, memory) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    plots.plot_bars(labels, values, "images/s", ax=speed, ranges=[(v * 0.9, v * 1.1) for v in values],
+                    title="throughput")
+    plots.plot_bars(labels, [5685.4 - 300.0 * i for i in range(len(labels))], "MiB", ax=memory, title="memory")
+    return fig
+
+
 def _bars_01():
     import matplotlib.pyplot as plt
 
@@ -289,7 +305,7 @@ def course_figures(tmp_path: Path) -> list[Shown]:
 
     write_image_tree(tmp_path / "digits", {"train": {str(c): 3 for c in range(10)}, "val": {"0": 1}})
     shown = [Shown("00 sample grid", environment.sample_grid(tmp_path / "digits", n=16))]
-    shown += [Shown("01 speed and memory", _bars_01()),
+    shown += [Shown("01 speed and memory", _bars_01()), Shown("01 speed and memory on a GPU", _bars_01_gpu()),
               Shown("01 monitor", monitor_figure({"01-amp-precisionfp32": run_events(3, [60.0, 80.0, 88.0]),
                                                   "01-amp-precisionbf16": run_events(3, [58.0, 79.0, 89.0])}), 3)]
     shown += [Shown("02 one image", _decode_02()), Shown("02 loader", _loader_02()),

@@ -13,7 +13,14 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from tutorial_lib.figures.readable import add_note, has_data, mark_coinciding, place_legend, say_empty
+from tutorial_lib.figures.readable import (
+    add_note,
+    has_data,
+    keep_tick_labels_apart,
+    mark_coinciding,
+    place_legend,
+    say_empty,
+)
 
 
 def _axes(ax, figsize=(6.4, 4.0)):
@@ -240,6 +247,8 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], ylabel: str, ax=No
         _whiskers(ax, names, list(values), ranges, "black")
     ax.margins(y=0.12)
     _finish(ax, "", ylabel, title, empty_note="no values")
+    if has_data(ax):
+        keep_tick_labels_apart(ax)
     return ax
 
 
