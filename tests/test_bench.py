@@ -276,3 +276,21 @@ def test_number_formats_and_loss_scaling_demo():
 
 def test_parse_size():
     assert [bench.parse_size(v) for v in ("4K", "1M", "2G", "512", "1.5KB")] == [4096, 1 << 20, 2 << 30, 512, 1536]
+
+
+def test_a_training_job_is_compared_with_the_benchmark_of_its_own_setting():
+    """On the H200 01's jobs ran bf16 with channels_last (the gpu profile) while the table compared them with
+    the default layout's benchmark speed: the job's precision, layout and compile mode pick the record."""
+    from tutorial_lib.analyses import precision
+
+    def record(p, cl, mode, rate):
+        return {"kind": "train", "status": "ok", "precision": p, "channels_last": cl, "compile": mode,
+                "images_per_sec": rate}
+
+    records = [record("bf16", False, "none", 2499.1), record("bf16", True, "none", 3001.9),
+               record("bf16", True, "default", 3080.5), {"kind": "train", "status": "error", "precision": "fp32"}]
+    gpu_job = {"precision": "bf16", "channels_last": True, "compile": "none"}
+    assert precision.benchmark_record(records, "bf16", gpu_job)["images_per_sec"] == 3001.9
+    assert precision.benchmark_record(records, "bf16", {**gpu_job, "compile": "default"})["images_per_sec"] == 3080.5
+    assert precision.benchmark_record(records, "bf16", {})["images_per_sec"] == 2499.1  # not started: plain
+    assert precision.benchmark_record(records, "fp32", {}) is None

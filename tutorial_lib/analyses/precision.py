@@ -58,6 +58,15 @@ def affordable(records: list[dict], wanted: list[str], images: int, budget_s: fl
     return [p for p in wanted if p not in over], reasons
 
 
+def benchmark_record(records: list[dict], precision: str, config: dict) -> dict | None:
+    """The benchmark record measured in the setting a training job ran in: its precision, memory layout and
+    compile mode (``config``: the job's config.json; before the job starts, the plain setting). On a GPU the
+    jobs run channels_last, and comparing them with the default layout's speed compared two settings."""
+    setting = (precision, bool(config.get("channels_last", False)), config.get("compile", "none"))
+    return next((r for r in records if r.get("status") == "ok" and r.get("kind", "train") == "train"
+                 and (r["precision"], bool(r["channels_last"]), r["compile"]) == setting), None)
+
+
 def training_runs(train_jobs: list, trained: list[str], records: list[dict], tolerance_points: float):
     """01's table of its training jobs, one per precision in ``trained``: each job's top-1/top-5, loss and
     outcome, its benchmark speed (median and range over the rounds) beside the speed the job trained at (median
@@ -69,8 +78,9 @@ def training_runs(train_jobs: list, trained: list[str], records: list[dict], tol
 
     table = analysis.final_accuracy(train_jobs)
     table.insert(1, "precision", trained)
-    speed = {r["precision"]: Spread.from_record(r) for r in records
-             if r.get("status") == "ok" and not r["channels_last"] and r["compile"] == "none"}
+    matched = {p: benchmark_record(records, p, analysis.run_config(job)) for p, job in zip(trained, train_jobs,
+                                                                                          strict=True)}
+    speed = {p: Spread.from_record(record) for p, record in matched.items() if record}
     table["benchmark img/s"] = [speed[p].text() if p in speed else "not measured" for p in trained]
     epoch_rates = [list(job.metrics("epoch").get("images_per_sec", [])) for job in train_jobs]
     table["job img/s over epochs"] = [Spread.of(r).text() if r else "-" for r in epoch_rates]

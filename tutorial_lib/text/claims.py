@@ -119,7 +119,8 @@ def fastest_setting(records: list[dict]) -> Claim:
         return Claim("fastest setting", "fp32", f"fp32 is the fastest here ({listed} img/s): mixed precision and "
                      "channels_last do not pay on this device")
     if base not in spreads:
-        return Claim("fastest setting", "no fp32 baseline", f"fastest here: {listed} img/s (no fp32 measurement)")
+        return Claim("fastest setting", "no fp32 baseline", f"fastest here: {listed} img/s (plain fp32, in the default "
+                     "memory layout without compiling, was not measured: nothing is compared with it)")
     numbers = f"({listed} vs fp32 {spreads[base].text()} img/s; median and range over the rounds)"
     if len(top) == 1:
         return Claim("fastest setting", "faster", f"{_label(best)} is the fastest here, "
@@ -203,7 +204,8 @@ def benchmark_vs_jobs(benchmark: dict, jobs: dict) -> Claim:
     was faster, or that the two are not distinguishable here."""
     pairs = {p: (benchmark[p], jobs[p]) for p in benchmark if p in jobs and benchmark[p] and jobs[p]}
     if not pairs:
-        return Claim("benchmark vs jobs", "not measured", "the benchmark and the jobs share no measured precision")
+        return Claim("benchmark vs jobs", "not measured", "no job ran in a setting the benchmark measured (the same "
+                     "precision, memory layout and compile mode): the two are not compared")
     parts, apart = [], []
     for p, (b, j) in pairs.items():
         if not distinguishable(b, j):
