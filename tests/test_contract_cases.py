@@ -96,7 +96,7 @@ def test_the_time_a_warning_refusal_suggests_is_accepted(lead, short):
     if lead >= 60:  # the refusal, then its own suggestion
         with pytest.raises(ConfigError) as refused:
             check_time_against_warning(time, options)
-        suggested = re.search(r"at least '([^']+)'", str(refused.value)).group(1)
+        suggested = re.search(r"e\.g\. '([^']+)'", str(refused.value)).group(1)
         assert check_time(suggested) == suggested
         check_time_against_warning(suggested, options)
 

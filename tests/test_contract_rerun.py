@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import write_image_tree
-from tutorial_lib.engine.config import ConfigError, make_config
+from tutorial_lib.engine.config import ConfigError, make_config, validate
 from tutorial_lib.exits import EXIT_REFUSED
 
 
@@ -34,7 +34,7 @@ def test_a_warning_that_leaves_the_job_seconds_to_train_is_refused_with_fixes_th
                                           r".* Fix: ") as refused:
         check_time_against_warning(time, options)
     assert "\n" not in str(refused.value)
-    longer, shorter = re.search(r"at least '([^']+)', or .*\('(--signal=B:USR1@\d+)'\)", str(refused.value)).groups()
+    longer, shorter = re.search(r"e\.g\. '([^']+)' .*, or .*\('(--signal=B:USR1@\d+)'\)", str(refused.value)).groups()
     assert check_time(longer) == longer  # each fix it gives is accepted
     check_time_against_warning(longer, options)
     check_time_against_warning(time, [check_sbatch_option(shorter)])
@@ -123,6 +123,7 @@ def test_a_class_folder_linked_to_the_home_folder_or_to_no_images_is_skipped_wit
     """A class folder that was a link to $HOME was walked as a class (every user file with an image suffix became
     a sample); a link to a folder of folders too. A class is a flat folder of images."""
     from tutorial_lib.data.file_index import class_folders, scan
+    from tutorial_lib.data.staging import listing
     from tutorial_lib.engine.input.folders import check_imagefolder
 
     home = tmp_path / "home"
@@ -138,6 +139,8 @@ def test_a_class_folder_linked_to_the_home_folder_or_to_no_images_is_skipped_wit
     assert classes == ["a"] and skipped == ["me", "pictures", "root"]
     assert len(warning) == 1 and "me (it leads to" in warning[0] and "pictures (" in warning[0], warning
     assert scan(tmp_path / "data" / "train", warn=False)["files"] == [["a/0.png", "a/1.png"]]
+    assert [path for path, _ in listing(tmp_path / "data")] == ["train/a/0.png", "train/a/1.png", "val/a/0.png"]
+    assert validate(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path / "data"), num_classes=1))
     for name in ("a",):  # with no real class left, the data check names the split
         os.rename(tmp_path / "data" / "val" / name, tmp_path / "data" / f"val-{name}")
     (tmp_path / "data" / "val" / "me").symlink_to(home)
@@ -159,3 +162,26 @@ def test_class_folders_linked_to_another_disk_are_classes(tmp_path, monkeypatch)
     assert class_folders(tmp_path / "data" / "train", warn=False) == (["cat", "dog"], [])
     assert scan(tmp_path / "data" / "train")["files"] == [["cat/0.png", "cat/1.png"], ["dog/0.png"]]
     assert check_imagefolder(tmp_path / "data") == Path(tmp_path / "data")
+
+
+def test_the_pre_flight_job_asks_for_a_time_its_sites_warning_allows(tmp_path, monkeypatch):
+    """A site warning its jobs 300 s before the limit (the lead sbatch_options' own message suggests) got a 5-minute
+    pre-flight job, which the rule above refuses: the pre-flight asks for a time long enough for the warning."""
+    from tutorial_lib import jobs
+    from tutorial_lib.jobs import preflight
+    from tutorial_lib.jobs.slurm_values import check_time_against_warning
+
+    asked = []
+
+    def submit(config, **options):
+        asked.append(options["time"])
+        raise jobs.JobError("not submitted here")
+
+    monkeypatch.setattr(jobs, "choose_backend", lambda backend, verbose=False: "slurm")
+    monkeypatch.setattr(jobs, "submit", submit)
+    site = {"partition": "p", "time": "04:00:00", "sbatch_options": ["--signal=B:USR1@300"]}
+    report = preflight.run(make_config("smoke", name="pf", output_root=str(tmp_path)), site=site)
+    assert not report.ok and len(asked) == 1
+    check_time_against_warning(asked[0], site["sbatch_options"])
+    preflight.run(make_config("smoke", name="pf", output_root=str(tmp_path)), site={"partition": "p"})
+    assert asked[1] == preflight.PREFLIGHT_TIME  # the default warning: the usual 5 minutes

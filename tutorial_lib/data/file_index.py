@@ -29,14 +29,14 @@ _active: dict[str, dict] = {}  # this process's index, by split root
 def class_folders(root: str | os.PathLike, warn: bool = True) -> tuple[list[str], list[str]]:
     """The sorted class folders of an ImageFolder split, and the folders skipped as no class (hidden, such as
     ``.ipynb_checkpoints``, or an operating system's: :func:`tutorial_lib.data.names.is_class_folder`; a link that
-    leads out of a class: :func:`_class_link_problem`), which a warning names and counts."""
+    leads out of a class: :func:`class_link_problem`), which a warning names and counts."""
     with os.scandir(root) as entries:
         listed = sorted((e.name, e.is_symlink()) for e in entries if _is_dir(e))
     here = os.path.realpath(root)
     # a link back to the split or above it (``up -> ..``) would hold every class again, and walking it never ends
     loops = {name for name, _ in listed if _contains(os.path.realpath(os.path.join(root, name)), here)}
     links = {name: problem for name, link in listed if link and name not in loops
-             and (problem := _class_link_problem(os.path.join(root, name)))}
+             and (problem := class_link_problem(os.path.join(root, name)))}
     folders = [name for name, _ in listed]
     skipped = [name for name in folders if not is_class_folder(name) or name in loops or name in links]
     if warn and links:
@@ -50,7 +50,7 @@ def class_folders(root: str | os.PathLike, warn: bool = True) -> tuple[list[str]
     return [name for name in folders if name not in skipped], skipped
 
 
-def _class_link_problem(link: str) -> str | None:
+def class_link_problem(link: str) -> str | None:
     """Why the linked folder ``link`` is no class (None: it is one). A class is a flat folder of images: a link is
     followed (a class kept on another disk) only to a folder that holds images directly, and never to the home
     folder or a folder above it, which holds the user's own files."""

@@ -89,9 +89,9 @@ def check_time_against_warning(time: str, sbatch_options) -> None:
         ran = f"after {limit - lead} s" if limit > lead else "at once"
         raise ConfigError(f"time: {time} ({limit} s) leaves too little time to train: Slurm warns the job {lead} s "
                           f"before its limit (--signal=B:USR1@{lead}), {ran}, and the job then stops to checkpoint "
-                          "and requeues; the warning may come at most halfway through the limit. Fix: a time limit "
-                          f"of at least '{time_for_warning(lead)}', or a shorter warning in sbatch_options "
-                          f"('--signal=B:USR1@{limit // 2}').")
+                          "and requeues; the warning may come at most halfway through the limit. Fix: a longer time "
+                          f"limit, e.g. '{time_for_warning(lead)}' (at least twice the warning's {lead} s), or a "
+                          f"shorter warning in sbatch_options ('--signal=B:USR1@{limit // 2}').")
 
 
 def time_for_warning(lead: int) -> str:
