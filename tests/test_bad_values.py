@@ -182,15 +182,15 @@ def test_a_torn_config_json_in_bench_runs_is_one_line(tmp_path):
     assert Path(tmp_path / "config.json").read_text() == '{"name": '
 
 
-@pytest.mark.parametrize("time, options, refused", [("1", [], True), ("00:02:00", [], True), ("00:02:01", [], False),
-                                                    ("1", ["--signal=B:USR1@30"], False),
+@pytest.mark.parametrize("time, options, refused", [("1", [], True), ("00:02:00", [], True), ("00:03:59", [], True),
+                                                    ("00:04:00", [], False), ("1", ["--signal=B:USR1@30"], False),
                                                     ("00:10:00", ["--signal=B:USR1@900"], True)])
 def test_a_time_limit_within_the_warning_lead_is_refused_before_submitting(time, options, refused, tmp_path):
     from tutorial_lib.jobs.spec import make_spec
 
     cfg = make_config("smoke", name="t", output_root=str(tmp_path))
     if refused:
-        with pytest.raises(ConfigError, match=r"^time: .* leaves no time to train: Slurm warns the job \d+ s before"):
+        with pytest.raises(ConfigError, match=r"^time: .* leaves too little time to train: Slurm warns the job \d+ s "):
             make_spec(cfg, time=time, sbatch_options=options, on_cluster=True, check_data=False)
     else:
         assert make_spec(cfg, time=time, sbatch_options=options, on_cluster=True, check_data=False).time == time

@@ -487,22 +487,28 @@ def _bench_flags() -> list[tuple[str, str]]:
 
 BENCH_FLAGS = _bench_flags()
 BENCH_VALUES = st.one_of(NUMBER, TEXT, st.sampled_from(["0", "-1", "100000", "100000x100000", "0x5", "x;y", "1,-1",
-                                                         "os.system", "cuda", "fp64", "1e400", "2,0", ""]))
+                                                         "os.system", "cuda", "fp64", "1e400", "2,0", "", "5", "21",
+                                                         "tpu", "cpu,x", "jpeg,x", "pack,tar", "1000000000"]))
+# What each subcommand's closed-set flags may hold, and its counts' least and largest values: an accepted value
+# outside them would fail inside the command, after the check (shards --sets, e2e --input-pipeline).
+BENCH_CHOICES = {("shards", "sets"): {"jpeg", "10k", "100k", "full"},
+                 ("shards", "steps"): {"pack", "stage", "load", "first_step"},
+                 ("scale", "steps"): {"prepare", "tar", "scan", "job", "stage"},
+                 ("scale", "forms"): {"kaggle", "flat_val", "folders", "archives"},
+                 ("scale", "files"): {"10k", "100k", "full"}, ("e2e", "input_pipeline"): {"cpu", "gpu"}}
+BENCH_RANGES = {("shards", "jpeg_images"): (40, None), ("extract", "classes"): (1, 20), ("prepare", "classes"): (1, 20)}
 
 
-@CASES
-@given(flag=st.sampled_from(BENCH_FLAGS), value=BENCH_VALUES)
-def test_every_bench_flag_keeps_the_contract(flag, value, monkeypatch):
-    """Every flag of every bench subcommand, with a generated value: refused in one line before anything is
-    written, or accepted with a sound value (the command itself is not run: ``run_command`` is replaced)."""
+def _bench_accepts_soundly(argv: list[str], monkeypatch) -> None:
+    """``python -m tutorial_lib.bench ARGV`` is refused in one line before anything is written, or accepted with
+    sound values (the command itself is not run: ``run_command`` is replaced)."""
     from tutorial_lib.bench import cli
 
     accepted = []
     monkeypatch.setattr(cli, "run_command", lambda args: accepted.append(args) or 0)
-    command, option = flag
-    argv = [command, *(["x"] if command in ("runs", "table") else []), option, value]
     with _sandbox() as box:
         _check_contract(box, cli.main, argv)
+    command = argv[0]
     for args in accepted:
         for name, parsed in vars(args).items():
             for item in parsed if isinstance(parsed, list) else [parsed]:
@@ -512,6 +518,35 @@ def test_every_bench_flag_keeps_the_contract(flag, value, monkeypatch):
                     assert item >= 0, (argv, name, item)
         if getattr(args, "device", None) is not None:
             assert args.device in ("auto", "cpu", "cuda")
+        for (name, field), allowed in BENCH_CHOICES.items():
+            given = getattr(args, field) if name == command else None
+            assert given is None or ({given} if isinstance(given, str) else set(given)) <= allowed, (argv, given)
+        for (name, field), (low, high) in BENCH_RANGES.items():
+            given = getattr(args, field) if name == command else None
+            assert given is None or low <= given <= (high or given), (argv, given)
+
+
+@CASES
+@given(flag=st.sampled_from(BENCH_FLAGS), value=BENCH_VALUES)
+def test_every_bench_flag_keeps_the_contract(flag, value, monkeypatch):
+    """Every flag of every bench subcommand, with a generated value: refused in one line before anything is
+    written, or accepted with a sound value."""
+    command, option = flag
+    _bench_accepts_soundly([command, *(["x"] if command in ("runs", "table") else []), option, value], monkeypatch)
+
+
+@settings(CASES, max_examples=20)
+@given(flag=st.sampled_from(sorted(BENCH_CHOICES) + sorted(BENCH_RANGES)), data=st.data())
+def test_the_bench_flags_checked_inside_a_command_are_checked_before_it(flag, data, monkeypatch):
+    """The flags a subcommand's own code checked (``shards --sets``, ``e2e --input-pipeline``, ``--jpeg-images``,
+    ``extract --classes``), with values near their sets and bounds: checked with the others, up front."""
+    command, field = flag
+    if flag in BENCH_CHOICES:
+        words = st.sampled_from(sorted(BENCH_CHOICES[flag]) + ["x;y", "tpu", "", "JPEG"])
+        value = ",".join(data.draw(st.lists(words, min_size=1, max_size=3)))
+    else:
+        value = str(data.draw(st.integers(-2, 50)))
+    _bench_accepts_soundly([command, f"--{field.replace('_', '-')}", value], monkeypatch)
 
 
 # ---------------------------------------------------------------- the records the project reads back

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
-from tutorial_lib.engine.memory import available_bytes, check_fits, training_bytes
+from tutorial_lib.engine.memory import AMP_BYTES, available_bytes, check_fits, check_step_fits
 
 JPEG_MAX_SIDE = 65_500  # libjpeg (PIL) writes no JPEG with a longer side
 FAKE_PIXEL_BYTES = 16  # the generator's coordinate grid alone: two int64 per pixel (bench.fake_imagenet)
@@ -25,7 +25,7 @@ MAX_WORKERS = 1024  # loader processes or threads: the trainer's own limit (engi
 _COUNTS = {"rounds": 1, "classes": 1, "per_class": 1, "val_per_class": 1, "repeats": 1, "ranks": 1,
            "train_per_class": 1, "steps": 1, "warmup": 0, "windows": 1, "num_classes": 1, "batches": 1,
            "read_workers": 0, "iters": 1, "ddp_steps": 0, "decode_images": 0, "skip_steps": 0, "batch_size": 1,
-           "image_size": 1}
+           "image_size": 1, "jpeg_images": 40}  # shards' jpeg set: 40 JPEGs at least
 _SECONDS = ("min_time", "matmul_tflops")
 
 
@@ -83,16 +83,44 @@ def _check_names(values: dict) -> None:
         kind = getattr(torch, str(dtype), None)
         if not isinstance(kind, torch.dtype) or not (kind.is_floating_point or kind in (torch.int32, torch.int64)):
             _refuse("dtype", dtype, "a torch number type such as float32, bfloat16 or float16")
-    if values.get("command") == "scale":
+    for name, allowed in _command_choices(values.get("command")).items():
+        given = values.get(name)
+        if isinstance(given, str) and given not in allowed:
+            _refuse(name, given, f"pass one of {', '.join(allowed)}")
+        if isinstance(given, list) and (not given or any(v not in allowed for v in given)):
+            _refuse(name, ",".join([v for v in given if v not in allowed] or given),
+                    f"a comma list of {', '.join(allowed)}")
+    most = _command_limits(values.get("command"))
+    for name, limit in most.items():
+        if isinstance(values.get(name), int) and values[name] > limit:
+            _refuse(name, values[name], f"a whole number of at most {limit}")
+
+
+def _command_choices(command: str | None) -> dict[str, tuple[str, ...]]:
+    """The closed sets of one subcommand's flags (each module's own list of what it runs)."""
+    if command == "scale":
         from tutorial_lib.bench.fake_forms import FORMS
         from tutorial_lib.bench.scale import SIZES, STEPS
 
-        if values["files"] not in SIZES:
-            _refuse("files", values["files"], f"pass one of {', '.join(SIZES)}")
-        for name, allowed in (("forms", FORMS), ("steps", STEPS)):
-            unknown = [v for v in values[name] if v not in allowed]
-            if unknown or not values[name]:
-                _refuse(name, ",".join(unknown or values[name]), f"a comma list of {', '.join(allowed)}")
+        return {"files": tuple(SIZES), "forms": FORMS, "steps": STEPS}
+    if command == "shards":
+        from tutorial_lib.bench.shards import SETS, STEPS
+
+        return {"sets": SETS, "steps": STEPS}
+    if command == "e2e":
+        from tutorial_lib.engine.config import INPUT_PIPELINES
+
+        return {"input_pipeline": INPUT_PIPELINES}
+    return {}
+
+
+def _command_limits(command: str | None) -> dict[str, int]:
+    """The largest value of one subcommand's counts (the generated ImageNet has the classes of REAL_CLASSES)."""
+    if command in ("prepare", "extract"):
+        from tutorial_lib.bench.fake_forms import REAL_CLASSES
+
+        return {"classes": len(REAL_CLASSES)}
+    return {}
 
 
 def _check_places(values: dict) -> None:
@@ -114,19 +142,23 @@ def _check_memory(args, values: dict) -> None:
         check_fits(size[0] * size[1] * FAKE_PIXEL_BYTES, available_bytes("cpu"),
                    f"--jpeg-size: generating one {size[0]}x{size[1]} image", "pass a smaller --jpeg-size, e.g. "
                    "500x375 (ImageNet's typical size)")
-    image_size = values.get("image_size")
-    if image_size is None:
+    command = values.get("command")
+    if command not in ("train", "e2e", "data", "loader"):
         return
-    batches = values.get("batch_size") or [32]
+    from tutorial_lib.bench.compute import defaults, resolve_device
+
+    d = defaults(values.get("device") or "auto")  # the sizes in effect where a flag is left out
+    image_size = values.get("image_size") or d["image_size"]
+    batches = values.get("batch_size") or d["batch_size"]
     for batch in batches if isinstance(batches, list) else [batches]:
-        if values.get("command") in ("train", "e2e"):
-            archs = values.get("arch") or ["resnet18"]
+        if command in ("train", "e2e"):
+            archs = values.get("arch") or d["arch"]
+            precisions = values.get("precision") or d["precisions"]
+            cheapest = min([precisions] if isinstance(precisions, str) else precisions,
+                           key=lambda p: AMP_BYTES.get(p, 4))  # a lower bound over the precisions asked for
             for arch in [archs] if isinstance(archs, str) else archs:
-                parts = training_bytes(arch, values.get("num_classes") or 1000, image_size, batch)
-                total = parts.pop("total")
-                check_fits(total, available_bytes("cpu"), f"--image-size/--batch-size: a training step of {arch} on "
-                           f"batches of {batch} images of {image_size}x{image_size} px",
-                           "pass a smaller --image-size or --batch-size", parts)
+                check_step_fits(arch, values.get("num_classes") or 1000, image_size, batch,
+                                resolve_device(values.get("device") or "auto"), cheapest, flags=True)
         else:  # a loader: the batch as float32, made by the workers and the training process
             check_fits(batch * 3 * image_size * image_size * 4, available_bytes("cpu"),
                        f"--image-size/--batch-size: a batch of {batch} images of {image_size}x{image_size} px",

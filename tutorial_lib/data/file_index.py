@@ -28,18 +28,42 @@ _active: dict[str, dict] = {}  # this process's index, by split root
 
 def class_folders(root: str | os.PathLike, warn: bool = True) -> tuple[list[str], list[str]]:
     """The sorted class folders of an ImageFolder split, and the folders skipped as no class (hidden, such as
-    ``.ipynb_checkpoints``, or an operating system's: :func:`tutorial_lib.data.names.is_class_folder`), which a
-    warning names and counts."""
+    ``.ipynb_checkpoints``, or an operating system's: :func:`tutorial_lib.data.names.is_class_folder`; a link that
+    leads out of a class: :func:`class_link_problem`), which a warning names and counts."""
     with os.scandir(root) as entries:
-        folders = sorted(e.name for e in entries if _is_dir(e))
+        listed = sorted((e.name, e.is_symlink()) for e in entries if _is_dir(e))
     here = os.path.realpath(root)
     # a link back to the split or above it (``up -> ..``) would hold every class again, and walking it never ends
-    loops = {name for name in folders if _contains(os.path.realpath(os.path.join(root, name)), here)}
-    skipped = [name for name in folders if not is_class_folder(name) or name in loops]
-    if skipped and warn:
-        print(f"warning: skipping {len(skipped)} folder(s) of {root} that are not classes (hidden or system "
-              f"folders): {', '.join(skipped[:5])}", file=sys.stderr, flush=True)
-    return [name for name in folders if is_class_folder(name) and name not in loops], skipped
+    loops = {name for name, _ in listed if _contains(os.path.realpath(os.path.join(root, name)), here)}
+    links = {name: problem for name, link in listed if link and name not in loops
+             and (problem := class_link_problem(os.path.join(root, name)))}
+    folders = [name for name, _ in listed]
+    skipped = [name for name in folders if not is_class_folder(name) or name in loops or name in links]
+    if warn and links:
+        print(f"warning: skipping {len(links)} linked folder(s) of {root} that are not classes: "
+              f"{'; '.join(f'{name} ({problem})' for name, problem in list(links.items())[:5])}",
+              file=sys.stderr, flush=True)
+    if warn and len(skipped) > len(links):
+        print(f"warning: skipping {len(skipped) - len(links)} folder(s) of {root} that are not classes (hidden or "
+              f"system folders): {', '.join([name for name in skipped if name not in links][:5])}",
+              file=sys.stderr, flush=True)
+    return [name for name in folders if name not in skipped], skipped
+
+
+def class_link_problem(link: str) -> str | None:
+    """Why the linked folder ``link`` is no class (None: it is one). A class is a flat folder of images: a link is
+    followed (a class kept on another disk) only to a folder that holds images directly, and never to the home
+    folder or a folder above it, which holds the user's own files."""
+    target = os.path.realpath(link)
+    if _contains(target, os.path.realpath(os.path.expanduser("~"))):
+        return f"it leads to {target}, the home folder or above it"
+    try:
+        with os.scandir(target) as entries:
+            if any(is_image(e.name) and e.is_file() for e in entries):
+                return None
+    except OSError as exc:
+        return f"{target} cannot be read: {exc.strerror}"
+    return f"{target} holds no images directly"
 
 
 def _is_dir(entry: os.DirEntry) -> bool:

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tutorial_lib.data.file_index import class_link_problem
 from tutorial_lib.data.links import HUBS
 from tutorial_lib.data.names import is_class_folder
 
@@ -111,6 +112,9 @@ def listing(source: str | os.PathLike) -> list[tuple[str, int]]:
             dirs[:] = [d for d in dirs if d not in HUBS.values()]
         dirs[:] = sorted(d for d in dirs if is_class_folder(d))  # no .ipynb_checkpoints: no class, no data
         rel = os.path.relpath(folder, source)
+        if rel != "." and os.sep not in rel:  # a split: a linked class folder only to a flat folder of images
+            dirs[:] = [d for d in dirs if not (os.path.islink(os.path.join(folder, d))
+                                               and class_link_problem(os.path.join(folder, d)))]
         for name in sorted(names):
             found.append((os.path.normpath(os.path.join(rel, name)), os.stat(os.path.join(folder, name)).st_size))
     return found

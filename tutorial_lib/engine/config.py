@@ -374,7 +374,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
         if classes is not None:
             check_class_count(cfg, classes, f"the shards of {cfg.data_dir}")
     elif check_paths and cfg.dataset == "imagefolder":
-        from tutorial_lib.data.names import is_class_folder
+        from tutorial_lib.data.file_index import class_folders
         from tutorial_lib.engine.input.folders import DataError, check_imagefolder
 
         with path_setting("data_dir"):
@@ -382,7 +382,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
                 root = check_imagefolder(cfg.data_dir)
             except DataError as exc:
                 raise ConfigError(str(exc)) from None
-            classes = sum(1 for d in (root / "train").iterdir() if d.is_dir() and is_class_folder(d.name))
+            classes = len(class_folders(root / "train", warn=False)[0])
         check_class_count(cfg, classes, f"{root}/train")
     if check_paths and cfg.dataset == "digits":  # the export replaces data_dir: only ever a folder of ours
         from tutorial_lib.engine.input.folders import DataError, check_digits_target

@@ -86,17 +86,43 @@ def check_fits(needed: int, available: int, what: str, fix: str, parts: dict[str
                       f"and {human_bytes(available)} is available here; nothing was allocated. Fix: {fix}.")
 
 
-def check_training_fits(cfg, num_classes: int, device: torch.device, ranks_here: int = 1) -> None:
-    """Refuse (ConfigError naming image_size and batch_size) a training step of ``cfg`` whose tensors cannot fit
-    in the memory of ``device`` (on the CPU: ``ranks_here`` ranks of this node share it)."""
-    parts = training_bytes(cfg.arch, num_classes, cfg.image_size, cfg.batch_size, cfg.precision, cfg.norm)
-    share = ranks_here if device.type == "cpu" else 1
+@functools.lru_cache(maxsize=16)
+def classifier_parameters(arch: str, num_classes: int) -> int:
+    """Parameters of ``arch``'s classifier that grow with ``num_classes`` (the model's parameters less those of the
+    same model with one class; meta device, nothing allocated)."""
+    return _layer_outputs(arch, max(int(num_classes), 1), 1, "batch")[1] - _layer_outputs(arch, 1, 1, "batch")[1]
+
+
+def check_step_fits(arch: str, num_classes: int, image_size: int, batch_size: int, device: torch.device | str,
+                    precision: str = "fp32", norm: str = "batch", share: int = 1, flags: bool = False) -> None:
+    """Refuse (ConfigError) a training step whose tensors cannot fit in the memory of ``device``, ``share`` steps
+    of it at once (ranks sharing a host). The error names the field that makes it too big: ``num_classes`` where
+    the classifier's weights and gradients are the largest part, else ``image_size/batch_size``; as the command
+    line's flags (``--num-classes``) where ``flags``."""
+    def name(field: str) -> str:
+        return f"--{field.replace('_', '-')}" if flags else field
+
+    parts = training_bytes(arch, num_classes, image_size, batch_size, precision, norm)
     total = parts.pop("total") * share
-    where = f"{share} ranks x " if share > 1 else ""
-    check_fits(total, available_bytes(device),
-               f"image_size/batch_size: a training step of {cfg.arch} on {where}batches of {cfg.batch_size} images "
-               f"of {cfg.image_size}x{cfg.image_size} px ({cfg.precision}, {device.type})",
-               "pass a smaller --image-size (ImageNet: 224) or --batch-size", parts)
+    classifier = 8 * classifier_parameters(arch, num_classes)
+    on = f"{torch.device(device).type}{f', {share} ranks' if share > 1 else ''}"
+    rest = {**parts, "weights and gradients": parts["weights and gradients"] - classifier}
+    if classifier >= max(rest.values()):  # the classifier's share outweighs every other part
+        what = (f"{name('num_classes')}: a training step of {arch} with a classifier of {num_classes:,} classes "
+                f"(its weights and gradients alone: {human_bytes(classifier)}; {on})")
+        fix = f"pass a smaller {name('num_classes')} (ImageNet: 1000)"
+    else:
+        what = (f"{name('image_size')}/{name('batch_size')}: a training step of {arch} on batches of {batch_size} "
+                f"images of {image_size}x{image_size} px ({precision}, {on})")
+        fix = f"pass a smaller {name('image_size')} (ImageNet: 224) or {name('batch_size')}"
+    check_fits(total, available_bytes(device), what, fix, parts)
+
+
+def check_training_fits(cfg, num_classes: int, device: torch.device, ranks_here: int = 1) -> None:
+    """:func:`check_step_fits` for a training step of ``cfg`` on ``device`` (on the CPU: ``ranks_here`` ranks of
+    this node share its memory)."""
+    check_step_fits(cfg.arch, num_classes, cfg.image_size, cfg.batch_size, device, cfg.precision, cfg.norm,
+                    share=ranks_here if torch.device(device).type == "cpu" else 1)
 
 
 def check_training_memory(cfg, device: torch.device, info) -> None:
@@ -111,5 +137,5 @@ def check_training_memory(cfg, device: torch.device, info) -> None:
         problem = exc
     if dist_utils.all_reduce_sum([float(problem is not None)], info, device)[0]:
         raise problem or ConfigError("image_size/batch_size: the training step does not fit in the memory of another "
-                                     "rank's node (its error gives the estimate). Fix: pass a smaller --image-size "
-                                     "or --batch-size.")
+                                     "rank's node (its error gives the estimate and names the field). Fix: pass a "
+                                     "smaller --image-size or --batch-size (or fewer classes).")

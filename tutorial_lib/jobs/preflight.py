@@ -123,7 +123,7 @@ def run(config, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto", 
     not exceptions; a bad value of the arguments themselves still raises ConfigError."""
     from tutorial_lib import jobs
     from tutorial_lib.jobs.site import load_site
-    from tutorial_lib.jobs.slurm_values import time_limit_seconds
+    from tutorial_lib.jobs.slurm_values import format_time, time_limit_seconds, warning_lead_seconds
     from tutorial_lib.jobs.spec import absolute_config
 
     config = dataclasses.replace(config, name=f"{config.name}-preflight")
@@ -131,8 +131,11 @@ def run(config, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto", 
     report = Report()
     gpu = config.device == "cuda" or config.profile in ("gpu", "hal")
     chosen = jobs.choose_backend(backend, verbose=False)
-    longest = load_site(site).time if chosen == "slurm" else None  # a short job, within the site's limit
-    limit = longest if longest and time_limit_seconds(longest) < time_limit_seconds(PREFLIGHT_TIME) else PREFLIGHT_TIME
+    checked = load_site(site) if chosen == "slurm" else None
+    longest = checked.time if checked else None  # a short job, within the site's limit, that its warning allows
+    lead = warning_lead_seconds(checked.sbatch_options) if checked else 0
+    wanted = PREFLIGHT_TIME if time_limit_seconds(PREFLIGHT_TIME) >= 2 * lead else format_time(2 * lead)
+    limit = longest if longest and time_limit_seconds(longest) < time_limit_seconds(wanted) else wanted
     try:
         job = jobs.submit(config, nodes=nodes, ranks_per_node=ranks_per_node, backend=chosen, site=site,
                           time=limit, fresh=True, verbose=verbose, module="tutorial_lib.jobs.preflight",

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from tutorial_lib.engine.config import ConfigError, shorten
-from tutorial_lib.jobs.slurm_values import check_sbatch_option, check_time, check_word
+from tutorial_lib.jobs.slurm_values import check_sbatch_option, check_time, check_time_against_warning, check_word
 
 SITE_ENV = "TUTORIAL_SITE"  # a YAML file whose `site:` block every Slurm job gets when none is passed
 GPU_REQUESTS = ("gpus-per-node", "gres")
@@ -75,7 +75,10 @@ class Site:
         if unknown:
             name = unknown[0] if isinstance(unknown[0], str) and unknown[0].isidentifier() else shorten(unknown[0])
             raise ConfigError(f"site.{name}: not a site setting. Fix: use one of {', '.join(known)}.")
-        return cls(**{key: _SITE_CHECKS[key](value) for key, value in data.items() if value not in (None, "")})
+        site = cls(**{key: _SITE_CHECKS[key](value) for key, value in data.items() if value not in (None, "")})
+        if site.time:  # the longest a job may ask for: its warning must leave it time to train
+            _prefixed(lambda time: check_time_against_warning(time, site.sbatch_options), "time", site.time)
+        return site
 
     def resolve(self, partition=None, account=None) -> tuple:
         """``(partition, account)`` of a job: the ``submit`` arguments where given, else the site's (the time

@@ -80,20 +80,24 @@ def warning_lead_seconds(sbatch_options) -> int:
 
 
 def check_time_against_warning(time: str, sbatch_options) -> None:
-    """Refuse a Slurm time limit no longer than the warning lead: the stop warning would come at once, and the
-    job would checkpoint, requeue and start again until it finished in several times the time (seen: 3 requeues)."""
+    """Refuse a Slurm time limit that leaves the job less time before its warning than the warning's lead
+    (``--signal=B:USR1@<lead>`` may come at most halfway through the limit): a warning at once or a few seconds
+    in makes the job checkpoint, requeue and start again until it finishes in several times the time (seen: 3
+    requeues; 1:00:00 with a lead of 3590 s would be warned 10 s after it starts)."""
     limit, lead = time_limit_seconds(time), warning_lead_seconds(sbatch_options)
-    if limit <= lead:
-        raise ConfigError(f"time: {time} ({limit} s) leaves no time to train: Slurm warns the job {lead} s before "
-                          f"its limit (--signal=B:USR1@{lead}), and the job then stops to checkpoint and requeues. "
-                          f"Fix: a time limit well above {lead} s (e.g. '{time_for_warning(lead)}'), "
-                          "or a shorter warning in sbatch_options ('--signal=B:USR1@30').")
+    if limit < 2 * lead:
+        ran = f"after {limit - lead} s" if limit > lead else "at once"
+        raise ConfigError(f"time: {time} ({limit} s) leaves too little time to train: Slurm warns the job {lead} s "
+                          f"before its limit (--signal=B:USR1@{lead}), {ran}, and the job then stops to checkpoint "
+                          "and requeues; the warning may come at most halfway through the limit. Fix: a longer time "
+                          f"limit, e.g. '{time_for_warning(lead)}' (at least twice the warning's {lead} s), or a "
+                          f"shorter warning in sbatch_options ('--signal=B:USR1@{limit // 2}').")
 
 
 def time_for_warning(lead: int) -> str:
-    """A time limit that leaves at least 10 minutes of training after a warning ``lead`` seconds before the end
-    (the example :func:`check_time_against_warning` suggests: a limit :func:`check_time` accepts)."""
-    return format_time(lead + 600)
+    """A time limit whose warning ``lead`` seconds before the end comes at most halfway, after at least 10 minutes
+    of training (the example :func:`check_time_against_warning` suggests: a limit :func:`check_time` accepts)."""
+    return format_time(max(2 * lead, lead + 600))
 
 
 def time_limit_seconds(text: str) -> int:

@@ -13,8 +13,8 @@ import torch
 from PIL import Image
 
 from tutorial_lib.data import PREPARE_COMMAND
+from tutorial_lib.data.file_index import class_folders
 from tutorial_lib.data.links import moved_source
-from tutorial_lib.data.names import is_class_folder
 from tutorial_lib.engine.errors import OneLineError
 from tutorial_lib.rundir.owned import describe, foreign_tree_files
 
@@ -131,7 +131,7 @@ def check_imagefolder(data_dir: str | os.PathLike) -> Path:
         if not split_dir.is_dir():
             raise DataError(f"data_dir: {root} has no {split}/ folder. Fix: {PREPARE_FIX}, or arrange the "
                             f"data as {root}/train/<class>/<image>.JPEG and {root}/val/<class>/<image>.JPEG.")
-        classes = [d for d in split_dir.iterdir() if d.is_dir() and is_class_folder(d.name)]
+        classes = class_folders(split_dir, warn=False)[0]
         if not classes:
             raise DataError(f"data_dir: {split_dir} has no class folders. Fix: {PREPARE_FIX} (it sorts a flat "
                             f"val/ by its ground truth), or put each class's images in {split_dir}/<class>/.")
