@@ -69,9 +69,11 @@ def data_pipeline(summary: dict, parts: dict, loader: list[dict], gpu_pipeline: 
                "staging: copy s": stage_times["copy"], "staging: read all s, from where it is": stage_times["shared"],
                "staging: read all s, from the copy": stage_times["staged"],
                **{f"files opened per epoch, {fmt}": count for fmt, count in packed["opened"].items()},
-               **{f"loader images/s from {fmt}, {packed['workers']} workers": spread
+               # the shard comparison's own rounds, timed otherwise than the loader table and the staging above
+               **{f"shard comparison: loader images/s from {fmt}, {packed['workers']} workers": spread
                   for fmt, spread in packed["load"].items()},
-               **{f"staging s, {fmt}": spread for fmt, spread in packed["stage"].items()}}
+               **{f"shard comparison: staging s (copy + sync), {fmt}": spread
+                  for fmt, spread in packed["stage"].items()}}
     return summarize("02_data_pipeline", numbers, figures=figures, claims=claims)
 
 
