@@ -5,8 +5,9 @@
 * a text (a value label, a note) lies over a plotted line, marker or error bar;
 * a legend covers plotted data (lines, markers, error bars, bars, a table) of any panel;
 * a line runs outside its axes' limits, or lies along the axes' edge where the spine hides it;
-* two lines coincide over their whole length and either the lower one is not drawn wider and paler than the
-  upper one, or nothing in the panel (title, legend, text) says "same values";
+* two lines coincide over their whole length, or over a stretch of it (:data:`STRETCH_PX` or more: 04's schedules
+  with and without warmup after the warmup, its runs' top-5 at 100%), and either the lower one is not drawn wider
+  and paler than the upper one, or nothing in the panel (title, legend, text) says "same values";
 * a panel shows an axis but plots nothing, without a message in it, or with numeric ticks of nothing;
 * an epoch axis (x label "epoch") shows a fractional epoch or reaches past the epochs the figure is of.
 
@@ -22,6 +23,8 @@ from matplotlib.lines import Line2D
 from tutorial_lib.figures.readable import fill_box, sample_polyline  # geometry only: what is data is decided here
 
 SAME = ("same values", "coincid", "identical")
+NEAR_PX = 1.5  # two strokes closer than this (display pixels) lie on top of each other
+STRETCH_PX = 10.0  # a shared stretch this long hides a line there (two lines that cross share a few pixels only)
 
 
 def _line_xy(line: Line2D) -> np.ndarray:
@@ -154,20 +157,62 @@ def _lines_in_limits(ax, where: str) -> list[str]:
     return found
 
 
+def _distance_to_polyline(points: np.ndarray, polyline: np.ndarray) -> np.ndarray:
+    """Each point's distance (display pixels) to the nearest segment of ``polyline`` (or point, for one point)."""
+    polyline = polyline[np.isfinite(polyline).all(axis=1)]
+    if len(polyline) == 1:
+        return np.hypot(*(points - polyline[0]).T)
+    starts, ends = polyline[:-1], polyline[1:]
+    best = np.full(len(points), np.inf)
+    for chunk in range(0, len(starts), 256):  # bounded memory for long schedules
+        a, b = starts[chunk:chunk + 256], ends[chunk:chunk + 256]
+        d = b - a
+        length2 = np.maximum((d ** 2).sum(axis=1), 1e-12)
+        t = np.clip(((points[:, None, :] - a[None]) * d[None]).sum(axis=2) / length2, 0.0, 1.0)
+        nearest = a[None] + t[..., None] * d[None]
+        best = np.minimum(best, np.hypot(*(points[:, None, :] - nearest).transpose(2, 0, 1)).min(axis=1))
+    return best
+
+
+def _hidden_px(under: np.ndarray, over: np.ndarray) -> float:
+    """The longest stretch of ``under``'s stroke (display pixels along it) that lies on ``over``'s."""
+    samples = sample_polyline(under)
+    if len(samples) < 2:
+        return 0.0
+    near = _distance_to_polyline(samples, over) <= NEAR_PX
+    steps = np.hypot(*np.diff(samples, axis=0).T)
+    longest = run = 0.0
+    for both, step in zip(near[:-1] & near[1:], steps, strict=True):
+        run = run + step if both else 0.0
+        longest = max(longest, run)
+    return longest
+
+
+def _shares(a: np.ndarray, b: np.ndarray, drawn: bool) -> str | None:
+    """``"the same points"``, ``"over N px"`` (a stretch of a drawn line) or None: how ``a`` lies on ``b``."""
+    if a.shape == b.shape and np.isfinite(a).all() and np.isfinite(b).all() and np.abs(a - b).max() <= NEAR_PX:
+        return "the same points"
+    if not drawn:  # markers only: only the same points hide each other
+        return None
+    hidden = max(_hidden_px(a, b), _hidden_px(b, a))
+    return f"over {hidden:.0f} px of its length" if hidden >= STRETCH_PX else None
+
+
 def _coinciding(ax, where: str) -> list[str]:
     found = []
     lines = [line for line in ax.lines if line.get_visible() and len(line.get_xdata())
              and not line.get_label().startswith("_")]
     shapes = [_line_xy(line) for line in lines]
+    drawn = [line.get_linestyle() not in ("None", "", " ") for line in lines]
     for i, (a, under) in enumerate(zip(shapes, lines, strict=True)):
-        for b, over in zip(shapes[i + 1:], lines[i + 1:], strict=True):
-            if a.shape != b.shape or not np.isfinite(a).all() or not np.isfinite(b).all() \
-                    or np.abs(a - b).max() > 1.5:
+        for b, over, over_drawn in zip(shapes[i + 1:], lines[i + 1:], drawn[i + 1:], strict=True):
+            shared = _shares(a, b, drawn[i] and over_drawn)
+            if shared is None:
                 continue
             both_seen = (under.get_linewidth() >= over.get_linewidth() + 1.5
                          and (under.get_alpha() or 1.0) < (over.get_alpha() or 1.0))
             if not both_seen:
-                found.append(f"{where}: {over.get_label()!r} hides {under.get_label()!r} (the same points)")
+                found.append(f"{where}: {over.get_label()!r} hides {under.get_label()!r} ({shared})")
             if not any(word in _words(ax) for word in SAME):
                 found.append(f"{where}: {over.get_label()!r} and {under.get_label()!r} coincide and nothing says so")
     return found

@@ -421,7 +421,7 @@ def plot_efficiency_vs_reference(results: pd.DataFrame, reference: pd.DataFrame,
     """Scaling efficiency of two studies (:func:`collect` / :func:`reference_frame` frames) on one axis,
     each against its own smallest run; this study's points with their per-epoch ranges (one run each)."""
     from tutorial_lib.figures import plots
-    from tutorial_lib.figures.readable import add_note, place_legend
+    from tutorial_lib.figures.readable import add_note, mark_coinciding, place_legend
 
     ax = plots.plot_efficiency(reference["gpus"], reference["efficiency"], ax=ax, label=reference_label)
     if ax.get_legend() is not None:
@@ -431,13 +431,16 @@ def plot_efficiency_vs_reference(results: pd.DataFrame, reference: pd.DataFrame,
         low, high = 100 * results["efficiency_low"], 100 * results["efficiency_high"]
         ax.errorbar(results["gpus"], 100 * results["efficiency"], yerr=[100 * results["efficiency"] - low,
                     high - 100 * results["efficiency"]], fmt="none", ecolor=line.get_color(), capsize=4)
-        ax.set_ylim(0, max(ax.get_ylim()[1], 1.05 * float(high.max())))
-        ax.set_title("Scaling efficiency")
+        # headroom over the 100% line (drawn wide where a reference lies on it) for the legend
+        ax.set_ylim(0, 1.15 * max(ax.get_ylim()[1], 1.05 * float(high.max())))
+    ax.set_title("Scaling efficiency")  # plot_efficiency's notes named the reference's lines alone
+    if "efficiency_low" in results:
         add_note(ax, f"({single_run_note(results)})")
     ax.set_xticks(sorted(set(reference["gpus"]) | set(results["gpus"])))
     unit = rank_unit(results)
     if unit != "GPUs":  # two kinds of rank on one axis: the label says which is which
         ax.set_xlabel(f"GPUs: {reference_label}; {unit}: {label}")
+    mark_coinciding(ax)  # every line now, this study's too
     place_legend(ax, fontsize="small")
     return ax
 
