@@ -247,9 +247,9 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
             if sizes and kind == NOT_DISTINGUISHABLE:  # decided nothing: both ranges, no ratio
                 said.append(f"{word} at " + ", ".join(f"{human_bytes(r['bytes'])} ({r['hierarchical'].text(3)} "
                                                       f"vs {r['flat'].text(3)} GB/s)" for r in sizes))
-            elif sizes:
-                ratios = ", ".join(f"{human_bytes(r['bytes'])} {r['hierarchical'].median / r['flat'].median:.2f}x"
-                                   for r in sizes)
+            elif sizes:  # the ratio with the extremes its ranges allow, and both medians and ranges it comes from
+                ratios = ", ".join(f"{human_bytes(r['bytes'])} {_ratio_text(r['hierarchical'], r['flat'])} "
+                                   f"({r['hierarchical'].text(3)} vs {r['flat'].text(3)} GB/s)" for r in sizes)
                 said.append(f"{word} at {ratios}")
         parts.append(f"at {rate:g} Mbit/s hierarchical is " + "; ".join(said))
     found = set(verdicts)
