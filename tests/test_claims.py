@@ -392,6 +392,17 @@ def test_a_precision_too_slow_for_the_budget_is_skipped_with_its_measured_speed(
     assert kept == ["fp32"] and [s.split(":")[0] for s in skipped] == ["bf16"]
 
 
+def test_01_counts_its_training_jobs_from_what_runs():
+    """The issue-44 read of 01: "two real training jobs" where bf16 was skipped and one ran."""
+    from tutorial_lib.analyses.precision import jobs_line
+
+    assert jobs_line(["fp32"], ["fp32", "bf16"]) == "1 training job: fp32 (of 2 wanted; bf16 skipped above)"
+    assert jobs_line(["fp32", "bf16"], ["fp32", "bf16"]) == "2 training jobs: fp32, bf16"
+    assert "only fp32 finished" in claims.precision_accuracy({"fp32": 90.0}).sentence
+    notebook = (NOTEBOOKS / "01_mixed_precision.ipynb").read_text()
+    assert "two real training jobs" not in notebook and "precision.jobs_line(" in notebook
+
+
 # --------------------------------------------------------------------------- every builder's topic and edges
 def _every_branch():
     """(claim, topic, verdict) for a claim from each branch of each builder."""
@@ -432,8 +443,8 @@ def test_unmeasured_claims_say_what_is_missing():
         "fastest setting", "no measurement", "no setting could be measured on this device")
     assert claims.channels_last_effect([train("fp32", [50]), train("bf16", [60], True)]) == claims.Claim(
         "channels_last", "not measured", "channels_last was not measured against the default layout")
-    assert claims.precision_accuracy({"fp32": 90.0, "bf16": None}) == claims.Claim(
-        "accuracy", "not measured", "fewer than two training runs finished")
+    one = claims.precision_accuracy({"fp32": 90.0, "bf16": None})
+    assert one.verdict == "not measured" and "only fp32 finished" in one.sentence
     assert claims.data_wait(None, {"a": Spread.of([1])}) == claims.Claim(
         "waiting for data", "not measured", "the model or the loader could not be measured here")
     alone = claims.fastest_setting([train("bf16", [200, 210])])

@@ -58,6 +58,14 @@ def affordable(records: list[dict], wanted: list[str], images: int, budget_s: fl
     return [p for p in wanted if p not in over], reasons
 
 
+def jobs_line(trained: list[str], wanted: list[str]) -> str:
+    """How many training jobs run and which, counted from ``trained`` (what :func:`affordable` kept) against
+    ``wanted``: ``2 training jobs: fp32, bf16`` or ``1 training job: fp32 (of 2 wanted; bf16 skipped above)``."""
+    count = f"{len(trained)} training job{'s' * (len(trained) != 1)}: {', '.join(trained) or 'none'}"
+    skipped = [p for p in wanted if p not in trained]
+    return count + (f" (of {len(wanted)} wanted; {', '.join(skipped)} skipped above)" if skipped else "")
+
+
 def training_runs(train_jobs: list, trained: list[str], records: list[dict], tolerance_points: float):
     """01's table of its training jobs, one per precision in ``trained``: each job's top-1/top-5, loss and
     outcome, its benchmark speed (median and range over the rounds) beside the speed the job trained at (median

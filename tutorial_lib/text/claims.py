@@ -191,8 +191,10 @@ def precision_accuracy(top1: dict, tolerance_points: float = 5.0, chance: float 
     guessing, %), runs that ended near it (below twice chance) compare nothing: verdict ``near chance``.
     """
     values = {k: float(v) for k, v in top1.items() if v is not None}
-    if len(values) < 2:
-        return Claim("accuracy", "not measured", "fewer than two training runs finished")
+    if len(values) < 2:  # counted from the runs that finished (issue 44: "two jobs" where one ran)
+        ran = f"only {', '.join(values)} finished" if values else "none finished"
+        return Claim("accuracy", "not measured", f"one training run per precision was to compare, but {ran}: "
+                     "fewer than two, so no precision's accuracy is compared here")
     gap = max(values.values()) - min(values.values())
     listed = ", ".join(f"{k} {v:.1f}%" for k, v in values.items())
     threshold = (f"the {tolerance_points:g}-point threshold set by accuracy_tolerance (a chosen threshold, not a "
