@@ -244,6 +244,7 @@ def plot_bars(labels: Sequence[str], values: Sequence[float], ylabel: str, ax=No
 
 
 TABLE_COLUMNS = ["name", "id", "backend", "state", "world_size", "epoch", "epochs", "top1", "images_per_sec"]
+LAST_EPOCH_RATE = "img/s, last epoch"  # the job table's images_per_sec as a person reads it (results tables: means)
 
 
 def job_row(job, state: str | None = None, events: list[dict] | None = None) -> dict:
