@@ -12,7 +12,7 @@
 * a panel shows an axis but plots nothing, without a message in it, or with numeric ticks of nothing;
 * an epoch axis (x label "epoch") shows a fractional epoch or reaches past the epochs the figure is of.
 
-Written apart from :mod:`tutorial_lib.figures.readable` on purpose (only its polyline sampling is shared): a
+Written apart from :mod:`tutorial_lib.figures.readable` on purpose (only its polyline geometry is shared): a
 check that shared the drawing code's idea of "data" could not catch that idea being wrong.
 """
 
@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.lines import Line2D
 
-from tutorial_lib.figures.readable import fill_box, sample_polyline  # geometry only: what is data is decided here
+# geometry only: what is data, and what lies on what, is decided here
+from tutorial_lib.figures.readable import fill_box, longest_stretch, sample_polyline
 
 SAME = ("same values", "coincid", "identical")
 NEAR_PX = 1.5  # two strokes closer than this (display pixels) lie on top of each other
@@ -181,13 +182,7 @@ def _hidden_px(under: np.ndarray, over: np.ndarray) -> float:
     samples = sample_polyline(under)
     if len(samples) < 2:
         return 0.0
-    near = _distance_to_polyline(samples, over) <= NEAR_PX
-    steps = np.hypot(*np.diff(samples, axis=0).T)
-    longest = run = 0.0
-    for both, step in zip(near[:-1] & near[1:], steps, strict=True):
-        run = run + step if both else 0.0
-        longest = max(longest, run)
-    return longest
+    return longest_stretch(samples, _distance_to_polyline(samples, over) <= NEAR_PX)
 
 
 def _shares(a: np.ndarray, b: np.ndarray, drawn: bool) -> str | None:

@@ -104,9 +104,14 @@ def _longest_shared_px(under: np.ndarray, over: np.ndarray, tolerance_px: float)
         part = samples[chunk:chunk + 512]
         gaps = np.hypot(part[:, None, 0] - targets[None, :, 0], part[:, None, 1] - targets[None, :, 1])
         near[chunk:chunk + 512] = gaps.min(axis=1) <= tolerance_px + STEP_PX / 2
+    return longest_stretch(samples, near)
+
+
+def longest_stretch(samples: np.ndarray, marked: np.ndarray) -> float:
+    """The longest run of consecutive ``marked`` points along the polyline ``samples`` (display pixels along it)."""
     steps = np.hypot(*np.diff(samples, axis=0).T)
     longest = run = 0.0
-    for both, step in zip(near[:-1] & near[1:], steps, strict=True):
+    for both, step in zip(marked[:-1] & marked[1:], steps, strict=True):
         run = run + step if both else 0.0
         longest = max(longest, run)
     return longest
