@@ -35,15 +35,14 @@ def loader_speed(files: Spread | None, shards: Spread | None, workers: int, tabl
     ``table``: the loader table's figure for the same worker count, a separate run timed another way; the
     sentence then gives both with their ranges and says they are two measurements (the issue-44 read: 254.6
     img/s in the table and 340.4 here, for "2 workers from files", with nothing saying why)."""
-    plural = "s" * (workers != 1)
-    topic = f"loader from shards, {workers} worker{plural}"
+    topic = f"loader from shards, {workers} worker{'s' * (workers != 1)}"
     if files is None or shards is None:
         return Claim(topic, "not measured", "the loader was not measured from both formats here")
     epoch = f" of {images:,} training images" if images else ""
     numbers = (f"shards {shards.text()} img/s, files {files.text()} img/s: this comparison's own rounds, the "
                f"trainer's loader timed from its first batch to the end of one epoch{epoch}")
     if table is not None:
-        numbers += (f"; a separate run from the loader table above, whose {workers} worker{plural} row, timed for a "
+        numbers += (f"; a separate run from the loader table above, whose {workers}-worker row, timed for a "
                     f"set time per round after the workers' first batches, is {table.text()} img/s: two "
                     "measurements timed differently, not one figure")
     verdict = ratio_verdict(shards, files, "shards faster", "files faster")
