@@ -16,6 +16,7 @@ INSIDE = ("upper right", "upper left", "lower right", "lower left", "center righ
 SAME_VALUES = "same values"  # the words that mark coinciding lines in a title
 STEP_PX = 2.0  # data lines are sampled every STEP_PX display pixels for overlap checks
 STRETCH_PX = 10.0  # lines sharing a stretch this long hide each other there (crossing lines share a few pixels)
+MARK_STRETCH_PX = STRETCH_PX - 2 * STEP_PX  # marked from a little less: sampling can shorten a stretch by two steps
 
 
 def _renderer(fig):
@@ -117,7 +118,7 @@ def longest_stretch(samples: np.ndarray, marked: np.ndarray) -> float:
     return longest
 
 
-def coinciding(ax, tolerance_px: float = 1.5, stretch_px: float = STRETCH_PX) -> list[tuple]:
+def coinciding(ax, tolerance_px: float = 1.5, stretch_px: float = MARK_STRETCH_PX) -> list[tuple]:
     """Triples ``(under, over, whole)`` of lines of ``ax`` that lie on top of each other (y within
     ``tolerance_px`` display pixels), over their whole length (the same x values: ``whole``) or over a stretch
     of ``stretch_px`` or more (a schedule with and without warmup after the warmup, runs' top-5 at 100%): the
