@@ -86,6 +86,8 @@ def whole_number_axis(ax, values) -> None:
         ax.set_xticks(sorted({int(v) for v in values}))
     else:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if low >= 0 > ax.get_xlim()[0]:  # matplotlib's margin: no step -12 before the first one
+            ax.set_xlim(left=0)
 
 
 def plot_throughput(jobs, ax=None, empty_note: str = "waiting for metrics...", legend: bool = True):

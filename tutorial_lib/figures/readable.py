@@ -148,13 +148,7 @@ def mark_coinciding(ax, tolerance_px: float = 1.5) -> list[tuple[str, str]]:
     paler than the one above it, the top one as it was) and name them in the title (":data:`SAME_VALUES`: B on
     A" for whole lines, "lines that coincide in part: ..." for stretches); return the ``(under, over)`` labels."""
     found = coinciding(ax, tolerance_px)
-    for members in _connected([(under, over) for under, over, _ in found], ax):
-        top = members[-1]
-        for depth, line in enumerate(reversed(members[:-1]), start=1):
-            # wider and paler with every line beneath: any two of the group differ by 1.75 pt and in alpha
-            line.set(linewidth=top.get_linewidth() + 1.75 * depth, alpha=0.6 * 0.8 ** (depth - 1))
-            if line.get_marker() not in (None, "None", "", " "):
-                line.set_markersize(top.get_markersize() + 3 * depth)
+    _draw_beneath([(under, over) for under, over, _ in found])
     whole = [_without_common_suffix((u.get_label(), o.get_label())) for u, o, w in found if w]
     if whole:
         add_note(ax, f"({SAME_VALUES}, drawn on top of each other: "
@@ -163,6 +157,33 @@ def mark_coinciding(ax, tolerance_px: float = 1.5) -> list[tuple[str, str]]:
     if partial:
         add_note(ax, f"(lines that coincide in part, the lower drawn wider and paler: {'; '.join(partial)})")
     return [(under.get_label(), over.get_label()) for under, over, _ in found]
+
+
+def _draw_beneath(pairs: list[tuple]) -> None:
+    """Each line that lies under others drawn wider and paler than every line it lies under: its depth is the
+    longest chain of lines above it (a line only as deep as the lines it really meets, not as its whole group);
+    1.5 pt wider and paler per level, markers a little larger (at most 8 pt)."""
+    above: dict[int, list] = {}
+    for under, over in pairs:
+        above.setdefault(id(under), []).append(over)
+    lines = {id(line): line for pair in pairs for line in pair}
+    depth: dict[int, int] = {}
+
+    def depth_of(line) -> int:  # the pairs run from earlier-drawn to later-drawn lines: no cycle
+        if id(line) not in depth:
+            depth[id(line)] = 1 + max((depth_of(over) for over in above.get(id(line), [])), default=-1)
+        return depth[id(line)]
+
+    if not lines:
+        return
+    width = max(line.get_linewidth() for line in lines.values())
+    marker = max(line.get_markersize() for line in lines.values())
+    for line in lines.values():
+        level = depth_of(line)
+        if level:
+            line.set(linewidth=width + 1.5 * level, alpha=0.6 * 0.8 ** (level - 1))
+            if line.get_marker() not in (None, "None", "", " "):
+                line.set_markersize(marker + min(2 * level, 8))
 
 
 def _connected(pairs: list[tuple], ax) -> list[list]:
@@ -175,11 +196,17 @@ def _connected(pairs: list[tuple], ax) -> list[list]:
     return [sorted(members, key=ax.lines.index) for members in groups]
 
 
+NAMED_AT_MOST = 4  # a group of more coinciding lines is named by its first ones and a count (a title is no list)
+
+
 def _names(members: list) -> str:
-    """``a, b and c`` (a suffix all labels share, `` top-5``, said once after the names)."""
+    """``a, b and c`` (a suffix all labels share, `` top-5``, said once after the names); a larger group than
+    :data:`NAMED_AT_MOST` as ``a, b, c, d and 3 more``."""
     labels = [line.get_label() for line in members]
     suffix = next((s for s in CURVE_SUFFIXES if all(label.endswith(s) for label in labels)), "")
     labels = [label.removesuffix(suffix) for label in labels]
+    if len(labels) > NAMED_AT_MOST:
+        return f"{', '.join(labels[:NAMED_AT_MOST])}{suffix} and {len(labels) - NAMED_AT_MOST} more"
     return f"{', '.join(labels[:-1])} and {labels[-1]}{suffix}"
 
 
