@@ -4,13 +4,15 @@
 
 * a text (a value label, a note) lies over a plotted line, marker or error bar;
 * a legend covers plotted data (lines, markers, error bars, bars, a table) of any panel;
-* a line runs outside its axes' limits, or lies along the axes' edge where the spine hides it;
-* two lines coincide over their whole length and either the lower one is not drawn wider and paler than the
-  upper one, or nothing in the panel (title, legend, text) says "same values";
+* a line runs outside its axes' limits, or lies along the axes' edge (within 2 px or 2% of the axis) where the
+  spine hides it or it reads as the axis;
+* two lines coincide over their whole length, or over a stretch of it (:data:`STRETCH_PX` or more: 04's schedules
+  with and without warmup after the warmup, its runs' top-5 at 100%), and either the lower one is not drawn wider
+  and paler than the upper one, or nothing in the panel (title, legend, text) says "same values";
 * a panel shows an axis but plots nothing, without a message in it, or with numeric ticks of nothing;
 * an epoch axis (x label "epoch") shows a fractional epoch or reaches past the epochs the figure is of.
 
-Written apart from :mod:`tutorial_lib.figures.readable` on purpose (only its polyline sampling is shared): a
+Written apart from :mod:`tutorial_lib.figures.readable` on purpose (only its polyline geometry is shared): a
 check that shared the drawing code's idea of "data" could not catch that idea being wrong.
 """
 
@@ -19,9 +21,12 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.lines import Line2D
 
-from tutorial_lib.figures.readable import fill_box, sample_polyline  # geometry only: what is data is decided here
+# geometry only: what is data, and what lies on what, is decided here
+from tutorial_lib.figures.readable import fill_box, longest_stretch, sample_polyline
 
 SAME = ("same values", "coincid", "identical")
+NEAR_PX = 1.5  # two strokes closer than this (display pixels) lie on top of each other
+STRETCH_PX = 10.0  # a shared stretch this long hides a line there (two lines that cross share a few pixels only)
 
 
 def _line_xy(line: Line2D) -> np.ndarray:
@@ -164,9 +169,40 @@ def _lines_in_limits(ax, where: str) -> list[str]:
             continue
         for axis, size in ((1, height), (0, width)):  # a line along the top/bottom (left/right) edge
             for edge in (0.0, 1.0):
-                if len(rel) >= 2 and (np.abs(rel[:, axis] - edge) * size <= 2.0).all():
+                # within 2 px, or 2% of the axis (02's model line at 1.4 img/s on a 0-150 axis): it reads as the edge
+                if len(rel) >= 2 and (np.abs(rel[:, axis] - edge) * size <= max(2.0, 0.02 * size)).all():
                     found.append(f"{where}: the line {line.get_label()!r} lies on the axes' edge, under the spine")
     return found
+
+
+def _near_polyline(points: np.ndarray, polyline: np.ndarray) -> np.ndarray:
+    """Which points lie within :data:`NEAR_PX` of ``polyline`` (display pixels): a k-d tree over the polyline
+    sampled every quarter pixel (so the answer is off by an eighth of a pixel at most)."""
+    from scipy.spatial import cKDTree
+
+    dense = sample_polyline(polyline, step=0.25)
+    if not len(dense):
+        return np.zeros(len(points), bool)
+    distance, _ = cKDTree(dense).query(points, distance_upper_bound=NEAR_PX + 0.125)
+    return np.isfinite(distance)
+
+
+def _hidden_px(under: np.ndarray, over: np.ndarray) -> float:
+    """The longest stretch of ``under``'s stroke (display pixels along it) that lies on ``over``'s."""
+    samples = sample_polyline(under)
+    if len(samples) < 2:
+        return 0.0
+    return longest_stretch(samples, _near_polyline(samples, over))
+
+
+def _shares(a: np.ndarray, b: np.ndarray, drawn: bool) -> str | None:
+    """``"the same points"``, ``"over N px"`` (a stretch of a drawn line) or None: how ``a`` lies on ``b``."""
+    if a.shape == b.shape and np.isfinite(a).all() and np.isfinite(b).all() and np.abs(a - b).max() <= NEAR_PX:
+        return "the same points"
+    if not drawn:  # markers only: only the same points hide each other
+        return None
+    hidden = max(_hidden_px(a, b), _hidden_px(b, a))
+    return f"over {hidden:.0f} px of its length" if hidden >= STRETCH_PX else None
 
 
 def _coinciding(ax, where: str) -> list[str]:
@@ -174,15 +210,16 @@ def _coinciding(ax, where: str) -> list[str]:
     lines = [line for line in ax.lines if line.get_visible() and len(line.get_xdata())
              and not line.get_label().startswith("_")]
     shapes = [_line_xy(line) for line in lines]
+    drawn = [line.get_linestyle() not in ("None", "", " ") for line in lines]
     for i, (a, under) in enumerate(zip(shapes, lines, strict=True)):
-        for b, over in zip(shapes[i + 1:], lines[i + 1:], strict=True):
-            if a.shape != b.shape or not np.isfinite(a).all() or not np.isfinite(b).all() \
-                    or np.abs(a - b).max() > 1.5:
+        for b, over, over_drawn in zip(shapes[i + 1:], lines[i + 1:], drawn[i + 1:], strict=True):
+            shared = _shares(a, b, drawn[i] and over_drawn)
+            if shared is None:
                 continue
             both_seen = (under.get_linewidth() >= over.get_linewidth() + 1.5
                          and (under.get_alpha() or 1.0) < (over.get_alpha() or 1.0))
             if not both_seen:
-                found.append(f"{where}: {over.get_label()!r} hides {under.get_label()!r} (the same points)")
+                found.append(f"{where}: {over.get_label()!r} hides {under.get_label()!r} ({shared})")
             if not any(word in _words(ax) for word in SAME):
                 found.append(f"{where}: {over.get_label()!r} and {under.get_label()!r} coincide and nothing says so")
     return found

@@ -131,10 +131,20 @@ def test_lars_vs_sgd_reverses():
     sgd = {"SGD, no warmup": 26.2, "SGD, warmup 1 ep": 14.2}
     higher = tc.lars_vs_sgd(92.8, sgd, 256)
     assert higher.verdict == "LARS higher"
-    assert "LARS 92.8% against the best SGD run (SGD, no warmup) 26.2% at global batch 256 (+66.6 points)" in (
+    assert "LARS 92.8% against the best SGD run (SGD, no warmup) 26.2% (+66.6 points) at global batch 256" in (
         higher.sentence)
     # reversed: LARS at the SGD run's top-1 and the best SGD run at LARS's
     lower = tc.lars_vs_sgd(26.2, {"SGD, no warmup": 92.8, "SGD, warmup 1 ep": 14.2}, 256)
     assert lower.verdict == "LARS lower" and "LARS ended below plain SGD" in lower.sentence
     assert tc.lars_vs_sgd(27.0, sgd, 256).verdict == "not decided"
     assert tc.lars_vs_sgd(None, sgd, 256).verdict == "not measured"
+
+
+def test_lars_vs_sgd_names_tied_sgd_runs_as_tied():
+    """The issue-44 read of 04: "the best SGD run" named one of two SGD runs within accuracy_tolerance."""
+    tied = tc.lars_vs_sgd(80.0, {"SGD, no warmup": 95.0, "SGD, warmup 1 ep": 94.0}, 256, tolerance_points=2.0)
+    assert tied.verdict == "LARS lower" and "the best SGD run " not in tied.sentence
+    assert "the best SGD runs, tied within the 2-point threshold (SGD, no warmup 95.0%, SGD, warmup 1 ep 94.0%" \
+        in tied.sentence
+    reversed_ = tc.lars_vs_sgd(99.0, {"SGD, no warmup": 94.0, "SGD, warmup 1 ep": 95.0}, 256, tolerance_points=2.0)
+    assert reversed_.verdict == "LARS higher" and "(SGD, warmup 1 ep 95.0%, SGD, no warmup 94.0%" in reversed_.sentence

@@ -119,8 +119,11 @@ def test_process_vs_worker_within_ten_percent_names_the_gap_when_the_ranges_sepa
     assert "same speed" not in claim.sentence
     assert "the process 1.09x (between 1.06x and 1.18x) the worker" in claim.sentence
     assert "ranges do not overlap" in claim.sentence
-    overlapping = pipeline_claims.process_vs_worker(Spread(100.0, 95.0, 104.0), Spread(105.0, 99.0, 108.0))
+    overlapping = pipeline_claims.process_vs_worker(Spread(100.0, 98.0, 104.0), Spread(105.0, 103.0, 107.0))
     assert overlapping.verdict == "matters little" and "ranges overlap" in overlapping.sentence
+    # medians within 10% but ranges allowing 0.88x..1.05x: nothing decided (the issue-44 read)
+    wide = pipeline_claims.process_vs_worker(Spread(100.0, 95.0, 104.0), Spread(105.0, 99.0, 108.0))
+    assert wide.verdict == claims.NOT_DISTINGUISHABLE and "within 10%" not in wide.sentence
 
 
 def test_notebook_01_panel_titles_do_not_run_into_each_other():

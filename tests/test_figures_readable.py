@@ -63,6 +63,26 @@ def test_the_checks_catch_each_kind_of_defect():
     ax.set_xlabel("epoch")
     ax.set_xlim(0.5, 1.5)
     assert any("shows fractions" in p for p in problems(fig2, "one epoch", epochs=1))
+    fig3, ax = plt.subplots()  # two schedules that meet after a warmup: the same values over a stretch
+    ax.plot(range(10), [0.1, 0.5, 1, 1, 1, 1, 0.1, 0.1, 0.1, 0.1], label="warmup")
+    ax.plot(range(10), [1, 1, 1, 1, 1, 1, 0.1, 0.1, 0.1, 0.1], label="no warmup")
+    ax.plot(range(10), [0.2] * 10, label="crosses")  # crossing lines share a few pixels only: not reported
+    found = "\n".join(problems(fig3, "partial"))
+    assert "'no warmup' hides 'warmup' (over" in found and "'no warmup' and 'warmup' coincide and nothing" in found
+    assert "crosses" not in found, found
+    plt.close("all")
+
+
+def test_lines_that_coincide_in_part_are_drawn_and_named():
+    """04's LR schedules at batch 8192 with and without warmup: the same values after the warmup."""
+    from tutorial_lib.figures import readable
+
+    fig, ax = plt.subplots()
+    ax.plot(range(10), [0.1, 0.5, 1, 1, 1, 1, 0.1, 0.1, 0.1, 0.1], label="batch 8192")
+    ax.plot(range(10), [1, 1, 1, 1, 1, 1, 0.1, 0.1, 0.1, 0.1], label="batch 8192, no warmup")
+    assert readable.mark_coinciding(ax) == [("batch 8192", "batch 8192, no warmup")]
+    assert "coincide in part" in ax.get_title() and "batch 8192 and batch 8192, no warmup" in ax.get_title()
+    assert not problems(fig, "marked")
     plt.close("all")
 
 

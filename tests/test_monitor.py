@@ -90,7 +90,7 @@ def test_watch_returns_final_table_when_all_jobs_have_ended(tmp_path, capsys):
     assert list(table["world_size"]) == [4, 1]
     assert list(table["backend"]) == ["local", "local"]
     # the last epoch's global rate, as the summaries report it (the last step event's rate was 108.0)
-    assert table.loc[0, "images_per_sec"] == 100.0
+    assert table.loc[0, "img/s, last epoch"] == 100.0  # named for what it is (issue 44: the tables show means)
     out = capsys.readouterr().out
     status = [line for line in out.splitlines() if "(local-" in line]  # outside IPython: one line per change
     assert len(status) == 2 and "COMPLETED" in status[0] and "FAILED" in status[1]

@@ -73,7 +73,9 @@ def test_collect_orders_by_gpus_and_computes_efficiency_and_projection(sweep):
 
 def test_scaling_table_has_the_reference_columns_and_readable_times(sweep):
     table = study.scaling_table(sweep)
-    assert list(table.columns) == ["GPUs", "nodes", "global batch", "throughput (img/s)", "throughput efficiency (%)",
+    # the rate says what it is: the monitor's table shows the last epoch's (issue 44)
+    assert list(table.columns) == ["GPUs", "nodes", "global batch", "throughput (img/s, mean of epochs 2 on)",
+                                   "throughput efficiency (%)",
                                    "ImageNet epoch (projected)", "90 epochs (projected)", "top-1 (%)", "top-5 (%)"]
     assert list(table.index) == ["s-1", "s-2", "s-4"]
     row = table.loc["s-1"]
@@ -278,6 +280,22 @@ def test_hosts_table_before_start_says_what_to_do(tmp_path):
 def test_queue_report_of_a_local_job(tmp_path):
     report = batch_jobs.queue_report(FakeJob(tmp_path, [], done=True))
     assert report["JobState"] == "COMPLETED" and report["NumNodes"] == 2 and report["ExitCode"] == 0
+
+
+def test_queue_report_of_an_ended_slurm_job_says_it_ended(tmp_path):
+    """The issue-44 read of 05: the report after the job had ended said "the scheduler has not answered yet"; the
+    state came from the run directory's exit record, and the scheduler's fields were not kept."""
+    job = FakeJob(tmp_path, [], done=True, backend="slurm")
+    job.id, job.queue_fields = "26", dict
+    job.status = lambda: {"state": "COMPLETED", "source": "exit record", "exit_code": 0, "reason": ""}
+    report = batch_jobs.queue_report(job)
+    assert report["JobState"] == "COMPLETED" and report["StateFrom"] == "exit record" and report["ExitCode"] == 0
+    assert "not answered" not in report["note"] and "the job has ended" in report["note"]
+    assert "sacct -j 26" in report["note"]
+    job.status = lambda: {"state": "UNKNOWN", "source": "no answer yet", "exit_code": None, "reason": ""}
+    assert batch_jobs.queue_report(job)["note"] == "the scheduler has not answered yet"
+    job.status = lambda: {"state": "PENDING", "source": "submitted", "exit_code": None, "reason": ""}
+    assert "has not reported its fields yet" in batch_jobs.queue_report(job)["note"]
 
 
 def test_readable_log_drops_progress_bars_and_folds_stack_frames():

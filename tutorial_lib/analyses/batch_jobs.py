@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from tutorial_lib import REPO_ROOT
+from tutorial_lib.jobs.states import FINAL_STATES
 
 SBATCH_SCRIPT = REPO_ROOT / "cluster_scripts" / "train.sbatch"
 _SECTION_RULE = re.compile(r"^# -{10,}\s*$")
@@ -202,15 +203,32 @@ SCONTROL_FIELDS = ("JobId", "JobName", "JobState", "Reason", "NumNodes", "NodeLi
                    "TimeLimit", "Restarts", "ExitCode", "StdOut")
 
 
+def _without_fields(job_id, status: dict) -> dict:
+    """A Slurm job's report where the watcher holds none of the scheduler's fields, saying why from its status:
+    ended (its state from the run directory's records, and where the fields are now), or not answered yet (the
+    issue-44 read: "the scheduler has not answered yet" printed for a job that had ended)."""
+    report = {"JobId": job_id, "JobState": status["state"], "StateFrom": status.get("source", "")}
+    if status["state"] in FINAL_STATES:
+        report["note"] = (f"the job has ended; its state comes from the {status.get('source') or 'watcher'}, not "
+                          f"from a scheduler query, so no scontrol fields are kept: `sacct -j {job_id} --format="
+                          "JobID,State,NodeList,ExitCode` lists them on the cluster")
+    elif status.get("reason"):
+        report["note"] = status["reason"]
+    else:
+        report["note"] = ("submitted; the scheduler has not reported its fields yet" if status.get("source") ==
+                          "submitted" else "the scheduler has not answered yet")
+    if status.get("exit_code") is not None:
+        report["ExitCode"] = status["exit_code"]
+    return report
+
+
 def queue_report(job) -> pd.Series:
     """What the scheduler says about ``job``: its fields from the watcher's last query (named as Slurm names them) for a
     Slurm job, the local supervisor's state for a local one. It asks no scheduler itself."""
     if job.backend == "slurm":
         fields = job.queue_fields()
         if not fields:
-            status = job.status()
-            return pd.Series({"JobId": job.id, "JobState": status["state"],
-                              "error": status.get("reason") or "the scheduler has not answered yet"}, name=job.name)
+            return pd.Series(_without_fields(job.id, job.status()), name=job.name)
         return pd.Series({key: fields.get(key, "") for key in SCONTROL_FIELDS}, name=job.name)
     status = job.status()
     spec = job.record.get("spec", {})

@@ -67,6 +67,17 @@ def benchmark_record(records: list[dict], precision: str, config: dict) -> dict 
                  and (r["precision"], bool(r["channels_last"]), r["compile"]) == setting), None)
 
 
+JOB_RATE = "job img/s: median (range) of epochs"  # the monitor's table shows the last epoch's, labelled so
+
+
+def jobs_line(trained: list[str], wanted: list[str]) -> str:
+    """How many training jobs run and which, counted from ``trained`` (what :func:`affordable` kept) against
+    ``wanted``: ``2 training jobs: fp32, bf16`` or ``1 training job: fp32 (of 2 wanted; bf16 skipped above)``."""
+    count = f"{len(trained)} training job{'s' * (len(trained) != 1)}: {', '.join(trained) or 'none'}"
+    skipped = [p for p in wanted if p not in trained]
+    return count + (f" (of {len(wanted)} wanted; {', '.join(skipped)} skipped above)" if skipped else "")
+
+
 def training_runs(train_jobs: list, trained: list[str], records: list[dict], tolerance_points: float):
     """01's table of its training jobs, one per precision in ``trained``: each job's top-1/top-5, loss and
     outcome, its benchmark speed (median and range over the rounds) beside the speed the job trained at (median
@@ -83,13 +94,13 @@ def training_runs(train_jobs: list, trained: list[str], records: list[dict], tol
     speed = {p: Spread.from_record(record) for p, record in matched.items() if record}
     table["benchmark img/s"] = [speed[p].text() if p in speed else "not measured" for p in trained]
     epoch_rates = [list(job.metrics("epoch").get("images_per_sec", [])) for job in train_jobs]
-    table["job img/s over epochs"] = [Spread.of(r).text() if r else "-" for r in epoch_rates]
+    table[JOB_RATE] = [Spread.of(r).text() if r else "-" for r in epoch_rates]
     chance = 100 / analysis.num_classes(analysis.run_config(train_jobs[0])) if train_jobs else None
     finished = {p: top1 for p, top1, state in zip(trained, table["top1"], table["state"], strict=True)
                 if state == "COMPLETED"}  # only runs that ended
     said = [claims.precision_accuracy(finished, tolerance_points, chance),
             claims.benchmark_vs_jobs(speed, {p: Spread.of(r) for p, r in zip(trained, epoch_rates, strict=True) if r}),
             *(analysis.outcome(job, f"{p} job") for p, job in zip(trained, train_jobs, strict=True))]
-    columns = ["run", "precision", "benchmark img/s", "job img/s over epochs", "epochs", "top1", "top5", "train_loss",
+    columns = ["run", "precision", "benchmark img/s", JOB_RATE, "epochs", "top1", "top5", "train_loss",
                "outcome", "state"]
     return table[columns], said

@@ -84,6 +84,7 @@ def plot_allreduce_fit(samples: Sequence[tuple[float, float]], gpus: int, link: 
     bw_ax.set(xlabel="message size (bytes)", ylabel="bus bandwidth (GB/s)", title="Bus bandwidth",
               ylim=(0, 1.2 * top if top > 0 else 1.0))
     for ax in axes:
+        mark_coinciding(ax)  # the fit meets the link's bandwidth at large messages
         place_legend(ax, fontsize="small")
     return time_ax.figure
 
@@ -198,6 +199,7 @@ def plot_projections(presets: Mapping[str, Preset], gpus: Sequence[int],
     time_ax.set(yscale="log", ylabel="minutes", title="Time to train ResNet-50 (model: 90 epochs)")
     for ax in axes:
         _gpu_axis(ax, "GPUs (or accelerators)" if ax is time_ax else "GPUs")
+        mark_coinciding(ax)  # models that agree over a range of GPU counts (all at 100% on few GPUs)
     place_legend(thr_ax, fontsize=6.5)
     handles, labels = time_ax.get_legend_handles_labels()
     others = [i for i, text in enumerate(labels) if not text.startswith(tuple(presets))]

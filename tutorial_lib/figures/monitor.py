@@ -245,7 +245,8 @@ class Monitor:
 
     # ------------------------------------------------------------ ending
     def finish(self, why: str | None, save: str | os.PathLike | None = None) -> pd.DataFrame:
-        """Draw the final state, say why watching stopped, save the figure if asked; return the table."""
+        """Draw the final state, say why watching stopped, save the figure if asked; return the table, its rate
+        column named for what it is (:data:`tutorial_lib.figures.plots.LAST_EPOCH_RATE`)."""
         self.watching = False
         self.step(force=True)
         if self._buttons is not None:
@@ -256,7 +257,7 @@ class Monitor:
                   "or job.cancel())", flush=True)
         if save is not None:
             self.figure().savefig(save, dpi=100)
-        return self.table()
+        return self.table().rename(columns={"images_per_sec": plots.LAST_EPOCH_RATE})
 
 
 def draw_jobs(fig, runs: dict[str, pd.DataFrame], table: pd.DataFrame, ended: bool):
@@ -296,7 +297,7 @@ def _draw_table(ax, table: pd.DataFrame) -> None:
     cells = [[row["name"], row["state"], f"{_fmt(row['epoch'], 'd', '0')}/{_fmt(row['epochs'], 'd', '?')}",
               _fmt(row["top1"], ".1f"),
               _fmt(row["images_per_sec"], ",.0f")] for row in table.to_dict("records")]
-    drawn = ax.table(cellText=cells, colLabels=["job", "state", "epoch", "top-1 (%)", "images/s, last epoch"],
+    drawn = ax.table(cellText=cells, colLabels=["job", "state", "epoch", "top-1 (%)", plots.LAST_EPOCH_RATE],
                      loc="upper center", cellLoc="left")
     drawn.auto_set_font_size(False)
     drawn.set_fontsize(9)

@@ -15,6 +15,8 @@ INSIDE = ("upper right", "upper left", "lower right", "lower left", "center righ
           "upper center", "lower center")
 SAME_VALUES = "same values"  # the words that mark coinciding lines in a title
 STEP_PX = 2.0  # data lines are sampled every STEP_PX display pixels for overlap checks
+STRETCH_PX = 10.0  # lines sharing a stretch this long hide each other there (crossing lines share a few pixels)
+MARK_STRETCH_PX = STRETCH_PX - 2 * STEP_PX  # marked from a little less: sampling can shorten a stretch by two steps
 
 
 def _renderer(fig):
@@ -92,49 +94,120 @@ def _display_xy(line) -> np.ndarray:
     return line.get_transform().transform(xy)
 
 
-def coinciding(ax, tolerance_px: float = 1.5) -> list[tuple]:
-    """Pairs ``(under, over)`` of lines of ``ax`` that lie on top of each other over their whole length (the
-    same x values, y within ``tolerance_px`` display pixels): the later-drawn one hides the other."""
+def _longest_shared_px(under: np.ndarray, over: np.ndarray, tolerance_px: float) -> float:
+    """The longest stretch of ``under``'s stroke (display pixels along it) within ``tolerance_px`` of ``over``'s
+    stroke, both sampled every :data:`STEP_PX` pixels."""
+    samples, targets = sample_polyline(under), sample_polyline(over)
+    if len(samples) < 2 or not len(targets):
+        return 0.0
+    near = np.zeros(len(samples), bool)
+    for chunk in range(0, len(samples), 512):  # bounded memory for long schedules
+        part = samples[chunk:chunk + 512]
+        gaps = np.hypot(part[:, None, 0] - targets[None, :, 0], part[:, None, 1] - targets[None, :, 1])
+        near[chunk:chunk + 512] = gaps.min(axis=1) <= tolerance_px + STEP_PX / 2
+    return longest_stretch(samples, near)
+
+
+def longest_stretch(samples: np.ndarray, marked: np.ndarray) -> float:
+    """The longest run of consecutive ``marked`` points along the polyline ``samples`` (display pixels along it)."""
+    steps = np.hypot(*np.diff(samples, axis=0).T)
+    longest = run = 0.0
+    for both, step in zip(marked[:-1] & marked[1:], steps, strict=True):
+        run = run + step if both else 0.0
+        longest = max(longest, run)
+    return longest
+
+
+def coinciding(ax, tolerance_px: float = 1.5, stretch_px: float = MARK_STRETCH_PX) -> list[tuple]:
+    """Triples ``(under, over, whole)`` of lines of ``ax`` that lie on top of each other (y within
+    ``tolerance_px`` display pixels), over their whole length (the same x values: ``whole``) or over a stretch
+    of ``stretch_px`` or more (a schedule with and without warmup after the warmup, runs' top-5 at 100%): the
+    later-drawn one hides the other there. Lines of markers only count only where all their points coincide."""
     ax.get_xlim(), ax.get_ylim()  # settles autoscaling, so the transforms are those drawn
     lines = [line for line in ax.lines if len(line.get_xdata()) and not line.get_label().startswith("_")]
     shapes = {id(line): _display_xy(line) for line in lines}
-    pairs = []
+    found = []
     for i, under in enumerate(lines):
         for over in lines[i + 1:]:
             a, b = shapes[id(under)], shapes[id(over)]
             if a.shape == b.shape and np.isfinite(a).all() and np.isfinite(b).all() \
                     and np.abs(a - b).max() <= tolerance_px:
-                pairs.append((under, over))
-    return pairs
+                found.append((under, over, True))
+            elif _drawn(under) and _drawn(over) and max(_longest_shared_px(a, b, tolerance_px),
+                                                        _longest_shared_px(b, a, tolerance_px)) >= stretch_px:
+                found.append((under, over, False))
+    return found
+
+
+def _drawn(line) -> bool:
+    return line.get_linestyle() not in ("None", "", " ")
 
 
 def mark_coinciding(ax, tolerance_px: float = 1.5) -> list[tuple[str, str]]:
-    """Draw lines that coincide so that all show (each line under another wider and paler than the one above
-    it, the top one as it was) and name them in the title (":data:`SAME_VALUES`: B on A"); return the
-    ``(under, over)`` labels."""
-    pairs = coinciding(ax, tolerance_px)
-    group = {}  # line -> the lines it coincides with (transitively), in drawing order
+    """Draw lines that coincide (wholly or over a stretch) so that all show (each line under another wider and
+    paler than the one above it, the top one as it was) and name them in the title (":data:`SAME_VALUES`: B on
+    A" for whole lines, "lines that coincide in part: ..." for stretches); return the ``(under, over)`` labels."""
+    found = coinciding(ax, tolerance_px)
+    _draw_beneath([(under, over) for under, over, _ in found])
+    whole = [_without_common_suffix((u.get_label(), o.get_label())) for u, o, w in found if w]
+    if whole:
+        add_note(ax, f"({SAME_VALUES}, drawn on top of each other: "
+                     f"{'; '.join(dict.fromkeys(f'{over} on {under}' for under, over in whole))})")
+    partial = [_names(members) for members in _connected([(u, o) for u, o, w in found if not w], ax)]
+    if partial:
+        add_note(ax, f"(lines that coincide in part, the lower drawn wider and paler: {'; '.join(partial)})")
+    return [(under.get_label(), over.get_label()) for under, over, _ in found]
+
+
+def _draw_beneath(pairs: list[tuple]) -> None:
+    """Each line that lies under others drawn wider and paler than every line it lies under: its depth is the
+    longest chain of lines above it (a line only as deep as the lines it really meets, not as its whole group);
+    1.5 pt wider and paler per level, markers a little larger (at most 8 pt)."""
+    above: dict[int, list] = {}
     for under, over in pairs:
-        members = group.get(id(under), [under]) + [line for line in group.get(id(over), [over])
-                                                   if line not in group.get(id(under), [under])]
-        for line in members:
-            group[id(line)] = members
-    done = set()
-    for members in group.values():
-        if id(members[0]) in done:
-            continue
-        done.update(id(line) for line in members)
-        ordered = sorted(members, key=ax.lines.index)
-        top = ordered[-1]
-        for depth, line in enumerate(reversed(ordered[:-1]), start=1):
-            line.set(linewidth=top.get_linewidth() + 2.5 * depth, alpha=max(0.2, 0.6 - 0.15 * depth))
+        above.setdefault(id(under), []).append(over)
+    lines = {id(line): line for pair in pairs for line in pair}
+    depth: dict[int, int] = {}
+
+    def depth_of(line) -> int:  # the pairs run from earlier-drawn to later-drawn lines: no cycle
+        if id(line) not in depth:
+            depth[id(line)] = 1 + max((depth_of(over) for over in above.get(id(line), [])), default=-1)
+        return depth[id(line)]
+
+    if not lines:
+        return
+    width = max(line.get_linewidth() for line in lines.values())
+    marker = max(line.get_markersize() for line in lines.values())
+    for line in lines.values():
+        level = depth_of(line)
+        if level:
+            line.set(linewidth=width + 1.5 * level, alpha=0.6 * 0.8 ** (level - 1))
             if line.get_marker() not in (None, "None", "", " "):
-                line.set_markersize(top.get_markersize() + 4 * depth)
-    named = [(under.get_label(), over.get_label()) for under, over in pairs]
-    if named:
-        listed = "; ".join(dict.fromkeys(f"{over} on {under}" for under, over in map(_without_common_suffix, named)))
-        add_note(ax, f"({SAME_VALUES}, drawn on top of each other: {listed})")
-    return named
+                line.set_markersize(marker + min(2 * level, 8))
+
+
+def _connected(pairs: list[tuple], ax) -> list[list]:
+    """The connected groups of lines the ``(under, over)`` pairs link, each in drawing order."""
+    groups: list[list] = []
+    for under, over in pairs:
+        joined = [g for g in groups if any(line is under or line is over for line in g)]
+        merged = [line for g in joined for line in g] + [under, over]
+        groups = [g for g in groups if not any(g is j for j in joined)] + [list({id(x): x for x in merged}.values())]
+    return [sorted(members, key=ax.lines.index) for members in groups]
+
+
+NAMED_AT_MOST = 4  # a group of more coinciding lines is named by its first ones and a count (a title is no list)
+
+
+def _names(members: list) -> str:
+    """``a, b and c`` (a suffix all labels share, `` top-5``, said once after the names); a larger group than
+    :data:`NAMED_AT_MOST` as ``a, b, c, d and 3 more``."""
+    labels = [line.get_label() for line in members]
+    suffix = next((s for s in CURVE_SUFFIXES if all(label.endswith(s) for label in labels)), "")
+    labels = [label.removesuffix(suffix) for label in labels]
+    if len(labels) > NAMED_AT_MOST:
+        return f"{', '.join(labels[:NAMED_AT_MOST])}{suffix} and {len(labels) - NAMED_AT_MOST} more"
+    return f"{', '.join(labels[:-1])} and {labels[-1]}{suffix}"
 
 
 CURVE_SUFFIXES = (" top-1", " top-5")  # plots.plot_accuracy's two curves of one run

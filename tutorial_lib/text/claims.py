@@ -74,11 +74,22 @@ def within_little(ratio: float, little: float = LITTLE) -> bool:
     return 0 < ratio < float("inf") and max(ratio, 1 / ratio) <= 1 + little
 
 
+def _ranges_within_little(new: Spread, old: Spread) -> bool:
+    """Both extreme ratios the two ranges allow (``new.low / old.high`` and ``new.high / old.low``) lie within
+    :data:`LITTLE` of 1."""
+    if old.low <= 0 or old.high <= 0:
+        return False
+    return within_little(new.low / old.high) and within_little(new.high / old.low)
+
+
 def ratio_verdict(new: Spread, old: Spread, better: str, worse: str) -> str:
     """``better`` or ``worse`` for ``new`` against ``old``, "matters little" within :data:`LITTLE` (either
-    way round: :func:`within_little`), or not distinguishable here where their ranges overlap."""
+    way round: :func:`within_little`), or not distinguishable here where their ranges overlap.
+
+    Where the ranges overlap, "matters little" needs every ratio the two ranges allow within the band, not only
+    the medians': 0.93x with ranges allowing 0.69x..1.79x decided nothing (the issue-44 read of notebook 02)."""
     ratio = new.median / old.median if old.median else float("inf")
-    if within_little(ratio):
+    if within_little(ratio) and (distinguishable(new, old) or _ranges_within_little(new, old)):
         return "matters little"
     if not distinguishable(new, old):
         return NOT_DISTINGUISHABLE
@@ -181,8 +192,10 @@ def precision_accuracy(top1: dict, tolerance_points: float = 5.0, chance: float 
     guessing, %), runs that ended near it (below twice chance) compare nothing: verdict ``near chance``.
     """
     values = {k: float(v) for k, v in top1.items() if v is not None}
-    if len(values) < 2:
-        return Claim("accuracy", "not measured", "fewer than two training runs finished")
+    if len(values) < 2:  # counted from the runs that finished (issue 44: "two jobs" where one ran)
+        ran = f"only {', '.join(values)} finished" if values else "none finished"
+        return Claim("accuracy", "not measured", f"one training run per precision was to compare, but {ran}: "
+                     "fewer than two, so no precision's accuracy is compared here")
     gap = max(values.values()) - min(values.values())
     listed = ", ".join(f"{k} {v:.1f}%" for k, v in values.items())
     threshold = (f"the {tolerance_points:g}-point threshold set by accuracy_tolerance (a chosen threshold, not a "

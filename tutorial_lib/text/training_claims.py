@@ -218,7 +218,9 @@ def _breaking_point(breaks: set) -> str:
 def lars_vs_sgd(lars_top1: float | None, sgd_top1: Mapping[str, float], batch: int,
                 tolerance_points: float = 2.0) -> Claim:
     """LARS against the best plain-SGD run at the same global batch (``sgd_top1``: ``{recipe: top-1 %}``).
-    Verdict: ``LARS higher``, ``LARS lower`` or ``not decided`` (within ``tolerance_points``)."""
+    Verdict: ``LARS higher``, ``LARS lower`` or ``not decided`` (within ``tolerance_points``). SGD runs within
+    ``tolerance_points`` of the highest are tied with it and named as tied, not one of them as "the best" (the
+    issue-44 read of 04)."""
     sgd = {name: float(v) for name, v in sgd_top1.items() if v is not None}
     if lars_top1 is None or not sgd:
         return Claim("LARS", "not measured", f"LARS and SGD did not both finish at batch {batch}")
@@ -226,8 +228,14 @@ def lars_vs_sgd(lars_top1: float | None, sgd_top1: Mapping[str, float], batch: i
     gap = float(lars_top1) - sgd[best]
     verdict = {"within": "not decided", "higher": "LARS higher", "lower": "LARS lower"}[
         _gap_verdict(gap, tolerance_points, "higher", "lower")]
-    numbers = (f"LARS {float(lars_top1):.1f}% against the best SGD run ({best}) {sgd[best]:.1f}% at global batch "
-               f"{batch} ({gap:+.1f} points)")
+    tied = [name for name in sorted(sgd, key=sgd.get, reverse=True) if sgd[best] - sgd[name] <= tolerance_points]
+    if len(tied) > 1:
+        listed = ", ".join(f"{name} {sgd[name]:.1f}%" for name in tied)
+        against = (f"the best SGD runs, tied within the {tolerance_points:g}-point threshold ({listed}; "
+                   f"{gap:+.1f} points from the highest)")
+    else:
+        against = f"the best SGD run ({best}) {sgd[best]:.1f}% ({gap:+.1f} points)"
+    numbers = f"LARS {float(lars_top1):.1f}% against {against} at global batch {batch}"
     head = {"LARS higher": "LARS ended above plain SGD", "LARS lower": "LARS ended below plain SGD",
             "not decided": "LARS and plain SGD ended within the threshold of each other (not decided)"}[verdict]
     return Claim("LARS", verdict, f"{head} here: {numbers}. {_threshold_note(tolerance_points)}")
