@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 from pathlib import Path
@@ -185,3 +186,53 @@ def test_the_pre_flight_job_asks_for_a_time_its_sites_warning_allows(tmp_path, m
     check_time_against_warning(asked[0], site["sbatch_options"])
     preflight.run(make_config("smoke", name="pf", output_root=str(tmp_path)), site={"partition": "p"})
     assert asked[1] == preflight.PREFLIGHT_TIME  # the default warning: the usual 5 minutes
+
+
+# ------------------------------------------------------------------ the bench's files and launch (the 2nd re-run)
+def _bench(argv, capsys):
+    from tutorial_lib.bench.cli import main as bench_main
+
+    status = bench_main(argv)
+    return status, capsys.readouterr().err.strip().splitlines()
+
+
+def test_bench_appends_to_no_file_that_holds_no_records(tmp_path, capsys):
+    """`bench matmul --out ~/.bashrc` appended a JSON record to the user's file; /dev/full named no flag."""
+    user_file = tmp_path / "bashrc"
+    user_file.write_text("export X=1\n")
+    for out in (user_file, "/dev/full", tmp_path):
+        status, err = _bench(["matmul", "--device", "cpu", "--out", str(out)], capsys)
+        assert status == 2 and len(err) == 1 and err[0].startswith("error: --out:"), err
+    assert user_file.read_text() == "export X=1\n"
+    table = tmp_path / "notes.md"
+    table.write_text("my notes\n")
+    results = tmp_path / "r.jsonl"
+    results.write_text(json.dumps({"kind": "matmul", "device": "cpu"}) + "\n")
+    status, err = _bench(["table", str(results), "--out", str(table)], capsys)
+    assert status == 2 and err[0].startswith("error: --out:") and table.read_text() == "my notes\n"
+
+
+def test_bench_table_refuses_files_that_are_not_results(tmp_path, capsys):
+    """`bench table /nonexistent.jsonl` (or $HOME, /dev/null) printed blank lines and exited 0."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello\n")
+    for name in (tmp_path / "missing.jsonl", notes, tmp_path):
+        status, err = _bench(["table", str(name)], capsys)
+        assert status == 2 and len(err) == 1 and err[0].startswith("error: files:"), err
+
+
+def test_bench_launch_and_data_folder_are_named(tmp_path, capsys, monkeypatch):
+    """allreduce without torchrun was a traceback; --matmul-tflops a TypeError; a file as --data-dir named the
+    generator's parameter `root`; scale's empty --steps suggested numbers, which it then refused."""
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    status, err = _bench(["allreduce"], capsys)
+    assert status == 2 and err == [err[0]] and "torchrun" in err[0], err
+    status, err = _bench(["train", "--matmul-tflops", "0"], capsys)
+    assert status == 2 and err[0].startswith("error: --matmul-tflops:"), err
+    a_file = tmp_path / "bashrc"
+    a_file.write_text("x\n")
+    for command in ("staging", "loader", "data"):
+        status, err = _bench([command, "--data-dir", str(a_file)], capsys)
+        assert status == 2 and err[0].startswith("error: --data-dir:"), (command, err)
+    status, err = _bench(["scale", "--steps", ""], capsys)
+    assert status == 2 and "prepare, tar, scan" in err[0], err

@@ -9,7 +9,10 @@ refusal is a :class:`ConfigError` of one line that names the flag and the fix (e
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import stat
 from pathlib import Path
 
 import torch
@@ -41,8 +44,11 @@ def check_arguments(args) -> None:
     if values.get("device") == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device: cuda was asked for but no CUDA GPU is visible. Fix: run on a GPU node, or use "
                           "--device cpu.")
+    named = _command_choices(values.get("command"))  # checked against their names below (scale's --steps)
     for name, low in _COUNTS.items():
         value = values.get(name)
+        if name in named:
+            continue
         if isinstance(value, list):  # train's --batch-size is a comma list (scale's --steps are names)
             if not value or (all(isinstance(v, int) for v in value) and min(value) < low):
                 _refuse(name, ",".join(map(str, value)), f"a comma list of whole numbers of at least {low}")
@@ -60,6 +66,8 @@ def check_arguments(args) -> None:
         _refuse("read_workers", values["read_workers"], f"a whole number from 0 to {MAX_WORKERS}")
     _check_names(values)
     _check_places(values)
+    _check_files(values)
+    _check_launch(values)
     _check_memory(args, values)
 
 
@@ -163,3 +171,75 @@ def _check_memory(args, values: dict) -> None:
             check_fits(batch * 3 * image_size * image_size * 4, available_bytes("cpu"),
                        f"--image-size/--batch-size: a batch of {batch} images of {image_size}x{image_size} px",
                        "pass a smaller --image-size (ImageNet: 224) or --batch-size", None)
+
+
+def _first_line(path: Path) -> bytes:
+    """The first non-blank line of a regular file (at most 1 MiB of it)."""
+    with path.open("rb") as handle:
+        for line in iter(lambda: handle.readline(1 << 20), b""):
+            if line.strip():
+                return line.strip()
+    return b""
+
+
+def _records_problem(path: Path) -> str | None:
+    """Why ``path`` is no JSON-lines file of records (None: it is one, or it is empty)."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        return "is not a regular file"
+    try:
+        first = json.loads(_first_line(path))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        first = None
+    return None if isinstance(first, dict) or not _first_line(path) else "is not a JSON-lines file of records"
+
+
+def _table_problem(path: Path) -> str | None:
+    """Why ``path`` is no markdown table that ``bench table`` wrote (None: it is one, or it is empty)."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        return "is not a regular file"
+    first = _first_line(path)
+    return None if not first or first.startswith((b"- ", b"### ")) else "is not a table this command wrote"
+
+
+def _check_files(values: dict) -> None:
+    """The files a command reads or writes: an existing --out is appended to only where it holds records (and
+    overwritten by ``table`` only where it holds a table it wrote): a user's own file is never changed."""
+    command, out = values.get("command"), values.get("out")
+    if command == "table":
+        for name in values.get("files") or []:
+            path = Path(name).expanduser()
+            problem = "does not exist" if not path.exists() else _records_problem(path)
+            if problem:
+                raise ConfigError(f"files: {shorten(name)} {problem}. Fix: pass JSON-lines files the benchmarks "
+                                  "wrote, e.g. results/gpu_train.jsonl.")
+    if out:
+        path = Path(out).expanduser()
+        if path.exists() or path.is_symlink():
+            if not path.exists():
+                problem = "is a broken link"
+            else:
+                problem = _table_problem(path) if command == "table" else _records_problem(path)
+            if problem:
+                _refuse("out", out, f"{shorten(out)} {problem} and is left as it is: give a new file, e.g. "
+                                    f"results/bench.{'md' if command == 'table' else 'jsonl'}")
+        elif any(parent.exists() and not parent.is_dir() for parent in path.parents):
+            _refuse("out", out, "a file name whose folders are folders, not files")
+    data_dir = values.get("data_dir")
+    if data_dir and Path(data_dir).expanduser().exists() and not Path(data_dir).expanduser().is_dir():
+        _refuse("data_dir", data_dir, "a folder: an ImageNet-layout one (train/<class>/, val/<class>/), or a new "
+                                      "or empty one for the generated set")
+
+
+def _check_launch(values: dict) -> None:
+    """What a command needs from how it was started: several ranks for ``allreduce``; one setting each for
+    ``train``'s hidden --matmul-tflops (the flag an isolated sweep passes its children)."""
+    world = os.environ.get("WORLD_SIZE", "1").strip()
+    if values.get("command") == "allreduce" and not (world.isascii() and world.isdigit() and int(world) >= 2):
+        raise ConfigError("allreduce: needs several ranks, and this process runs alone. Fix: run it under torchrun, "
+                          "e.g. torchrun --nproc-per-node 2 -m tutorial_lib.bench allreduce")
+    if values.get("command") == "train" and values.get("matmul_tflops") is not None:
+        lists = ("arch", "precision", "channels_last", "compile", "batch_size")
+        if any(not isinstance(values.get(name), list) or len(values[name]) != 1 for name in lists):
+            _refuse("matmul_tflops", values["matmul_tflops"], "leave it out (an isolated sweep passes it to a child "
+                    "measuring one setting); or give one each of --arch, --precision, --channels-last, --compile and "
+                    "--batch-size")
