@@ -104,7 +104,7 @@ def test_the_time_a_warning_refusal_suggests_is_accepted(lead, short):
 def test_a_warning_longer_than_sbatch_allows_is_refused():
     from tutorial_lib.jobs.slurm_values import check_sbatch_option
 
-    with pytest.raises(ConfigError, match=r"sbatch_options: .*0 to 65535"):
+    with pytest.raises(ConfigError, match=r"sbatch_options: .*1 to 65535"):
         check_sbatch_option("--signal=B:USR1@99999")
     assert check_sbatch_option("--signal=B:USR1@65535") == "--signal=B:USR1@65535"
 

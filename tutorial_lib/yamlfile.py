@@ -42,6 +42,9 @@ def parse_yaml(text: str, where: str):
     """The value of YAML ``text`` (safe types only, no key twice); YamlFileError names ``where``."""
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:  # PyYAML composes nested lists and mappings recursively: 10,000 `[` exhaust the stack
+        raise YamlFileError(f"{where}: its lists or mappings are nested too deeply to read (Python's recursion "
+                            "limit). Fix: write the settings as plain field: value lines.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

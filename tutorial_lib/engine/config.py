@@ -206,8 +206,12 @@ def _coerce(name: str, value):
                 raise ValueError
             return float(value)
         if kind == list[int]:
-            if isinstance(value, str):
-                value = [v for v in re.split(r"[,\s]+", value.strip()) if v]
+            if isinstance(value, str):  # "30,60,80" or "30 60 80"; "" is no milestone; "1,,2" is refused
+                items = re.split(r"\s*,\s*|\s+", value.strip()) if value.strip() else []
+                if "" in items:
+                    raise ConfigError(f"{name}: {shorten(value)} has an empty item. Fix: pass whole epochs between "
+                                      f"the commas, e.g. {flag} {_example(name)}")
+                value = items
             if not isinstance(value, (list, tuple)):
                 raise ValueError
             return [int(v) for v in value]
@@ -215,6 +219,8 @@ def _coerce(name: str, value):
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
                 raise ValueError
             return str(value)
+    except ConfigError:  # its own message (an empty milestone): a ValueError too
+        raise
     except (TypeError, ValueError):
         pretty = _type_name(name)
         raise ConfigError(

@@ -24,7 +24,7 @@ from tutorial_lib.data.file_index import class_folders
 from tutorial_lib.data.links import moved_source
 from tutorial_lib.data.shard_index import is_pack
 from tutorial_lib.engine import distributed as dist_utils
-from tutorial_lib.engine.errors import shorten
+from tutorial_lib.engine.errors import ConfigError, shorten
 from tutorial_lib.engine.evaluate import evaluate
 from tutorial_lib.engine.input.cpu import CountingImageFolder, NormalizedBatches, collate_skipping, val_transform
 from tutorial_lib.engine.input.files import Normalizer
@@ -33,6 +33,7 @@ from tutorial_lib.engine.input.samplers import ShardSampler
 from tutorial_lib.engine.input.shards import CountingShards, read_pack
 from tutorial_lib.engine.memory import available_bytes, check_fits
 from tutorial_lib.engine.models import build_model
+from tutorial_lib.engine.validate import INT_LIMITS
 from tutorial_lib.exits import run_main
 from tutorial_lib.paths import user_path
 from tutorial_lib.rundir.checkpoint import CheckpointError, load_weights_only, save_atomic
@@ -108,8 +109,10 @@ def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_
     run_dir, data_dir = user_path(run_dir), user_path(data_dir)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise DataError(f"--batch-size: must be a whole number >= 1, got {batch_size!r}. Fix: --batch-size 64")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        raise DataError(f"--workers: must be a whole number >= 0, got {workers!r}. Fix: --workers 2")
+    most = INT_LIMITS["workers"]  # the trainer's cap: more processes than any machine can use
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= most:
+        raise DataError(f"--workers: must be a whole number from 0 to {most}, got {shorten(workers)}. "
+                        "Fix: --workers 2")
     path = Path(run_dir) / MODEL_FILE
     if not path.is_file():
         raise CheckpointError(f"RUN_DIR: {run_dir} has no {MODEL_FILE} (the run did not finish, or it was "
@@ -171,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per rank")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="auto, cpu or cuda")
-    return run_main(lambda: _evaluate_and_print(parser.parse_args(argv)), refused=(CheckpointError, DataError))
+    return run_main(lambda: _evaluate_and_print(parser.parse_args(argv)),
+                    refused=(CheckpointError, DataError, ConfigError))
 
 
 def _evaluate_and_print(args) -> int:

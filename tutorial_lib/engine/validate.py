@@ -16,9 +16,12 @@ from pathlib import Path
 
 from tutorial_lib.engine.errors import ConfigError, fail, shorten
 
+MAX_BASE_LR = 1e6
 # float fields: (low, low included, high, high included, an example for the fix). None: no bound.
 FLOAT_RANGES = {
-    "base_lr": (0.0, False, None, False, "--base-lr 0.1 (per lr_reference_batch images)"),
+    # base_lr: at most 1e6 (a run that diverges, as the divergence tests need); far above, torch's float32
+    # learning rate overflows ("value cannot be converted to type float without overflow")
+    "base_lr": (0.0, False, MAX_BASE_LR, True, "--base-lr 0.1 (per lr_reference_batch images)"),
     "min_crop_scale": (0.0, False, 1.0, True, "--min-crop-scale 0.08"),
     "warmup_epochs": (0.0, True, None, False, "--warmup-epochs 5 (Goyal et al.) or 0 to turn warmup off"),
     "warmup_start_factor": (0.0, False, 1.0, True, "--warmup-start-factor 0.1"),
@@ -109,6 +112,10 @@ def check_index_dir(cfg) -> None:
         fail("index_dir", f"{shorten(cfg.index_dir)} is not an absolute path",
               "give a cache folder that every node of the job sees as an absolute path, or leave it empty")
     target, data = Path(cfg.index_dir).resolve(), Path(cfg.data_dir).resolve()
+    there = next(place for place in (target, *target.parents) if place.exists())  # '/' always exists
+    if not there.is_dir():  # /dev/null, a file: the index's folder could never be made ("File exists")
+        fail("index_dir", f"{shorten(cfg.index_dir)} cannot be a folder: {shorten(str(there))} exists and is not one",
+             "give a folder (or a path where one can be made), or leave index_dir empty")
     if target == data or data in target.parents:
         fail("index_dir", f"{cfg.index_dir} is inside data_dir {cfg.data_dir}",
               "choose a folder outside the data (the index never goes into the data folders)")

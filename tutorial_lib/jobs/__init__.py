@@ -20,14 +20,14 @@ import re
 import time
 from pathlib import Path
 
-from tutorial_lib.engine.config import ConfigError, TrainConfig
+from tutorial_lib.engine.config import ConfigError, TrainConfig, shorten
 from tutorial_lib.jobs import slurm
 from tutorial_lib.jobs.commands import sbatch_command, spec_torchrun_command
 from tutorial_lib.jobs.local import local_cancel, submit_local
 from tutorial_lib.jobs.record import read_job_file
 from tutorial_lib.jobs.site import Site, load_site
 from tutorial_lib.jobs.slurm import slurm_available
-from tutorial_lib.jobs.spec import JobError, JobSpec, make_spec
+from tutorial_lib.jobs.spec import JobError, JobSpec, check_flags, make_spec
 from tutorial_lib.jobs.states import FINAL_STATES, STATES, public, read_state
 from tutorial_lib.jobs.watch import cluster_of, watcher
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, slurm_log
@@ -232,6 +232,11 @@ def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend
     their command lines from it with :mod:`.commands`).
     """
     _refuse_unknown_arguments(renamed)
+    check_flags(fresh=fresh, verbose=verbose)
+    if after is not None and not isinstance(after, Job):
+        raise ConfigError(f"after: expected a Job (what submit() returns) or None, got {shorten(after)} "
+                          f"({type(after).__name__}). Fix: pass the Job itself, e.g. after=first_job, or "
+                          "jobs.attach(run_dir) for one submitted earlier.")
     chosen = choose_backend(backend, verbose)
     spec = make_spec(config, nodes, ranks_per_node, time, partition, account, sbatch_options, max_restarts,
                      check_data, on_cluster=chosen == "slurm", module=module, module_args=module_args, site=site)
@@ -293,6 +298,7 @@ def sweep(config: TrainConfig, over: str, values, sequential: bool = True, **sub
     starts when the previous one has ended, so throughput measurements do not share the machine.
     Every value is checked before the first job is submitted (a bad one: ConfigError naming it).
     """
+    check_flags(sequential=sequential)
     planned = _sweep_plan(config, over, values)
     jobs: list[Job] = []
     for job_config, job_args in planned:
@@ -303,10 +309,13 @@ def sweep(config: TrainConfig, over: str, values, sequential: bool = True, **sub
     return jobs
 
 
+SWEEP_PATH_FIELDS = ("output_root", "data_dir", "stage_to", "index_dir")  # refused as a sweep's `over`
+
+
 def _sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfig, dict]]:
     """The (config, submit arguments) of each job of a sweep, every value checked (ConfigError naming ``over``
     or ``values`` and the fix)."""
-    from tutorial_lib.engine.config import shorten, validate
+    from tutorial_lib.engine.config import validate
     from tutorial_lib.jobs.spec import check_counts
 
     if not isinstance(config, TrainConfig):
@@ -318,6 +327,9 @@ def _sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfi
     if not isinstance(over, str) or over not in fields | {"nodes", "ranks_per_node"}:
         raise ConfigError(f"over: cannot sweep {shorten(over)}. Fix: use 'nodes', 'ranks_per_node' or a TrainConfig "
                           "field other than name (each job's name is made from it).")
+    if over in SWEEP_PATH_FIELDS:  # a path cannot be a run name's suffix (/tmp/x would make 'x-output_root/tmp/x')
+        raise ConfigError(f"over: {over} is a path, and a sweep names each job after its value. Fix: build one "
+                          f"config per {over} (dataclasses.replace(config, {over}=..., name=...)) and submit each.")
     if isinstance(values, (str, bytes, dict)) or not isinstance(values, (list, tuple, range)) or not values:
         raise ConfigError(f"values: expected a non-empty list of values for {over}, got {shorten(values)}. "
                           f"Fix: e.g. values=[1, 2] (one job per value).")

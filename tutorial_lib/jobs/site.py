@@ -15,9 +15,9 @@ from tutorial_lib.jobs.slurm_values import check_sbatch_option, check_time, chec
 SITE_ENV = "TUTORIAL_SITE"  # a YAML file whose `site:` block every Slurm job gets when none is passed
 GPU_REQUESTS = ("gpus-per-node", "gres")
 CONTAINER_RUNTIMES = ("apptainer", "pyxis")
-_MEM = re.compile(r"\d{1,9}[KMGT]?")
+_MEM = re.compile(r"[0-9]{1,9}[KMGT]?")  # ASCII digits: \d would take other scripts' digits, which Slurm refuses
 _COMMAND_WORD = re.compile(r"[A-Za-z0-9_./+][A-Za-z0-9_./+-]{0,254}")  # a path or a command name, never an option
-_IMAGE = re.compile(r"[A-Za-z0-9_./:@#+-]{1,255}")
+_IMAGE = re.compile(r"[A-Za-z0-9_./:@#+][A-Za-z0-9_./:@#+-]{0,254}")  # never an option ('-x')
 _BIND = re.compile(r"/[A-Za-z0-9_./+-]{0,255}(:/[A-Za-z0-9_./+-]{0,255}(:(ro|rw))?)?")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 # Variables the library and train.sbatch set for every job: a site may not replace them.

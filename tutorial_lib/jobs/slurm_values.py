@@ -10,11 +10,14 @@ from tutorial_lib.engine.config import ConfigError, shorten
 # Slurm's six time forms (sbatch(1) --time; parse_time.c): minutes, minutes:seconds, hours:minutes:seconds,
 # days-hours, days-hours:minutes, days-hours:minutes:seconds. Matched whole with re.fullmatch (`$` alone would also
 # match before a final newline). Slurm adds up fields out of range (99:99:99 is 4-04:41:00): refused here.
+# re.ASCII: Slurm reads the digits 0-9 only, while \d (and int()) would take '٣0' (Arabic-Indic digits) as 30.
 _TIME = re.compile(r"(?P<days>\d{1,3})-(?P<hours>\d{1,2})(:(?P<minutes>\d{1,2})(:(?P<seconds>\d{1,2}))?)?"
                    r"|(?P<h>\d{1,4}):(?P<m>\d{1,2}):(?P<s>\d{1,2})"
-                   r"|(?P<lead>\d{1,6})(:(?P<lead_s>\d{1,2}))?")
+                   r"|(?P<lead>\d{1,6})(:(?P<lead_s>\d{1,2}))?", re.ASCII)
 _FIELD_LIMITS = (("hours", 24), ("minutes", 60), ("seconds", 60), ("m", 60), ("s", 60), ("lead_s", 60))
 MAX_SIGNAL_LEAD_S = 65535  # sbatch(1) --signal: sig_time is an integer between 0 and 65535
+MIN_SIGNAL_LEAD_S = 1  # a warning 0 s before the limit comes with the kill: no time to checkpoint
+_SIGNAL = re.compile(r"--signal=B:USR1@[0-9]{1,5}")
 _SLURM_WORD = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _SBATCH_OPTION = re.compile(r"--[a-z][a-z-]{1,30}(=[A-Za-z0-9_.:,@+/-]{1,200})?")
 # sbatch_options: only these full sbatch option names (sbatch takes an exact name as itself, while it would
@@ -75,7 +78,7 @@ DEFAULT_WARNING_LEAD_S = 120  # train.sbatch's #SBATCH --signal=B:USR1@120
 
 def warning_lead_seconds(sbatch_options) -> int:
     """Seconds before the time limit at which Slurm warns the batch script (the last ``--signal`` given wins)."""
-    leads = [int(o.rsplit("@", 1)[1]) for o in sbatch_options if re.fullmatch(r"--signal=B:USR1@\d{1,5}", o)]
+    leads = [int(o.rsplit("@", 1)[1]) for o in sbatch_options if _SIGNAL.fullmatch(o)]
     return leads[-1] if leads else DEFAULT_WARNING_LEAD_S
 
 
@@ -117,9 +120,10 @@ def check_word(what: str, value: str | None) -> str | None:
                           f"the name as text (in YAML quote it: {what}: 'yes').")
     if isinstance(value, int):
         value = str(value)
-    if value is not None and (not _SLURM_WORD.fullmatch(value) or ".." in value):
+    if value is not None and (not _SLURM_WORD.fullmatch(value) or ".." in value or value.startswith("-")):
         raise ConfigError(f"{what}: {shorten(value)} is not a valid Slurm {what} name (letters, digits, '_', '.', "
-                          f"'-'). Fix: pass the {what} name exactly as `sinfo`/`sacctmgr` show it.")
+                          f"'-', not starting with '-', which sbatch would read as an option). Fix: pass the {what} "
+                          "name exactly as `sinfo`/`sacctmgr` show it.")
     return value
 
 
@@ -131,10 +135,11 @@ def check_sbatch_option(option: str) -> str:
                           "'--exclusive'].")
     name = option.split("=", 1)[0]
     if name in SBATCH_ALLOWED:
-        if name == "--signal" and not (re.fullmatch(r"--signal=B:USR1@\d{1,5}", option)
-                                       and int(option.rsplit("@", 1)[1]) <= MAX_SIGNAL_LEAD_S):
+        if name == "--signal" and not (_SIGNAL.fullmatch(option)
+                                       and MIN_SIGNAL_LEAD_S <= int(option.rsplit("@", 1)[1]) <= MAX_SIGNAL_LEAD_S):
             raise ConfigError(f"sbatch_options: {shorten(option)}: train.sbatch needs its warning as "
-                              f"--signal=B:USR1@<seconds>, 0 to {MAX_SIGNAL_LEAD_S} (sbatch's range). "
+                              f"--signal=B:USR1@<seconds>, {MIN_SIGNAL_LEAD_S} to {MAX_SIGNAL_LEAD_S} (sbatch's "
+                              "range; at 0 the warning comes with the kill, too late to checkpoint). "
                               "Fix: e.g. '--signal=B:USR1@300' (or leave it out: 120 s).")
         return option
     meant = [full for full in SBATCH_SET_HERE + SBATCH_ALLOWED if full.startswith(name)]

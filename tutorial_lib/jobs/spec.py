@@ -109,6 +109,15 @@ def check_counts(**counts) -> None:
                               f"Fix: pass e.g. {what}={low + 1}.")
 
 
+def check_flags(**flags) -> None:
+    """Refuse an on/off argument (``check_data``, ``fresh``, ``sequential``...) that is not True or False, naming
+    it: ``fresh="no"`` is a non-empty string, which Python would take as true."""
+    for what, value in flags.items():
+        if not isinstance(value, bool):
+            raise ConfigError(f"{what}: must be True or False, got {shorten(value)} ({type(value).__name__}). "
+                              f"Fix: pass {what}=True or {what}=False.")
+
+
 def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time: str | int | None = None,
               partition: str | None = None, account: str | None = None, sbatch_options=(),
               max_restarts: int = 0, check_data: bool = True, on_cluster: bool = False,
@@ -124,6 +133,7 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
     if not isinstance(config, TrainConfig):
         raise ConfigError("config: expected a TrainConfig. "
                           "Fix: build one with tutorial_lib.engine.config.make_config().")
+    check_flags(check_data=check_data, on_cluster=on_cluster)
     config = absolute_config(config)
     gpus_elsewhere = True if on_cluster and config.device != "cpu" else None
     validate(config, check_paths=check_data and module == "tutorial_lib.train", cuda_available=gpus_elsewhere)

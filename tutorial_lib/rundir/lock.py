@@ -6,11 +6,12 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from pathlib import Path
 
 from tutorial_lib.rundir.job_exits import has_ended
-from tutorial_lib.rundir.layout import LOCK_FILE
+from tutorial_lib.rundir.layout import CHECKPOINT_FILE, LOCK_FILE, METRICS_FILE, MODEL_FILE
 from tutorial_lib.rundir.owned import RunDirError, usable_run_dir
 
 __all__ = ["RunDirError", "RunLock", "RunLockedError", "pid_alive", "prepare_run_dir", "process_start", "same_process"]
@@ -30,6 +31,11 @@ def prepare_run_dir(run_dir: str | os.PathLike, create: bool = True) -> Path:
     try:
         problem = None
         if run_dir.is_dir():
+            odd = _not_a_file(run_dir)
+            if odd is not None:
+                raise RunDirError(f"output_root: {odd} in the run directory exists but is not a regular file; "
+                                  "the trainer reads and writes it as one, so nothing was started. Fix: move it "
+                                  "away, or choose another run name.")
             if not usable_run_dir(run_dir):
                 problem = ("already holds files that are not a training run's (no config.json, job.json or "
                            "metrics.jsonl written by this project); nothing in it was touched")
@@ -43,6 +49,28 @@ def prepare_run_dir(run_dir: str | os.PathLike, create: bool = True) -> Path:
         raise RunDirError(f"output_root: the run directory {run_dir} (output_root/name) {problem}. Fix: choose "
                           "an output_root that is a folder you can write to, or another run name.")
     return run_dir
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+
+
+def _not_a_file(run_dir: Path) -> str | None:
+    """The first of the files the trainer reads back (checkpoint, model, metrics) that exists in ``run_dir`` but
+    is not a regular file, described (``'.../checkpoint.pt' (a named pipe)``); None if there is none. Only
+    stat() is used: opening a named pipe would block until someone writes to it."""
+    for name in (CHECKPOINT_FILE, MODEL_FILE, METRICS_FILE):
+        path = run_dir / name
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            if os.path.islink(path):
+                return f"{str(path)!r} (a link to nothing)"
+            continue
+        if not stat.S_ISREG(mode):
+            kind = next((what for test, what in _KINDS if test(mode)), "not a file")
+            return f"{str(path)!r} ({kind})"
+    return None
 
 
 def pid_alive(pid: int) -> bool:
