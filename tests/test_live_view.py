@@ -67,7 +67,7 @@ def test_empty_panels_say_waiting_while_running_and_what_is_missing_once_ended(t
 
 def test_watch_returns_the_table_rounded_as_shown(tmp_path, capsys):
     table = monitor.watch(fake_job(tmp_path, "done", "COMPLETED", epochs_done=1), timeout=10, refresh=0.05)
-    assert table.loc[0, "top1"] == 17.5 and table.loc[0, "images_per_sec"] == 153.0
+    assert table.loc[0, "top1"] == 17.5 and table.loc[0, plots.LAST_EPOCH_RATE] == 153.0
     assert plots.job_table([Job(tmp_path / "done")]).loc[0, "top1"] == 17.5
 
 
