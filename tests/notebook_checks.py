@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -32,6 +33,22 @@ MARK = "# NBVAL_CHECK_OUTPUT"
 # The notebooks' runs under `make test` go here, never to the course's runs/course (whose run directories the
 # executed notebooks of `make tutorial` point to); conftest.py deletes the checkpoints they leave.
 TEST_OUTPUT_ROOT = "build/test-runs"
+SITE_ENV = "TUTORIAL_SITE"  # tutorial_lib.jobs.site.SITE_ENV (this script runs without the package imported)
+
+
+def site_parameter() -> dict | None:
+    """The ``site:`` block of ``$TUTORIAL_SITE``'s file, or None without one. Under it (CI's strict cluster) each
+    copy gets the block as its ``site`` parameter, as a user's parameter file gives it at a site (make course
+    PARAMS=notebooks/params/ci-site.yaml): the notebooks' Slurm jobs run the way a user runs them, and the
+    variable itself stays what the tests' own jobs read."""
+    path = os.environ.get(SITE_ENV)
+    if not path:
+        return None
+    block = (yaml.safe_load(Path(path).read_text()) or {}).get("site")
+    if not isinstance(block, dict):
+        raise SystemExit(f"error: {SITE_ENV}={path} holds no site: block. Fix: point it at a parameter file with "
+                         "one (notebooks/params/ci-site.yaml).")
+    return block
 
 
 def _source(cell: dict) -> str:
@@ -116,6 +133,7 @@ def prepare(out_dir: Path) -> list[Path]:
     to :data:`TEST_OUTPUT_ROOT` and their parameters set from :data:`TEST_PARAMS`."""
     expected = json.loads(EXPECTED.read_text())
     params = load_test_parameters()
+    site = site_parameter()
     out_dir.mkdir(parents=True, exist_ok=True)
     written, missing = [], []
     for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
@@ -125,6 +143,8 @@ def prepare(out_dir: Path) -> list[Path]:
                            path.name)
         set_parameters(notebook, params.get(path.stem, {}), f"make test: {TEST_PARAMS.name}",
                        f"{TEST_PARAMS.name}, {path.stem}")
+        if site is not None and "site" in _assignments(notebook)[1]:
+            set_parameters(notebook, {"site": site}, f"make test: ${SITE_ENV}'s site block", path.name)
         outputs = expected.get(path.name, {})
         for cell in marked_cells(notebook):
             if _key(cell) not in outputs:

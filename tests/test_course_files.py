@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tutorial_lib import REPO_ROOT, course
 from tutorial_lib.course import closing
@@ -120,3 +121,25 @@ def _parameter_values(path: Path) -> dict:
                 if "parameters" in c.get("metadata", {}).get("tags", []))
     return {t.id: ast.literal_eval(stmt.value) for stmt in ast.parse("".join(cell["source"])).body
             if isinstance(stmt, ast.Assign) for t in stmt.targets if isinstance(t, ast.Name)}
+
+
+def test_under_tutorial_site_the_copies_get_its_site_block_as_a_parameter(tmp_path, monkeypatch):
+    """CI's strict cluster: the notebooks' copies run their Slurm jobs with the site block given as a notebook
+    parameter, as a user's parameter file gives it (make course PARAMS=notebooks/params/ci-site.yaml); without
+    TUTORIAL_SITE they keep the default (None); a file with no site: block is refused in one line."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    import notebook_checks
+
+    ci_site = REPO_ROOT / "notebooks" / "params" / "ci-site.yaml"
+    block = yaml.safe_load(ci_site.read_text())["site"]
+    monkeypatch.setenv("TUTORIAL_SITE", str(ci_site))
+    given = {copy.stem for copy in notebook_checks.prepare(tmp_path / "site")
+             if _parameter_values(copy).get("site") == block}
+    declaring = {path.stem for path in NOTEBOOKS if "site" in _parameter_values(path)}
+    assert given == declaring and {"05_multi_node_slurm", "06_scaling_study"} <= given
+    monkeypatch.delenv("TUTORIAL_SITE")
+    assert all(_parameter_values(copy).get("site") is None for copy in notebook_checks.prepare(tmp_path / "none"))
+    (tmp_path / "nosite.yaml").write_text("epochs: 1\n")
+    monkeypatch.setenv("TUTORIAL_SITE", str(tmp_path / "nosite.yaml"))
+    with pytest.raises(SystemExit, match="TUTORIAL_SITE=.*holds no site: block. Fix"):
+        notebook_checks.prepare(tmp_path / "bad")
