@@ -39,6 +39,12 @@ def pytest_runtest_logreport(report):
         durations_record.add(_CONFIG[0], report)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Heaviest test files first (``tests/durations_record.py``, :func:`~durations_record.heaviest_first`)."""
+    items[:] = durations_record.heaviest_first(
+        items, durations_record.recorded_file_seconds(REPO_ROOT / "results" / "test_durations.jsonl"))
+
+
 def pytest_configure(config):
     """Keep the config for :func:`pytest_runtest_logreport`."""
     _CONFIG[:] = [config]

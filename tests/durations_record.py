@@ -5,9 +5,15 @@ Enabled by an environment variable (``tests/conftest.py`` calls the hooks below)
     TUTORIAL_DURATIONS=results/test_durations.jsonl make test
 
 Each run appends one line: ``{"commit", "dirty", "nproc", "load_start", "load_end", "total_s", "tests",
-"outcomes", "workers", "slowest": [{"test", "s"}, ...30]}``. A test's seconds are its setup, call and teardown
-together (a module-scoped fixture counts in the first test that asks for it). Under pytest-xdist only the
-controller writes the line; the total is the wall time of the whole session.
+"outcomes", "workers", "slowest": [{"test", "s"}, ...30], "files": {"tests/test_x.py": s, ...}}``. A test's
+seconds are its setup, call and teardown together (a module-scoped fixture counts in the first test that asks
+for it). Under pytest-xdist only the controller writes the line; the total is the wall time of the whole session.
+
+``make test`` hands the test files to its pytest-xdist workers heaviest first, by the ``files`` seconds of the
+last line of ``results/test_durations.jsonl`` (:func:`heaviest_first`; a file the record does not know goes
+first, as it may be heavy): a long file started last would leave one worker running it alone at the end.
+pytest-xdist's own order (``--loadscope-reorder``, the default, which the Makefile turns off) goes by the number
+of tests in a file, which put the few long tests of the notebooks and the browser last.
 
 The compat record (``make test-compat``, which sets ``TUTORIAL_COMPAT_RECORD``) is the same count in the form
 ``results/compat.jsonl`` keeps, one line per torch/torchvision pair and run: ``{"torch", "torchvision", "python",
@@ -63,6 +69,7 @@ class DurationsRecord:
             "tests": len(self.seconds),
             "outcomes": dict(self.outcomes),
             "slowest": [{"test": nodeid, "s": round(seconds, 2)} for nodeid, seconds in slowest],
+            "files": file_seconds(self.seconds),
         }
 
     def write(self, workers: int) -> dict:
@@ -84,6 +91,49 @@ class DurationsRecord:
                                   timeout=30).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
+
+
+def test_file(nodeid: str) -> str:
+    """The file of a test id (``tests/test_x.py::test_y[a]`` -> ``tests/test_x.py``), the scope that
+    ``--dist loadfile`` keeps on one worker."""
+    return nodeid.split("::", 1)[0]
+
+
+def file_seconds(seconds: dict[str, float]) -> dict[str, float]:
+    """``{test id: seconds}`` summed per test file, heaviest first."""
+    totals: dict[str, float] = defaultdict(float)
+    for nodeid, spent in seconds.items():
+        totals[test_file(nodeid)] += spent
+    return {name: round(total, 1) for name, total in sorted(totals.items(), key=lambda item: -item[1])}
+
+
+def recorded_file_seconds(path: Path) -> dict[str, float]:
+    """The ``files`` of the last line of a durations record that has them; {} without one (or a damaged file:
+    the order is then pytest's own, nothing fails)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    for line in reversed(lines):
+        try:
+            files = json.loads(line).get("files")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(files, dict):
+            return {name: float(s) for name, s in files.items() if isinstance(s, (int, float))}
+    return {}
+
+
+def heaviest_first(items: list, seconds: dict[str, float]) -> list:
+    """``items`` (pytest's, with ``nodeid``) grouped by file, the files in order of ``seconds`` (heaviest first;
+    files without a figure first of all, in their collection order), each file's own items in their order."""
+    order: dict[str, int] = {}
+    for item in items:
+        order.setdefault(test_file(item.nodeid), len(order))
+    known = sorted((name for name in order if name in seconds), key=lambda name: -seconds[name])
+    rank = {name: position for position, name in
+            enumerate([name for name in order if name not in seconds] + known)}
+    return sorted(items, key=lambda item: rank[test_file(item.nodeid)])  # stable: a file keeps its order
 
 
 class CompatRecord(DurationsRecord):

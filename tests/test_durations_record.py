@@ -77,3 +77,25 @@ def test_the_compat_record_is_one_line_naming_the_pair_and_its_counts(tmp_path, 
     assert (written["passed"], written["failed"], written["skipped"]) == (2, 1, 1)
     assert written["seconds"] >= 0 and len(written["load"]["start"]) == len(written["load"]["end"]) == 3
     assert {"commit", "dirty", "numpy", "nproc", "time"} <= written.keys()
+
+
+def test_the_record_sums_each_file_and_make_test_starts_the_heaviest_files_first(tmp_path):
+    """pytest-xdist's default order (--loadscope-reorder: the most tests first) left the few long tests of the
+    notebooks and the browser to the end, one worker running them alone; the files now go heaviest first by
+    the last record's per-file seconds, a file the record does not know before them, each file in its order."""
+    record = durations_record.DurationsRecord(tmp_path / "d.jsonl", tmp_path)
+    for nodeid, seconds in (("tests/test_many.py::a", 1.0), ("tests/test_many.py::b", 2.0),
+                            ("build/nbval/01.ipynb::Cell 1", 50.0), ("tests/test_few.py::x[1]", 20.0)):
+        record.add(report(nodeid, "call", seconds))
+    record.write(workers=2)
+    (tmp_path / "d.jsonl").write_text((tmp_path / "d.jsonl").read_text() + "not json\n")  # a damaged last line
+    files = durations_record.recorded_file_seconds(tmp_path / "d.jsonl")
+    assert files == {"build/nbval/01.ipynb": 50.0, "tests/test_few.py": 20.0, "tests/test_many.py": 3.0}
+
+    collected = [SimpleNamespace(nodeid=n) for n in ("tests/test_many.py::a", "tests/test_many.py::b",
+                                                     "tests/test_new.py::t", "tests/test_few.py::x[1]",
+                                                     "build/nbval/01.ipynb::Cell 1", "build/nbval/01.ipynb::Cell 2")]
+    ordered = [item.nodeid for item in durations_record.heaviest_first(collected, files)]
+    assert ordered == ["tests/test_new.py::t", "build/nbval/01.ipynb::Cell 1", "build/nbval/01.ipynb::Cell 2",
+                       "tests/test_few.py::x[1]", "tests/test_many.py::a", "tests/test_many.py::b"]
+    assert durations_record.recorded_file_seconds(tmp_path / "missing.jsonl") == {}
