@@ -18,6 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tutorial_lib.jobs.states import FINAL_STATES
 from tutorial_lib.rundir.checkpoint import load_checkpoint
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE
 from tutorial_lib.rundir.metrics import read_metrics
@@ -176,6 +177,11 @@ def final_accuracy(runs: Sequence):
     or diverged, against chance and the loss trend), ``diverged`` (outcome is diverged), ``train_time_s``
     (sum of epoch times) and ``state`` (a Job's state when a Job was given, else COMPLETED/INCOMPLETE
     from the run directory's DONE file).
+
+    A Job still pending or running when the table is made (a watch that timed out at a loaded machine) has no
+    result yet: its ``top1``, ``top5`` and ``best_top1`` are empty and its outcome is ``unfinished (epoch k of
+    n)``, so that no claim judges its last epoch as its end (the issue-44 read of 04: a batch-256 run at epoch 3
+    of 4 was called "near chance" and LARS "did not finish", both then learned).
     """
     import pandas as pd
 
@@ -190,13 +196,21 @@ def final_accuracy(runs: Sequence):
         world = config.get("world_size", start.get("world_size"))
         warmup = config.get("warmup_epochs", math.nan)
         state = getattr(run, "state", None) or ("COMPLETED" if (run_dir / DONE_FILE).exists() else "INCOMPLETE")
+        if getattr(run, "state", None) is not None and state not in FINAL_STATES:
+            planned = config.get("epochs", start.get("epochs"))
+            at = f"epoch {len(epochs)}" + (f" of {planned}" if planned else "")
+            outcome = claims.Claim(outcome.topic, f"unfinished ({at})", f"{run_label(run)} was {state} at {at}: "
+                                   "not judged")
+            last, epochs_top1 = {}, []
+        else:
+            epochs_top1 = [e["top1"] for e in epochs]
         rows.append({
             "run": run_label(run), "world_size": world, "batch_size": config.get("batch_size"),
             "global_batch": config.get("global_batch", start.get("global_batch")),
             "peak_lr": config.get("scaled_lr", start.get("scaled_lr")), "warmup_epochs": warmup,
             "optimizer": config.get("optimizer"), "recipe": recipe_label(config.get("optimizer", "?"), warmup),
             "epochs": len(epochs), "top1": last.get("top1"), "top5": last.get("top5"),
-            "best_top1": max((e["top1"] for e in epochs), default=None), "train_loss": last.get("train_loss"),
+            "best_top1": max(epochs_top1, default=None), "train_loss": last.get("train_loss"),
             "outcome": outcome.verdict, "diverged": outcome.verdict == "diverged",
             "train_time_s": sum(e.get("epoch_time", 0.0) for e in epochs), "state": state})
     return pd.DataFrame(rows)
@@ -212,10 +226,16 @@ def lars_comparison(runs: Sequence, tolerance_points: float = 2.0):
     lars = table[table["optimizer"] == "lars"]
     sgd = table[table["optimizer"] != "lars"]
     batch = int((lars if len(lars) else table)["global_batch"].iloc[0])
-    claim = training_claims.lars_vs_sgd(float(lars["top1"].iloc[0]) if len(lars) else None,
-                                        dict(zip(sgd["recipe"], sgd["top1"], strict=True)), batch,
+    claim = training_claims.lars_vs_sgd(_number(lars["top1"].iloc[0]) if len(lars) else None,
+                                        {recipe: _number(top1) for recipe, top1 in zip(sgd["recipe"], sgd["top1"],
+                                                                                       strict=True)}, batch,
                                         tolerance_points=tolerance_points)
     return table, claim
+
+
+def _number(value) -> float | None:
+    """A table cell as a float, None where it is empty (None or NaN: an unfinished run's top-1)."""
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
 
 def largest_gap(runs: Sequence, column: str = "loss") -> float:
@@ -251,7 +271,10 @@ def plot_accuracy_vs_batch(table, ax=None, group: str = "recipe", metric: str = 
     ax.set_xlabel("global minibatch size (images per step)")
     ax.set_ylabel("validation top-1 (%)" if metric == "top1" else metric)
     ax.set_title(title)
-    add_note(ax, "(one run, one seed, per point: its noise is not measured)")
+    unfinished = [str(run) for run, verdict in zip(table.get("run", []), table.get("outcome", []), strict=True)
+                  if str(verdict).startswith("unfinished")]
+    add_note(ax, "(one run, one seed, per point: its noise is not measured)" + (
+        f"; unfinished when drawn, not plotted: {', '.join(unfinished)}" if unfinished else ""))
     ax.grid(True, alpha=0.3)
     mark_coinciding(ax)
     place_legend(ax, fontsize="small")

@@ -86,7 +86,7 @@ def warmup_effect(rows: Sequence[Mapping], tolerance_points: float = 2.0) -> Cla
     """
     pairs: dict[int, dict] = {}
     for row in rows:
-        if row.get("top1") is None:
+        if not _measured(row.get("top1")):
             continue
         with_warmup = bool(row.get("warmup_epochs"))
         pairs.setdefault(int(row["global_batch"]), {})[with_warmup] = row
@@ -152,6 +152,12 @@ def rank_placement(hosts: Sequence[str], backend: str, machine: str | None = Non
                  f"the {len(hosts)} ranks report {len(names)} node names, {', '.join(names)} ({listed}): {where}")
 
 
+def _measured(top1) -> bool:
+    """A table's top-1 that holds a value: not None and not NaN (an unfinished run's empty cell,
+    :func:`tutorial_lib.analyses.analysis.final_accuracy`)."""
+    return top1 is not None and top1 == top1  # NaN is the one value unequal to itself
+
+
 def _gap_verdict(gap: float, tolerance_points: float, higher: str, lower: str) -> str:
     return "within" if abs(gap) <= tolerance_points else (higher if gap > 0 else lower)
 
@@ -169,7 +175,7 @@ def batch_size_accuracy(rows: Sequence[Mapping], tolerance_points: float = 2.0) 
     one on), ``falls`` (lower at every larger batch), ``rises`` or ``mixed`` (also when the recipes differ)."""
     recipes: dict[str, dict[int, float]] = {}
     for row in rows:
-        if row.get("top1") is not None:
+        if _measured(row.get("top1")):
             recipes.setdefault(str(row.get("recipe", "runs")), {})[int(row["global_batch"])] = float(row["top1"])
     recipes = {name: dict(sorted(points.items())) for name, points in recipes.items() if len(points) > 1}
     if not recipes:
