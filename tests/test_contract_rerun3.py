@@ -6,8 +6,6 @@ before. Unit level: nothing here trains or submits.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -15,25 +13,12 @@ import subprocess
 import pytest
 
 from tests.conftest import write_image_tree
+from tests.test_contract_rerun2 import _main, _one_line
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config, validate
 from tutorial_lib.exits import EXIT_REFUSED
 from tutorial_lib.jobs import processes
 from tutorial_lib.jobs.record import write_job_file
-
-
-def _main(main, argv: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        status = main(argv)
-    return status, err.getvalue()
-
-
-def _one_line(err: str, starts: str) -> str:
-    lines = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in err and lines[0].startswith(f"error: {starts}"), err[-2000:]
-    assert " Fix: " in lines[0]
-    return lines[0]
 
 
 def _state(run_dir, state: str, **fields) -> None:
