@@ -224,11 +224,12 @@ def _breaking_point(breaks: set) -> str:
 def lars_vs_sgd(lars_top1: float | None, sgd_top1: Mapping[str, float], batch: int,
                 tolerance_points: float = 2.0) -> Claim:
     """LARS against the best plain-SGD run at the same global batch (``sgd_top1``: ``{recipe: top-1 %}``).
-    Verdict: ``LARS higher``, ``LARS lower`` or ``not decided`` (within ``tolerance_points``). SGD runs within
+    Verdict: ``LARS higher``, ``LARS lower`` or ``not decided`` (within ``tolerance_points``); an empty top-1
+    (None or NaN: an unfinished run) is ``not measured``. SGD runs within
     ``tolerance_points`` of the highest are tied with it and named as tied, not one of them as "the best" (the
     issue-44 read of 04)."""
-    sgd = {name: float(v) for name, v in sgd_top1.items() if v is not None}
-    if lars_top1 is None or not sgd:
+    sgd = {name: float(v) for name, v in sgd_top1.items() if _measured(v)}
+    if not _measured(lars_top1) or not sgd:
         return Claim("LARS", "not measured", f"LARS and SGD did not both finish at batch {batch}")
     best = max(sgd, key=sgd.get)
     gap = float(lars_top1) - sgd[best]
