@@ -410,7 +410,7 @@ def _interrupt_then_cancel(page: Page) -> None:
         time.sleep(0.5)
     assert {"text": f"{name}: CANCELLED", "disabled": True} in cell["buttons"], cell["buttons"]  # not "cancelling"
     assert cell["images"] != before and len(cell["images"]) == 1  # the figure was redrawn after the click
-    assert _job_state(name) == "CANCELLED" and f"cancel requested for {name}" in cell["text"]
+    assert _job_state_once_final(name) == "CANCELLED" and f"cancel requested for {name}" in cell["text"]
     page.shoot(stuck, "05_interrupt_then_cancel.png")
 
 
@@ -437,6 +437,17 @@ def _job_state(name: str) -> str:
 
     run_dir = REPO_ROOT / PARAMS_05["output_root"] / name
     return attach(run_dir).state if (run_dir / "job.json").exists() else ""
+
+
+def _job_state_once_final(name: str) -> str:
+    """The state of job ``name`` once this process's watcher has seen it end (or after CEILING_S): under Slurm its
+    last answer can be up to 10 s older than the kernel's, which has already seen the cancel."""
+    from tutorial_lib.jobs import attach
+    from tutorial_lib.jobs.watch import watcher
+
+    job = attach(REPO_ROOT / PARAMS_05["output_root"] / name)
+    watcher().refresh(job)
+    return job.wait(timeout=CEILING_S, poll=0.5, check=False)
 
 
 def _epochs_logged(name: str) -> int:
