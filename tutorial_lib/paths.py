@@ -1,4 +1,5 @@
-"""How the project reads a path a user typed: ``~`` and ``~user`` expanded, the same way in every setting.
+"""How the project reads a path a user typed: ``~`` and ``~user`` expanded, the same way in every setting; and
+what a path is before a record is opened there (:func:`not_a_file`: a named pipe would block the reader).
 
 A shell expands ``~`` only at the start of an unquoted word, so ``--output-root "~"``, a YAML
 ``output_root: ~/runs`` or a notebook parameter arrive as a literal ``~``; without this, a folder named ``~``
@@ -8,9 +9,28 @@ would appear in the working directory. No torch here (the data tool uses it too)
 from __future__ import annotations
 
 import os
+import stat
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
 
 
 def user_path(value: str | os.PathLike) -> str:
     """``value`` with a leading ``~`` or ``~user`` expanded (everything else unchanged, '' stays '')."""
     text = os.fspath(value)
     return os.path.expanduser(text) if text.startswith("~") else text
+
+
+def not_a_file(path: str | os.PathLike) -> str | None:
+    """What ``path`` is where the project reads a record as a regular file (``a named pipe``, ``a folder``, ``a
+    link to nothing``...); None if it is a regular file or absent. Only stat() is used: opening a named pipe
+    would block until someone writes to it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a link to nothing" if os.path.islink(path) else None
+    except OSError as exc:  # a link to itself, a name too long
+        return f"unreadable ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "not a file")

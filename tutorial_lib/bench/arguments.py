@@ -12,17 +12,20 @@ from __future__ import annotations
 import json
 import math
 import os
-import stat
 from pathlib import Path
 
 import torch
 
 from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
 from tutorial_lib.engine.memory import AMP_BYTES, available_bytes, check_fits, check_step_fits
+from tutorial_lib.engine.validate import SYSTEM_FOLDERS
+from tutorial_lib.paths import not_a_file
 
 JPEG_MAX_SIDE = 65_500  # libjpeg (PIL) writes no JPEG with a longer side
 FAKE_PIXEL_BYTES = 16  # the generator's coordinate grid alone: two int64 per pixel (bench.fake_imagenet)
 DEVICES = ("auto", "cpu", "cuda")
+MAX_FILES = 2_000_000  # a generated set's files, at most: more than ImageNet's 1.33 million training images
+COUNT_LIMIT = 2**31 - 1  # the trainer's largest count (engine/validate.py), images per epoch included
 MAX_WORKERS = 1024  # loader processes or threads: the trainer's own limit (engine/validate.py INT_LIMITS)
 # the minimum of each count flag: (flag, minimum); a flag left at None (its device default) is not checked
 _COUNTS = {"rounds": 1, "classes": 1, "per_class": 1, "val_per_class": 1, "repeats": 1, "ranks": 1,
@@ -58,6 +61,8 @@ def check_arguments(args) -> None:
         value = values.get(name)
         if value is not None and not (math.isfinite(value) and value >= 0):
             _refuse(name, value, "a finite number of seconds (or TFLOP/s) of at least 0")
+    if values.get("command") == "loader" and values.get("min_time") == 0:  # its rate is images over that time
+        _refuse("min_time", 0, "a number of seconds above 0, e.g. 3")
     workers = values.get("workers")
     if workers is not None and (not workers or min(workers) < 0 or max(workers) > MAX_WORKERS):
         _refuse("workers", ",".join(map(str, workers)), f"a comma list of worker counts from 0 to {MAX_WORKERS}, "
@@ -65,6 +70,7 @@ def check_arguments(args) -> None:
     if (values.get("read_workers") or 0) > MAX_WORKERS:
         _refuse("read_workers", values["read_workers"], f"a whole number from 0 to {MAX_WORKERS}")
     _check_names(values)
+    _check_set_size(values)
     _check_places(values)
     _check_files(values)
     _check_launch(values)
@@ -125,14 +131,43 @@ def _command_choices(command: str | None) -> dict[str, tuple[str, ...]]:
 def _command_limits(command: str | None) -> dict[str, int]:
     """The largest value of one subcommand's counts (the generated ImageNet has the classes of REAL_CLASSES)."""
     if command in ("prepare", "extract"):
-        from tutorial_lib.bench.fake_forms import REAL_CLASSES
+        from tutorial_lib.bench.fake_forms import IMAGE_NUMBERS, REAL_CLASSES
 
-        return {"classes": len(REAL_CLASSES)}
+        return {"classes": len(REAL_CLASSES), "per_class": IMAGE_NUMBERS - 1}
     return {}
 
 
+def _check_set_size(values: dict) -> None:
+    """The files a generated set would have (classes x images per class, with the defaults of the flags left
+    out: at most ImageNet's 1,000 classes and 1,300 images each), refused above :data:`MAX_FILES` with the
+    estimate, before anything is made."""
+    per_class = [values.get(name) for name in ("per_class", "train_per_class", "val_per_class")]
+    given = [n for n in per_class if isinstance(n, int)]
+    if not given:
+        return
+    classes = values.get("classes") if isinstance(values.get("classes"), int) else 1000
+    files = classes * sum(given)
+    if files > MAX_FILES:
+        counted = [name for name in ("per_class", "train_per_class", "val_per_class")
+                   if isinstance(values.get(name), int)]
+        flag = "classes" if classes > 1000 else max(counted, key=values.get)
+        _refuse(flag, classes if flag == "classes" else values[flag], f"a set of at most {MAX_FILES:,} files "
+                f"(this one: {classes:,} classes x {sum(given):,} images = {files:,}); pass smaller --classes or "
+                "--per-class")
+
+
+_WORK_FOLDERS = {"staging": "stage_to", "extract": "work_dir"}  # an existing folder that the command writes in
+
+
 def _check_places(values: dict) -> None:
-    """Folders that the command writes: never the data's own folder (staging copies the data out of it)."""
+    """Folders that the command writes: an existing, writable one where it makes its temporary folder in it;
+    never the data's own folder (staging copies the data out of it)."""
+    name = _WORK_FOLDERS.get(values.get("command"))
+    given = values.get(name) if name else None
+    if given is not None:
+        folder = Path(given).expanduser()
+        if not given or not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            _refuse(name, given, "an existing folder you can write (its temporary folder is made in it), e.g. /tmp")
     if values.get("command") == "staging" and values.get("stage_to"):
         target, data = Path(values["stage_to"]).absolute().resolve(), Path(values["data_dir"]).absolute().resolve()
         if target == data or data in target.parents or target in data.parents:
@@ -159,6 +194,11 @@ def _check_memory(args, values: dict) -> None:
     image_size = values.get("image_size") or d["image_size"]
     batches = values.get("batch_size") or d["batch_size"]
     for batch in batches if isinstance(batches, list) else [batches]:
+        steps = (values.get("steps") or 0) + (values.get("warmup") or 0)
+        if command in ("train", "e2e") and steps * batch > COUNT_LIMIT:  # the trainer's images per epoch
+            _refuse("steps", values["steps"], f"at most {COUNT_LIMIT // batch - (values.get('warmup') or 0):,} "
+                    f"steps with --warmup included (at batch {batch}, {COUNT_LIMIT:,} images, the trainer's "
+                    "largest epoch), e.g. 50")
         if command in ("train", "e2e"):
             archs = values.get("arch") or d["arch"]
             precisions = values.get("precision") or d["precisions"]
@@ -184,8 +224,8 @@ def _first_line(path: Path) -> bytes:
 
 def _records_problem(path: Path) -> str | None:
     """Why ``path`` is no JSON-lines file of records (None: it is one, or it is empty)."""
-    if not stat.S_ISREG(path.stat().st_mode):
-        return "is not a regular file"
+    if not_a_file(path) is not None:
+        return f"is not a regular file ({not_a_file(path)})"
     try:
         first = json.loads(_first_line(path))
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -195,8 +235,8 @@ def _records_problem(path: Path) -> str | None:
 
 def _table_problem(path: Path) -> str | None:
     """Why ``path`` is no markdown table that ``bench table`` wrote (None: it is one, or it is empty)."""
-    if not stat.S_ISREG(path.stat().st_mode):
-        return "is not a regular file"
+    if not_a_file(path) is not None:
+        return f"is not a regular file ({not_a_file(path)})"
     first = _first_line(path)
     return None if not first or first.startswith((b"- ", b"### ")) else "is not a table this command wrote"
 
@@ -214,6 +254,8 @@ def _check_files(values: dict) -> None:
                                   "wrote, e.g. results/gpu_train.jsonl.")
     if out:
         path = Path(out).expanduser()
+        if any(Path(root) in path.absolute().parents for root in SYSTEM_FOLDERS if root != "/"):
+            _refuse("out", out, "a file of your own for the records, e.g. results/bench.jsonl (not the kernel's)")
         if path.exists() or path.is_symlink():
             if not path.exists():
                 problem = "is a broken link"
@@ -225,7 +267,7 @@ def _check_files(values: dict) -> None:
         elif any(parent.exists() and not parent.is_dir() for parent in path.parents):
             _refuse("out", out, "a file name whose folders are folders, not files")
     data_dir = values.get("data_dir")
-    if data_dir and Path(data_dir).expanduser().exists() and not Path(data_dir).expanduser().is_dir():
+    if data_dir and os.path.lexists(Path(data_dir).expanduser()) and not Path(data_dir).expanduser().is_dir():
         _refuse("data_dir", data_dir, "a folder: an ImageNet-layout one (train/<class>/, val/<class>/), or a new "
                                       "or empty one for the generated set")
 

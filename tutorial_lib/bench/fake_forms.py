@@ -22,6 +22,7 @@ from tutorial_lib.bench.fake_imagenet import FAKE_MARKER, _fake_image
 
 FORMS = ("archives", "kaggle", "flat_val", "folders")
 # The first ImageNet classes in wnid order (label 0-19), with the words of LOC_synset_mapping.txt.
+IMAGE_NUMBERS = 16_000  # a class's file numbers are drawn from 1..15,999 (per class at most that many)
 REAL_CLASSES = (
     ("n01440764", "tench, Tinca tinca"), ("n01443537", "goldfish, Carassius auratus"),
     ("n01484850", "great white shark, white shark, man-eater, man-eating shark, Carcharodon carcharias"),
@@ -44,7 +45,7 @@ def _images(staging: Path, classes: int, per_class: int, val_per_class: int, siz
     for label, (wnid, _) in enumerate(REAL_CLASSES[:classes]):
         folder = staging / "train" / wnid
         folder.mkdir(parents=True)
-        numbers = sorted(rng.sample(range(1, 16_000), per_class))
+        numbers = sorted(rng.sample(range(1, IMAGE_NUMBERS), per_class))
         truth["train"][wnid] = [f"{wnid}_{n}.JPEG" for n in numbers]
         for index, name in enumerate(truth["train"][wnid]):
             _fake_image(seed * 1_000_003 + label * 10_007 + index, size, 90, folder / name)

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from tutorial_lib.bench.timing import Spread, store
-from tutorial_lib.rundir.layout import CONFIG_FILE
+from tutorial_lib.paths import not_a_file
+from tutorial_lib.rundir.layout import CONFIG_FILE, METRICS_FILE
 from tutorial_lib.rundir.metrics import read_metrics
 
 SETTINGS = ("dataset", "input_pipeline", "arch", "precision", "channels_last", "compile", "batch_size",
@@ -57,7 +58,16 @@ def trainer_record(run_dir: str | os.PathLike, skip_steps: int = 0) -> dict:
     if not isinstance(config, dict):
         raise RunSummaryError(f"{config_path}: not a complete {CONFIG_FILE} (torn, empty or not a JSON object). "
                               "Fix: pass the run directory of a training run that has started")
-    steps = [e for e in read_metrics(run_dir) if e.get("event") == "step" and "step" in e]
+    metrics = run_dir / METRICS_FILE
+    odd = not_a_file(metrics)
+    if odd is not None:  # a named pipe would block the reader; a device never ends
+        raise RunSummaryError(f"{metrics}: is {odd}, not the metrics the trainer writes; nothing was read from it. "
+                              "Fix: pass the run directory of a training run")
+    events = read_metrics(run_dir)
+    if not events and metrics.is_file() and metrics.stat().st_size:
+        raise RunSummaryError(f"{metrics}: holds no event the trainer writes (garbled or another file). Fix: pass "
+                              "the run directory of a training run")
+    steps = [e for e in events if e.get("event") == "step" and "step" in e]
     kept, dropped = steady_windows(steps, skip_steps)
     record = {"kind": "trainer", "run": config.get("name", run_dir.name), "run_dir": str(run_dir),
               **{key: config.get(key) for key in SETTINGS}, "skip_steps": skip_steps,

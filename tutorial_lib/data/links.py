@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from tutorial_lib.data import PREPARE_COMMAND
+from tutorial_lib.paths import not_a_file
 
 MARK = ".tutorial_prepared.json"
 HUBS = {"train": ".source_train", "val": ".source_val"}  # DEST's one link to each split of SOURCE
@@ -70,6 +71,10 @@ def _dangling(root: Path) -> bool:
 def moved_source(data_dir: str | os.PathLike) -> str | None:
     """One line saying that the SOURCE a prepared ``data_dir`` links to is gone and how to fix it, or None."""
     root = Path(data_dir)
+    odd = not_a_file(root / MARK)
+    if odd is not None:
+        return (f"data_dir: {root / MARK} is {odd}, not the mark that `prepare` writes; nothing was read from it. "
+                f"Fix: move it away, or pass a data_dir that `{PREPARE_COMMAND}` made.")
     try:
         state = json.loads((root / MARK).read_text())
     except (OSError, ValueError):
@@ -77,8 +82,14 @@ def moved_source(data_dir: str | os.PathLike) -> str | None:
     if not isinstance(state, dict) or not isinstance(state.get("source"), str):  # not the mark prepare writes
         return None
     source = state["source"]
-    if state.get("form") == "archives" or not source or Path(source).exists() or not _dangling(root):
+    if state.get("form") == "archives" or not source or not _dangling(root):
         return None
+    try:
+        if Path(source).exists():
+            return None
+    except OSError:  # a source no path can be (a name too long): not the mark prepare writes
+        return (f"data_dir: {root / MARK} names a source that no path can be ({source[:60]!r}...). Fix: run "
+                f"`{PREPARE_COMMAND.replace('SOURCE DEST', f'SOURCE {root}')}` again to rewrite it.")
     return (f"data_dir: {root} was prepared from {source}, which is gone (moved or removed), so its links lead "
             f"nowhere. Fix: run `{PREPARE_COMMAND.replace('SOURCE DEST', f'NEW_SOURCE {root}')}` with the place "
             "it moved to (only the links are rewritten).")

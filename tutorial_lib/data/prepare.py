@@ -51,7 +51,11 @@ def check_destination(dest: Path, source: Source) -> dict:
     absent, empty, or started by this command from the same SOURCE (never overwrite user files). Paths are
     compared resolved, so a link into SOURCE (or to it) is seen for what it is. A DEST whose SOURCE is gone
     (moved) may be prepared again from the new place: its links are pointed there."""
-    real_dest, real_source = dest.resolve(), source.root.resolve()
+    try:
+        real_dest, real_source = dest.resolve(), source.root.resolve()
+    except (OSError, RuntimeError) as exc:  # a link to itself: RuntimeError before Python 3.13
+        raise PrepareError(f"DEST: {dest} cannot be followed ({exc}). Fix: pass a new or empty folder, not a link "
+                           "that points at itself.") from None
     if real_dest == real_source or real_source in real_dest.parents or real_dest in real_source.parents:
         raise PrepareError(f"DEST: {dest} overlaps SOURCE {source.root} (resolved: {real_dest} and {real_source}), "
                            "and SOURCE must stay unchanged. Fix: pass a DEST outside SOURCE (and not a folder "

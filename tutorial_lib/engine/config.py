@@ -19,7 +19,7 @@ from tutorial_lib.engine.errors import fail as _fail
 from tutorial_lib.engine.validate import (
     check_index_dir,
     check_numbers,
-    check_path_length,
+    check_path_text,
     check_shards,
     check_stage_to,
     path_setting,
@@ -212,7 +212,8 @@ def _coerce(name: str, value):
                     raise ConfigError(f"{name}: {shorten(value)} has an empty item. Fix: pass whole epochs between "
                                       f"the commas, e.g. {flag} {_example(name)}")
                 value = items
-            if not isinstance(value, (list, tuple)):
+            if not isinstance(value, (list, tuple)) or any(isinstance(v, bool) or (isinstance(v, float) and not
+                                                               v.is_integer()) for v in value):  # 1.5: never 1
                 raise ValueError
             return [int(v) for v in value]
         if kind is str:
@@ -349,7 +350,11 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
               f"use a torchvision classification model name such as {', '.join(close or ['resnet50'])}")
     if cfg.norm == "group" and not cfg.arch.startswith(("resnet", "resnext", "wide_resnet")):
         _fail("norm", "group norm is only wired for ResNet-family models", "use --norm batch")
-    from tutorial_lib.engine.models import has_batch_norm
+    from tutorial_lib.engine.models import fixed_image_size, has_batch_norm
+
+    if fixed_image_size(cfg.arch) not in (None, cfg.image_size):  # an AssertionError at the first step otherwise
+        _fail("image_size", f"{cfg.image_size} px, and {cfg.arch} takes only {fixed_image_size(cfg.arch)} px images",
+              f"pass --image-size {fixed_image_size(cfg.arch)}, or another --arch (e.g. resnet18)")
 
     if cfg.batch_size == 1 and has_batch_norm(cfg.arch, cfg.norm):  # ValueError at the first step otherwise
         _fail("batch_size", f"1 image per rank cannot train {cfg.arch}: BatchNorm's statistics need two",
@@ -368,7 +373,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     if cfg.compile != "none" and cfg.compile == "reduce-overhead" and not on_gpu:
         _fail("compile", "reduce-overhead uses CUDA graphs and needs a GPU", "use --compile default or none")
     for name in PATH_FIELDS + ("stage_to",):  # no path is longer than PATH_MAX: refused naming its setting
-        check_path_length(name, getattr(cfg, name))
+        check_path_text(name, getattr(cfg, name))
     with path_setting("stage_to"):
         if cfg.stage_to:
             check_stage_to(cfg)

@@ -49,6 +49,16 @@ def has_batch_norm(arch: str, norm: str = "batch") -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
 
+@functools.lru_cache(maxsize=32)
+def fixed_image_size(arch: str) -> int | None:
+    """The one image size ``arch`` accepts (a vision transformer's, e.g. 224 for vit_b_16), None where any size
+    goes; found on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        model = build_model(arch, 10)
+    size = getattr(model, "image_size", None)
+    return size if isinstance(size, int) else None
+
+
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

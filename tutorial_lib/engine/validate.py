@@ -77,7 +77,8 @@ def check_numbers(cfg) -> None:
     if cfg.warmup_epochs > cfg.epochs:
         fail("warmup_epochs", f"must be between 0 and epochs ({cfg.epochs}), got {cfg.warmup_epochs:g}",
              "pass e.g. --warmup-epochs 5 (Goyal et al.) or 0 to turn warmup off")
-    if sorted(cfg.lr_milestones) != cfg.lr_milestones or any(m <= 0 for m in cfg.lr_milestones):
+    milestones = cfg.lr_milestones  # strictly increasing: a repeated epoch would decay twice there
+    if any(b <= a for a, b in zip(milestones, milestones[1:], strict=False)) or min(milestones, default=1) <= 0:
         fail("lr_milestones", f"must be increasing positive epochs, got {cfg.lr_milestones}",
              "pass e.g. --lr-milestones 30,60,80")
 
@@ -106,6 +107,9 @@ def check_stage_to(cfg) -> None:
                   "stage to a folder outside the data, on the node's local disk ($TMPDIR)")
 
 
+SYSTEM_FOLDERS = ("/", "/proc", "/sys", "/dev")  # never an index_dir: the root itself, or the kernel's trees
+
+
 def check_index_dir(cfg) -> None:
     """index_dir: an absolute folder outside data_dir (nothing is ever written into the data folders)."""
     if "\n" in cfg.index_dir or not os.path.isabs(cfg.index_dir):
@@ -116,6 +120,11 @@ def check_index_dir(cfg) -> None:
     if not there.is_dir():  # /dev/null, a file: the index's folder could never be made ("File exists")
         fail("index_dir", f"{shorten(cfg.index_dir)} cannot be a folder: {shorten(str(there))} exists and is not one",
              "give a folder (or a path where one can be made), or leave index_dir empty")
+    system = next((root for root in SYSTEM_FOLDERS if target == Path(root) or Path(root) in target.parents
+                   and root != "/"), None)
+    if system is not None:  # the file system's root, or a kernel's (nothing can be written there, or should be)
+        fail("index_dir", f"{shorten(cfg.index_dir)} is {'the root folder' if system == '/' else f'under {system}'}, "
+             "where no cache belongs", "give a cache folder of your own, e.g. ~/.cache/tutorial, or leave it empty")
     if target == data or data in target.parents:
         fail("index_dir", f"{cfg.index_dir} is inside data_dir {cfg.data_dir}",
               "choose a folder outside the data (the index never goes into the data folders)")
@@ -153,9 +162,15 @@ def path_setting(name: str):
 PATH_MAX = 4096  # Linux's longest path (PATH_MAX); a longer setting can never name a folder
 
 
-def check_path_length(name: str, value: str) -> None:
-    """Refuse a path setting longer than any path can be, naming the setting (the file system would only say
-    "File name too long")."""
+def check_path_text(name: str, value: str) -> None:
+    """Refuse a path setting longer than any path can be (the file system would only say "File name too long"),
+    one with a control character (a newline makes a folder no one can type), or an empty output_root (the run
+    would land in the working directory), naming the setting."""
     if len(value) > PATH_MAX:
         fail(name, f"{shorten(value)} is longer than any path can be ({PATH_MAX} characters)",
              "pass a shorter path")
+    odd = next((c for c in value if not c.isprintable()), None)
+    if odd is not None:
+        fail(name, f"{shorten(value)} contains the control character {odd!r}", "pass a path without one")
+    if name == "output_root" and not value.strip():
+        fail(name, "is empty, which would put the run into the working directory", "pass e.g. --output-root runs")

@@ -27,10 +27,11 @@ from tutorial_lib.jobs.local import local_cancel, submit_local
 from tutorial_lib.jobs.record import read_job_file
 from tutorial_lib.jobs.site import Site, load_site
 from tutorial_lib.jobs.slurm import slurm_available
-from tutorial_lib.jobs.spec import JobError, JobSpec, check_flags, make_spec
+from tutorial_lib.jobs.spec import JobError, JobSpec, check_flags, check_seconds, make_spec
 from tutorial_lib.jobs.states import FINAL_STATES, STATES, public, read_state
 from tutorial_lib.jobs.watch import cluster_of, watcher
-from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, slurm_log
+from tutorial_lib.paths import not_a_file
+from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STATE_FILE, slurm_log
 from tutorial_lib.rundir.lock import RunDirError, RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import metrics_table, read_metrics
 from tutorial_lib.rundir.owned import clear_run_dir
@@ -47,7 +48,20 @@ class Job:
     """Handle on a submitted training job: state, logs, metrics, wait and cancel."""
 
     def __init__(self, run_dir: str | os.PathLike):
-        self.run_dir = Path(run_dir).resolve()
+        if not isinstance(run_dir, (str, os.PathLike)) or not str(run_dir):
+            raise JobError(f"run_dir: expected the path of a job's run directory, got {shorten(run_dir)} "
+                           f"({type(run_dir).__name__}). Fix: pass output_root/name of a submitted job, e.g. "
+                           "jobs.attach('runs/ddp2').")
+        try:
+            self.run_dir = Path(run_dir).expanduser().resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13
+            raise JobError(f"run_dir: {shorten(str(run_dir))} cannot be followed ({exc}). Fix: pass the real "
+                           "folder of a submitted job, not a link that points at itself.") from None
+        odd = not_a_file(self.run_dir / STATE_FILE)
+        if odd is not None:  # a named pipe there would block every state read
+            raise JobError(f"run_dir: {self.run_dir / STATE_FILE} is {odd}, not the state file a local job's "
+                           "supervisor writes; nothing was read from it. Fix: move it away, or pass the run "
+                           "directory of a submitted job.")
         self.record = read_job_file(self.run_dir)
         self.id: str = str(self.record["id"])
         self.backend: str = self.record["backend"]
@@ -96,6 +110,8 @@ class Job:
         With ``check`` a job that ended in any state but COMPLETED raises JobError explaining why
         (state, exit code, log tail). A timeout returns the current state without raising.
         """
+        check_seconds("timeout", timeout)
+        check_seconds("poll", poll, allow_none=False)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             status = self.status()
@@ -146,6 +162,9 @@ class Job:
 
     def logs(self, tail: int | None = None) -> str:
         """The job's log text (the last ``tail`` lines if given)."""
+        if tail is not None and (not isinstance(tail, int) or isinstance(tail, bool) or tail < 0):
+            raise ConfigError(f"tail: expected a whole number of lines >= 0 or None, got {shorten(tail)}. Fix: e.g. "
+                           "job.logs(tail=20).")
         if not self.log_path.is_file():
             return ""
         with open(self.log_path, errors="replace", newline="") as handle:
@@ -155,6 +174,9 @@ class Job:
 
     def metrics(self, event: str | None = None):
         """The run's metrics.jsonl as a pandas DataFrame (optionally one event kind: step, epoch...)."""
+        if event is not None and not isinstance(event, str):
+            raise ConfigError(f"event: expected an event kind such as 'step' or 'epoch', or None, got "
+                              f"{shorten(event)}. Fix: e.g. job.metrics('epoch').")
         return metrics_table(self.run_dir, event)
 
     def events(self) -> list[dict]:
@@ -168,6 +190,7 @@ class Job:
         Only what the project can prove it started is signalled (a local supervisor by its recorded pid, start
         time and command line; a Slurm job whose batch script is this run directory's): a record without that
         proof is refused with a one-line JobError, and nothing is signalled."""
+        check_seconds("wait", wait, allow_none=False)
         if self.backend == "local":
             ended = read_state(self.run_dir)
             if ended is not None and ended["state"] in FINAL_STATES:
@@ -336,6 +359,9 @@ def _sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfi
     planned = []
     for value in values:
         name = f"{config.name}-{over}{value}"
+        if any(job_config.name == name for job_config, _ in planned):  # the second would find the first's job
+            raise ConfigError(f"values: {shorten(value)} is given twice, and each value is one job of its own "
+                              f"name ({name}). Fix: give each value once, e.g. values={list(dict.fromkeys(values))}.")
         if over in ("nodes", "ranks_per_node"):
             check_counts(**{over: value})
             planned.append((dataclasses.replace(config, name=name), {over: value}))

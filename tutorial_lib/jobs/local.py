@@ -98,7 +98,7 @@ def local_seen(run_dir: Path, record: dict) -> Seen:
     state = read_state(run_dir)
     supervisor = recorded_supervisor(record, state)
     ended = _ended(state)
-    if ended is None and processes.runs(supervisor):
+    if ended is None and processes.runs(supervisor, run_dir):
         return Seen((state or {}).get("state", "PENDING").lower(), "supervisor")
     ended = ended or _ended(read_state(run_dir))  # it may have written its final state just before it exited
     if ended is not None:
@@ -126,10 +126,16 @@ def local_cancel(run_dir: Path, record: dict) -> None:
                        f"not prove that the running process {supervisor['pid']} is this job's; nothing was "
                        "signalled. Fix: if the job still runs, check that process yourself (ps -o args -p "
                        f"{supervisor['pid']}) before stopping it; submit the job again with fresh=True.")
-    if processes.signal_proven(supervisor, signal.SIGTERM):
+    if processes.runs(supervisor) and not processes.started_for(supervisor, run_dir):
+        raise JobError(f"cancel refused: {run_dir / JOB_FILE} names as the job's supervisor the running process "
+                       f"{supervisor['pid']}, which is not this run directory's supervisor (-m "
+                       f"{processes.SUPERVISOR_MODULE} {run_dir}); nothing was signalled. Fix: stop the job's own "
+                       "processes yourself, or submit the job again with fresh=True.")
+    if processes.signal_proven(supervisor, signal.SIGTERM, run_dir):
         return
-    for agent in (state or {}).get("agents", []):  # the supervisor is gone: stop the agents it started, and ranks
-        processes.kill_tree(agent)
+    agents = (state or {}).get("agents")
+    for agent in agents if isinstance(agents, list) else []:  # the supervisor is gone: its agents, and ranks
+        processes.kill_tree(agent, run_dir)
 
 
 def _might_be(recorded: dict) -> bool:

@@ -44,6 +44,7 @@ HOWTO = ("the emulated network needs root and iproute2 (ip, tc): network namespa
 
 
 MAX_NODES = 254  # one address per node in SUBNET.0/24 (.1 to .254)
+MAX_TAG = 40  # a lab's name, kept well below what a namespace or file name may be
 
 
 class NetlabError(RuntimeError):
@@ -52,6 +53,15 @@ class NetlabError(RuntimeError):
 
 class LabSettingError(NetlabError, ValueError):
     """A setting of the lab (nodes, rate_mbit, tag) is refused before anything is created."""
+
+
+def check_tag(tag: str) -> None:
+    """Refuse a lab name that is not ``tlab`` plus at most :data:`MAX_TAG` ASCII letters, digits and '-' in all
+    (it names namespaces and the lab's record file), naming ``tag``."""
+    plain = tag.replace("-", "")
+    if not tag.startswith(PREFIX) or not plain.isascii() or not plain.isalnum() or len(tag) > MAX_TAG:
+        raise LabSettingError(f"tag: must start with {PREFIX!r} and hold at most {MAX_TAG} ASCII letters, digits "
+                              f"and '-', got {tag[:60]!r}. Fix: e.g. --tag {PREFIX}-a")
 
 
 def unavailable() -> str | None:
@@ -100,8 +110,7 @@ class Lab:
                                   f"no cap), got {rate_mbit!r}. Fix: --rate-mbit 200")
         self.nodes, self.rate_mbit = nodes, rate_mbit
         self.tag = tag or f"{PREFIX}{secrets.token_hex(3)}"
-        if not self.tag.startswith(PREFIX) or not self.tag.replace("-", "").isalnum():
-            raise LabSettingError(f"tag: must start with {PREFIX!r} and hold letters, digits, '-', got {self.tag!r}")
+        check_tag(self.tag)
         self.switch = f"{self.tag}-sw"
         self.namespaces = [f"{self.tag}-n{i}" for i in range(nodes)]
         self.state_file = STATE_DIR / f"{self.tag}.json"
@@ -261,13 +270,21 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.jobs.netlab", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=("up", "down", "status"))
-    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--nodes", type=_ascii_whole_number, default=2)
     parser.add_argument("--rate-mbit", type=float, default=200, help="cap of each node's port; 0 = none")
     parser.add_argument("--tag", default=PREFIX, help=f"lab name, starting with {PREFIX!r}")
     return run_main(lambda: _act(parser.parse_args(argv)), refused=(NetlabError,))
 
 
+def _ascii_whole_number(text: str) -> int:
+    """argparse's int, but of ASCII digits only (int() reads '٢' as 2)."""
+    if not (text.isascii() and text.strip().lstrip("-").isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of ASCII digits")
+    return int(text)
+
+
 def _act(args) -> int:
+    check_tag(args.tag)
     if args.action == "up":
         lab = Lab(args.nodes, args.rate_mbit or None, args.tag).up(persistent=True)
         addresses = ", ".join(map(lab.address, range(lab.nodes)))

@@ -124,8 +124,9 @@ def run(config, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto", 
     from tutorial_lib import jobs
     from tutorial_lib.jobs.site import load_site
     from tutorial_lib.jobs.slurm_values import format_time, time_limit_seconds, warning_lead_seconds
-    from tutorial_lib.jobs.spec import absolute_config
+    from tutorial_lib.jobs.spec import absolute_config, check_seconds
 
+    check_seconds("timeout", timeout, allow_none=False, positive=True)  # before anything is submitted
     config = dataclasses.replace(config, name=f"{config.name}-preflight")
     out = absolute_config(config).run_dir / RESULTS
     report = Report()

@@ -4,7 +4,9 @@ A pid alone names whatever program has it now (pids are reused), so the local ba
 it starts a process (:func:`identity`): the pid, its start time (clock ticks since boot,
 :func:`tutorial_lib.rundir.lock.process_start`) and its command line. A signal goes only to a process whose
 record has all three and that still matches them (:func:`signal_proven`); a record without that proof is refused
-(:func:`proof_problem` says what is missing), and nothing is signalled.
+(:func:`proof_problem` says what is missing), and nothing is signalled. Matching its record is not enough: a
+record can be forged to name a stranger's process, so a signal also needs the process to be the project's for that
+run directory (:func:`started_for`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import signal
 
 import psutil
 
+from tutorial_lib.jobs.record import RUN_DIR_ENV
 from tutorial_lib.rundir.lock import process_start
+
+SUPERVISOR_MODULE = "tutorial_lib.jobs.supervisor"  # run as ``python -m tutorial_lib.jobs.supervisor RUN_DIR``
 
 
 def identity(pid: int) -> dict | None:
@@ -37,10 +42,29 @@ def proof_problem(recorded) -> str | None:
     return f"pid {recorded['pid']} without its {' and '.join(missing)}" if missing else None
 
 
-def runs(recorded) -> bool:
+def started_for(recorded, run_dir) -> bool:
+    """Whether the live process that ``recorded`` names was started by the project for ``run_dir``: a supervisor
+    by its command line (``-m tutorial_lib.jobs.supervisor RUN_DIR``), an agent by the run directory in its
+    environment (``TUTORIAL_RUN_DIR``, which the supervisor gives every agent)."""
+    try:
+        process = psutil.Process(int(recorded["pid"]))
+        cmdline = process.cmdline()
+        if cmdline[1:3] == ["-m", SUPERVISOR_MODULE]:
+            named = cmdline[3] if len(cmdline) == 4 else ""
+        else:
+            named = process.environ().get(RUN_DIR_ENV, "")
+        return bool(named) and os.path.realpath(named) == os.path.realpath(run_dir)
+    except (psutil.Error, KeyError, TypeError, ValueError, OverflowError):
+        return False
+
+
+def runs(recorded, run_dir=None) -> bool:
     """Whether the recorded process still runs: its pid with the recorded start time (and command line, where
-    recorded). A pid without a start time proves nothing: False."""
+    recorded), and, given ``run_dir``, started for it (:func:`started_for`). A pid without a start time proves
+    nothing: False."""
     if not isinstance(recorded, dict) or not recorded.get("pid") or recorded.get("start") is None:
+        return False
+    if run_dir is not None and not started_for(recorded, run_dir):
         return False
     now = identity(recorded["pid"])
     if now is None or now["start"] != recorded["start"]:
@@ -53,10 +77,11 @@ def runs(recorded) -> bool:
     return not recorded.get("cmdline") or now["cmdline"] == list(recorded["cmdline"])
 
 
-def signal_proven(recorded, sig: int, group: bool = False) -> bool:
+def signal_proven(recorded, sig: int, run_dir, group: bool = False) -> bool:
     """Send ``sig`` to the recorded process (``group``: to its process group, which it leads) if its record
-    proves it is the one the project started and it still runs; True if sent. Anything else is left alone."""
-    if proof_problem(recorded) is not None or not runs(recorded):
+    proves it is the one the project started for ``run_dir`` and it still runs; True if sent. Anything else is
+    left alone."""
+    if proof_problem(recorded) is not None or not runs(recorded, run_dir):
         return False
     try:
         if group:
@@ -68,17 +93,16 @@ def signal_proven(recorded, sig: int, group: bool = False) -> bool:
     return True
 
 
-
-def kill_tree(recorded) -> bool:
+def kill_tree(recorded, run_dir) -> bool:
     """SIGKILL the recorded process's group and every process under it (torchrun starts its ranks in sessions of
-    their own), if the record proves the process is the one the project started; True if it was."""
-    if proof_problem(recorded) is not None or not runs(recorded):
+    their own), if the record proves the process is the one the project started for ``run_dir``; True if it was."""
+    if proof_problem(recorded) is not None or not runs(recorded, run_dir):
         return False
     try:
         below = psutil.Process(recorded["pid"]).children(recursive=True)  # each with its own start time
     except psutil.Error:
         below = []
-    signal_proven(recorded, signal.SIGKILL, group=True)
+    signal_proven(recorded, signal.SIGKILL, run_dir, group=True)
     for process in below:
         try:
             process.kill()  # psutil checks that the pid is still that very process

@@ -140,7 +140,9 @@ def read_job_file(run_dir: Path) -> dict:
                        "Fix: submit the job again with another name, or with fresh=True.")
     odd = [key for key, ok in (("id", isinstance(record["id"], (str, int)) and not isinstance(record["id"], bool)),
                                ("backend", record["backend"] in ("local", "slurm")),
-                               ("name", isinstance(record["name"], str))) if not ok]
+                               ("name", isinstance(record["name"], str)),
+                               *((key, isinstance(record[key], dict)) for key in ("spec", "launch", "supervisor")
+                                 if record.get(key) is not None)) if not ok]
     if odd:
         raise JobError(f"{path} holds a job {', '.join(odd)} of another type than tutorial_lib.jobs writes "
                        f"({shorten(record[odd[0]])}): it was not written by it or was changed since. Fix: submit "

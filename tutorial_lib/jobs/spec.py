@@ -7,6 +7,7 @@ validation is an inert literal.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -97,6 +98,9 @@ def job_time(own: str | int | None, site_time: str | None) -> tuple[str, str]:
 
 
 _COUNT_MINIMUM = {"nodes": 1, "ranks_per_node": 1, "max_restarts": 0}
+# the largest each may be: more nodes than the largest clusters have, more ranks than a node has cores, more
+# restarts than a job could ever use (a typo of 10**9 would otherwise be submitted)
+_COUNT_MAXIMUM = {"nodes": 100_000, "ranks_per_node": 4096, "max_restarts": 1000}
 
 
 def check_counts(**counts) -> None:
@@ -104,9 +108,21 @@ def check_counts(**counts) -> None:
     minimum, naming the parameter the user set (before anything is derived from it, such as a per-rank batch)."""
     for what, value in counts.items():
         low = _COUNT_MINIMUM[what]
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(f"{what}: must be an integer >= {low}, got {shorten(value)}. "
+        high = _COUNT_MAXIMUM[what]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(f"{what}: must be an integer >= {low} and <= {high:,}, got {shorten(value)}. "
                               f"Fix: pass e.g. {what}={low + 1}.")
+
+
+def check_seconds(name: str, value, allow_none: bool = True, positive: bool = False) -> None:
+    """Refuse a number of seconds that is not a finite real number >= 0 (> 0 with ``positive``; or None where
+    allowed), naming it: ``timeout='10'`` would fail deep inside, ``nan`` or -1 would wait wrongly."""
+    if value is None and allow_none:
+        return
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ConfigError(f"{name}: expected a number of seconds {'> 0' if positive else '>= 0'}"
+                          f"{' or None' if allow_none else ''}, got {shorten(value)}. Fix: e.g. {name}=10.")
 
 
 def check_flags(**flags) -> None:

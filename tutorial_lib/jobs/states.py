@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tutorial_lib.jobs import processes
+from tutorial_lib.paths import not_a_file
 from tutorial_lib.rundir.layout import STATE_FILE
 
 WATCH_STATES = ("pending", "running", "completing", "completed", "failed", "cancelled", "timeout", "requeued",
@@ -56,7 +57,10 @@ def write_state(run_dir: Path, state: str, **fields) -> None:
 
 
 def read_state(run_dir: Path) -> dict | None:
-    """A local job's last recorded state, or None."""
+    """A local job's last recorded state, or None (also where the state file is no regular file: a named pipe
+    there would block the reader)."""
+    if not_a_file(run_dir / STATE_FILE) is not None:
+        return None
     try:
         state = json.loads((run_dir / STATE_FILE).read_text())
     except (OSError, json.JSONDecodeError):

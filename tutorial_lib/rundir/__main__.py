@@ -6,6 +6,7 @@ The same step as ``jobs.submit(..., fresh=True)``: anything else in the folder i
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from tutorial_lib.exits import run_main
@@ -21,6 +22,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def fresh() -> int:
         args = parser.parse_args(argv)
+        if not os.path.isdir(args.run_dir):  # '~', '$(...)' or a typo: nothing there is a run to start over
+            raise RunDirError(f"RUN_DIR: {args.run_dir!r} is no folder (the shell expands neither '~' in quotes nor "
+                              "anything here), so no run was started over. Fix: pass the run directory "
+                              "(output_root/name) as an existing path, e.g. runs/resnet18.")
         RunLock(args.run_dir).check()
         removed = clear_run_dir(args.run_dir)
         print(f"removed {len(removed)} file(s) of the run in {args.run_dir}")

@@ -6,10 +6,10 @@ import fcntl
 import json
 import os
 import socket
-import stat
 import time
 from pathlib import Path
 
+from tutorial_lib.paths import not_a_file
 from tutorial_lib.rundir.job_exits import has_ended
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, LOCK_FILE, METRICS_FILE, MODEL_FILE
 from tutorial_lib.rundir.owned import RunDirError, usable_run_dir
@@ -51,25 +51,14 @@ def prepare_run_dir(run_dir: str | os.PathLike, create: bool = True) -> Path:
     return run_dir
 
 
-_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
-
-
 def _not_a_file(run_dir: Path) -> str | None:
     """The first of the files the trainer reads back (checkpoint, model, metrics) that exists in ``run_dir`` but
-    is not a regular file, described (``'.../checkpoint.pt' (a named pipe)``); None if there is none. Only
-    stat() is used: opening a named pipe would block until someone writes to it."""
+    is not a regular file, described (``'.../checkpoint.pt' (a named pipe)``); None if there is none
+    (:func:`tutorial_lib.paths.not_a_file`: nothing is opened)."""
     for name in (CHECKPOINT_FILE, MODEL_FILE, METRICS_FILE):
-        path = run_dir / name
-        try:
-            mode = os.stat(path).st_mode
-        except FileNotFoundError:
-            if os.path.islink(path):
-                return f"{str(path)!r} (a link to nothing)"
-            continue
-        if not stat.S_ISREG(mode):
-            kind = next((what for test, what in _KINDS if test(mode)), "not a file")
-            return f"{str(path)!r} ({kind})"
+        kind = not_a_file(run_dir / name)
+        if kind is not None:
+            return f"{str(run_dir / name)!r} ({kind})"
     return None
 
 
