@@ -296,6 +296,48 @@ time.sleep(120)
 """
 
 
+def start_fake_supervisor(run_dir: Path, delay_s: float) -> subprocess.Popen:
+    """:data:`FAKE_SUPERVISOR` for ``run_dir``, with the run directory in its environment as the real supervisor
+    gives its agents (``TUTORIAL_RUN_DIR``): the watcher and ``cancel`` trust only a process started for it."""
+    return subprocess.Popen([sys.executable, "-c", FAKE_SUPERVISOR, str(run_dir), str(delay_s)],
+                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "TUTORIAL_RUN_DIR": str(run_dir)})
+
+
+_STAND_INS: list[subprocess.Popen] = []
+
+
+def write_live_state(run_dir: Path, state: str, **fields) -> int:
+    """Record ``state`` for a fake job as if its supervisor were alive: a sleeping stand-in process started for
+    ``run_dir`` (``TUTORIAL_RUN_DIR`` in its environment) is named as the supervisor (the test process itself is
+    not one: the watcher would take the job for lost). The stand-ins end with the session. Returns its pid."""
+    from tutorial_lib.jobs import processes
+    from tutorial_lib.jobs.states import write_state
+
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
+                                env={**os.environ, "TUTORIAL_RUN_DIR": str(run_dir)})
+    _STAND_INS.append(stand_in)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "TUTORIAL_RUN_DIR" not in _environ(stand_in.pid):
+        time.sleep(0.02)  # its environment is readable once it has exec'd
+    write_state(run_dir, state, supervisor_pid=stand_in.pid, supervisor=processes.identity(stand_in.pid), **fields)
+    return stand_in.pid
+
+
+def _environ(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _end_stand_ins():
+    yield
+    for stand_in in _STAND_INS:
+        stand_in.kill()
+        stand_in.wait(timeout=30)
+
+
 @pytest.fixture(scope="session")
 def fake_sources(tmp_path_factory) -> dict:
     """Small fake ImageNet downloads in three forms, made once per session and never changed by a test (the

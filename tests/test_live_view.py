@@ -8,8 +8,6 @@ Jobs are fake ``local`` run directories (job.json, job_state.json, metrics.jsonl
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +17,7 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
-from tests.conftest import FAKE_SUPERVISOR  # noqa: E402
+from tests.conftest import start_fake_supervisor, write_live_state  # noqa: E402
 from tutorial_lib.analyses import analysis  # noqa: E402
 from tutorial_lib.engine.config import make_config  # noqa: E402
 from tutorial_lib.figures import monitor, plots
@@ -36,7 +34,12 @@ def fake_job(root: Path, name: str, state: str, epochs_done: int = 0, planned: i
     run_dir = root / name
     write_job_file(run_dir, {"backend": "local", "id": f"local-{name}", "name": name, "time": "00:10:00",
                              "spec": {"nodes": 1, "gpus_per_node": 1}, "supervisor_pid": supervisor_pid or os.getpid()})
-    write_state(run_dir, state, exit_code=0 if state == "COMPLETED" else None)
+    if state in ("PENDING", "RUNNING") and supervisor_pid is None:
+        write_job_file(run_dir, {"backend": "local", "id": f"local-{name}", "name": name, "time": "00:10:00",
+                                 "spec": {"nodes": 1, "gpus_per_node": 1},
+                                 "supervisor_pid": write_live_state(run_dir, state)})
+    else:
+        write_state(run_dir, state, exit_code=0 if state == "COMPLETED" else None)
     writer = MetricsWriter(run_dir)
     writer.write("start", world_size=1, global_batch=32, scaled_lr=0.1, hosts=["node1"], steps_per_epoch=2,
                  epochs=planned)
@@ -93,8 +96,7 @@ def test_cancel_click_after_an_interrupted_watch_redraws(tmp_path, capsys):
     """Kernel > Interrupt stops ``watch``; a later Cancel click must leave the figure and button current."""
     pytest.importorskip("ipywidgets")
     job = fake_job(tmp_path, "long", "PENDING")
-    supervisor = subprocess.Popen([sys.executable, "-c", FAKE_SUPERVISOR, str(job.run_dir), "0.5"],
-                                  env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    supervisor = start_fake_supervisor(job.run_dir, 0.5)
     try:
         job = fake_job(tmp_path, "long", "PENDING", supervisor_pid=supervisor.pid)
         deadline = time.monotonic() + 20

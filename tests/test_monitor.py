@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -25,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from tests.conftest import FAKE_SUPERVISOR  # noqa: E402
+from tests.conftest import start_fake_supervisor, write_live_state  # noqa: E402
 from tutorial_lib import REPO_ROOT  # noqa: E402
 from tutorial_lib.figures import monitor, plots  # noqa: E402
 from tutorial_lib.jobs import Job  # noqa: E402
@@ -54,7 +52,13 @@ def make_job(root: Path, name: str, state: str = "COMPLETED", top1s=(10.0, 20.0)
     write_job_file(run_dir, {"backend": "local", "id": f"local-{name}", "name": name, "time": "00:10:00",
                              "spec": {"nodes": 1, "ranks_per_node": world_size},
                              "supervisor_pid": supervisor_pid or os.getpid()})
-    write_state(run_dir, state, exit_code=0 if state == "COMPLETED" else (1 if state == "FAILED" else None))
+    exit_code = 0 if state == "COMPLETED" else (1 if state == "FAILED" else None)
+    if state in ("PENDING", "RUNNING") and supervisor_pid is None:
+        write_job_file(run_dir, {"backend": "local", "id": f"local-{name}", "name": name, "time": "00:10:00",
+                                 "spec": {"nodes": 1, "ranks_per_node": world_size},
+                                 "supervisor_pid": write_live_state(run_dir, state, exit_code=exit_code)})
+    else:
+        write_state(run_dir, state, exit_code=exit_code)
     MetricsWriter(run_dir).write("start", world_size=world_size, global_batch=64 * world_size, scaled_lr=0.1,
                                  hosts=["node0"], steps_per_epoch=4, epochs=3)
     for epoch, top1 in enumerate(top1s, start=1):
@@ -338,8 +342,7 @@ def test_cancel_button_cancels_a_job_while_watch_async_awaits(tmp_path, monkeypa
     monkeypatch.setenv(monitor.CONTROLS_ENV, "1")  # stands in for JupyterLab's widget frontend
     run_dir = tmp_path / "c"
     write_job_file(run_dir, {"backend": "local", "id": "local-c", "name": "c", "time": "00:10:00"})
-    supervisor = subprocess.Popen([sys.executable, "-c", FAKE_SUPERVISOR, str(run_dir), "0"],
-                                  env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    supervisor = start_fake_supervisor(run_dir, 0)
     write_job_file(run_dir, {"backend": "local", "id": "local-c", "name": "c", "time": "00:10:00",
                              "supervisor_pid": supervisor.pid})
     manager = jupyter_client.KernelManager(kernel_name="python3")
