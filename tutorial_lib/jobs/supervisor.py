@@ -10,6 +10,7 @@ job at a time so their throughput numbers do not compete for the same cores.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -97,7 +98,10 @@ class Supervisor:
         # one from an earlier run (e.g. our own time-limit stop) is removed here, as train.sbatch does.
         (self.run_dir / STOP_FILE).unlink(missing_ok=True)
         log = open(self.run_dir / JOB_LOG, "ab", buffering=0)
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **launch_of(self.record).environment()}
+        # every agent names this run directory (TUTORIAL_RUN_DIR), a record without a launch block too: it is
+        # what proves an agent the project's when a cancel finds the supervisor gone (processes.started_for)
+        launch = dataclasses.replace(launch_of(self.record), run_dir=str(self.run_dir))
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **launch.environment()}
         names = self.record.get("node_names") or [None] * len(self.record["commands"])
         commands, moved = with_free_endpoint(self.record["commands"])  # its port may be taken since the submit
         if moved:
