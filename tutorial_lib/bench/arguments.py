@@ -18,7 +18,7 @@ import torch
 
 from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
 from tutorial_lib.engine.memory import AMP_BYTES, available_bytes, check_fits, check_step_fits
-from tutorial_lib.engine.validate import SYSTEM_FOLDERS
+from tutorial_lib.engine.validate import system_folder
 from tutorial_lib.paths import not_a_file
 
 JPEG_MAX_SIDE = 65_500  # libjpeg (PIL) writes no JPEG with a longer side
@@ -74,6 +74,7 @@ def check_arguments(args) -> None:
     _check_places(values)
     _check_files(values)
     _check_launch(values)
+    _check_duration(values)
     _check_memory(args, values)
 
 
@@ -166,7 +167,8 @@ def _check_places(values: dict) -> None:
     given = values.get(name) if name else None
     if given is not None:
         folder = Path(given).expanduser()
-        if not given or not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        if (not given or not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK)
+                or system_folder(folder) is not None):  # root may "write" /proc, but nothing can be made there
             _refuse(name, given, "an existing folder you can write (its temporary folder is made in it), e.g. /tmp")
     if values.get("command") == "staging" and values.get("stage_to"):
         target, data = Path(values["stage_to"]).absolute().resolve(), Path(values["data_dir"]).absolute().resolve()
@@ -213,6 +215,36 @@ def _check_memory(args, values: dict) -> None:
                        "pass a smaller --image-size (ImageNet: 224) or --batch-size", None)
 
 
+# e2e's images/s at most, by device: ~15x the H200's measured ResNet-50 rate (6,646/s) and ~90x this project's
+# fastest CPU loader (115/s at 224 px); no JPEG pipeline of one machine reaches them, so the time they give is a
+# lower bound of the real run's
+E2E_MAX_IMAGES_PER_SEC = {"cpu": 10_000, "cuda": 100_000}
+E2E_MAX_SECONDS = 3600  # a benchmark, not a training run: over an hour, train with the trainer instead
+
+
+def _check_duration(values: dict) -> None:
+    """``e2e``: the timed steps (with the warm-up, the synthetic reference and every setting measured) at the
+    fastest rate any machine reaches (:data:`E2E_MAX_IMAGES_PER_SEC`) would still take over an hour: refused with
+    that lower bound, before the data set is made. Only a lower bound can be known before a step has run (the real
+    rate depends on the model, the JPEGs and the workers); the count cap alone let ``--steps 20000000`` run on."""
+    if values.get("command") != "e2e" or not isinstance(values.get("steps"), int):
+        return
+    from tutorial_lib.bench.compute import defaults, resolve_device
+
+    kind = resolve_device(values.get("device") or "auto").type
+    d = defaults(kind)
+    warmup = d["warmup"] if values.get("warmup") is None else values["warmup"]
+    settings = len(values.get("workers") or [1]) * len(values.get("input_pipeline") or [1])
+    runs = (1 if values.get("no_reference") else 2) * settings
+    images = (values["steps"] + warmup) * (values.get("batch_size") or d["batch_size"]) * runs
+    rate = E2E_MAX_IMAGES_PER_SEC["cuda" if kind == "cuda" else "cpu"]
+    if images / rate > E2E_MAX_SECONDS:
+        _refuse("steps", values["steps"], f"fewer steps, e.g. 50: {images:,} images in all would take at least "
+                f"{images / rate / 3600:,.1f} h even at {rate:,} images/s (faster than any {kind} machine), over "
+                f"the {E2E_MAX_SECONDS // 3600} h a benchmark may take (train longer with python -m "
+                "tutorial_lib.train)")
+
+
 def _first_line(path: Path) -> bytes:
     """The first non-blank line of a regular file (at most 1 MiB of it)."""
     with path.open("rb") as handle:
@@ -254,7 +286,7 @@ def _check_files(values: dict) -> None:
                                   "wrote, e.g. results/gpu_train.jsonl.")
     if out:
         path = Path(out).expanduser()
-        if any(Path(root) in path.absolute().parents for root in SYSTEM_FOLDERS if root != "/"):
+        if system_folder(path) is not None:
             _refuse("out", out, "a file of your own for the records, e.g. results/bench.jsonl (not the kernel's)")
         if path.exists() or path.is_symlink():
             if not path.exists():

@@ -48,7 +48,13 @@ Defaults depend on the device: tiny on a CPU, ResNet-50 / 224 px / batch 256 on 
 
 
 def _parse_list(text: str, kind=str) -> list:
-    return [kind(v) for v in str(text).replace(" ", "").split(",") if v]
+    """A comma list; an empty or repeated item is refused (``resnet18,,resnet18`` measured one model twice)."""
+    items = str(text).replace(" ", "").split(",")
+    values = [kind(v) for v in items if v]
+    if not all(items) or len(set(values)) < len(values):
+        raise argparse.ArgumentTypeError(f"{text[:60]!r} has an empty or repeated item. Fix: give each item "
+                                         "once, separated by single commas (e.g. resnet18,resnet50)")
+    return values
 
 
 def _width_height(text: str) -> tuple[int, int]:

@@ -7,12 +7,19 @@ of the steady-state windows and their range, the settings (data set, input pipel
 and the device. Steady state leaves out the first window of every epoch (loader start-up, and in
 the first epoch torch.compile's compilation and cuDNN's autotuning) and every window that ends at
 or before ``skip_steps``.
+
+A step line whose images/s is no measurement (not a number, not finite, zero or negative, or above
+:data:`MAX_IMAGES_PER_SEC`, which no machine reaches: 1e308 would make the median and range meaningless) is left
+out, never used: the record counts such lines (``rejected_events``) and a warning on stderr names the file and
+how many lines there were.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -26,6 +33,15 @@ SETTINGS = ("dataset", "input_pipeline", "arch", "precision", "channels_last", "
             "steps_per_epoch", "optimizer", "data_dir")
 ENV_KEYS = ("device", "device_name", "cpu_model", "cpus", "torch_threads", "hostname", "python", "torch",
             "torchvision", "pillow", "cuda", "driver")
+
+
+MAX_IMAGES_PER_SEC = 1e8  # ~80 ImageNet epochs a second: beyond the largest published runs (~1e6 images/s)
+
+
+def is_measured_rate(value) -> bool:
+    """Whether a step event's ``images_per_sec`` can be a measurement (see the module's docstring)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 < value <= MAX_IMAGES_PER_SEC)
 
 
 class RunSummaryError(ValueError):
@@ -68,10 +84,15 @@ def trainer_record(run_dir: str | os.PathLike, skip_steps: int = 0) -> dict:
         raise RunSummaryError(f"{metrics}: holds no event the trainer writes (garbled or another file). Fix: pass "
                               "the run directory of a training run")
     steps = [e for e in events if e.get("event") == "step" and "step" in e]
-    kept, dropped = steady_windows(steps, skip_steps)
+    measured = [e for e in steps if is_measured_rate(e.get("images_per_sec"))]
+    rejected = len(steps) - len(measured)
+    if rejected:
+        print(f"warning: {metrics}: {rejected} step line(s) with an images_per_sec that is no measurement (not a "
+              f"number in (0, {MAX_IMAGES_PER_SEC:g}]) were left out", file=sys.stderr)
+    kept, dropped = steady_windows(measured, skip_steps)
     record = {"kind": "trainer", "run": config.get("name", run_dir.name), "run_dir": str(run_dir),
               **{key: config.get(key) for key in SETTINGS}, "skip_steps": skip_steps,
-              "step_events": len(steps), "dropped_events": dropped, "steady_events": len(kept),
+              "step_events": len(steps), "rejected_events": rejected, "dropped_events": dropped, "steady_events": len(kept),
               "env": {key: config.get(key) for key in ENV_KEYS}, "timestamp": time.time()}
     if not kept:
         return {**record, "status": "skipped", "reason": f"{len(steps)} step events, none in the steady state "

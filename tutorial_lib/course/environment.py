@@ -200,12 +200,23 @@ def dataset_summary(data_dir: str | os.PathLike):
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
+MAX_SAMPLES = 64  # a grid to look at: 8 rows of 8; drawing each of 1,438 images took over 150 s
+
+
+def check_sample_count(n, name: str = "n") -> int:
+    """``n`` if it is a whole number of images from 1 to :data:`MAX_SAMPLES`, else ValueError (one line naming
+    ``name``)."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SAMPLES:
+        raise ValueError(f"{name}: must be a whole number of images from 1 to {MAX_SAMPLES} (a grid to look at), "
+                         f"got {str(n)[:40]}. Fix: e.g. {name}=16")
+    return n
+
+
 def sample_images(data_dir: str | os.PathLike, n: int = 16, split: str = "train", seed: int = 0) -> list[tuple]:
     """``n`` (path, class name) pairs drawn at random (reproducibly, by ``seed``) from one split."""
     from tutorial_lib.engine.input.folders import check_imagefolder
 
-    if n < 1:
-        raise ValueError(f"n: must be at least 1, got {n}")
+    check_sample_count(n)
     folder = check_imagefolder(data_dir) / split
     pool = [(path, d.name) for d in sorted(folder.iterdir()) if d.is_dir() for path in _images_in(d)]
     if not pool:

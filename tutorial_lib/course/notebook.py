@@ -147,8 +147,16 @@ def parameter_problem(default, value) -> str | None:
     return None if isinstance(value, type(default)) else f"must be a {type(default).__name__}, got {shown}"
 
 
+def _parameters_cell(notebook: Path) -> str:
+    cells = json.loads(Path(notebook).read_text())["cells"]
+    return next(("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])), "")
+
+
 def declared_parameters(notebook: Path) -> list[str]:
     """The names a notebook's ``parameters`` cell assigns, in order (what papermill may set)."""
-    cells = json.loads(Path(notebook).read_text())["cells"]
-    return assigned_names(next(("".join(c["source"]) for c in cells
-                                if "parameters" in c.get("metadata", {}).get("tags", [])), ""))
+    return assigned_names(_parameters_cell(notebook))
+
+
+def parameter_defaults(notebook: Path) -> dict:
+    """Each parameter's default in a notebook's ``parameters`` cell (what :func:`parameter_problem` compares with)."""
+    return _literals(_parameters_cell(notebook))

@@ -42,6 +42,31 @@ def check_parameter_names(params: dict, where: str = "parameters") -> None:
                          + ". Fix: use a name from a notebook's parameters cell (nothing was run).")
 
 
+def check_parameter_values(params: dict, to_run: list[Path]) -> None:
+    """Refuse, before anything runs, a parameter value that a notebook about to run would fail on: of another
+    kind than its default (:func:`parameter_problem`, the check each notebook makes of papermill's values), a
+    training setting that :func:`validate` refuses (a GPU assumed: the notebooks adapt to the machine), or a
+    sample grid too large to draw (:func:`check_sample_count`). One line naming the parameter."""
+    from tutorial_lib.course.environment import check_sample_count
+    from tutorial_lib.course.notebook import parameter_defaults, parameter_problem
+    from tutorial_lib.engine.config import ConfigError, TrainConfig, make_config, validate
+
+    for notebook in to_run:
+        defaults = parameter_defaults(notebook)
+        for name, value in params.items():
+            problem = parameter_problem(defaults[name], value) if name in defaults else None
+            if problem:
+                raise SystemExit(f"error: parameters: {name} {problem} ({notebook.name}). Fix: e.g. -p {name} "
+                                 f"{defaults[name]!r} (nothing was run).")
+    fields = {name: value for name, value in params.items() if name in TrainConfig.__dataclass_fields__}
+    try:
+        validate(make_config(fields.pop("profile", None), **fields), check_paths=False, cuda_available=True)
+        if "n_samples" in params:
+            check_sample_count(params["n_samples"], "n_samples")
+    except (ConfigError, ValueError) as exc:
+        raise SystemExit(f"error: parameters: {exc} (nothing was run)") from None
+
+
 def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None, only: list[str] | None = None,
                kernel: str | None = None, progress: bool = True) -> Path:
     """Execute the notebooks headless with papermill into ``out``; write and return SUMMARY.md.
@@ -56,9 +81,11 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
     import papermill
 
     check_parameter_names(params or {})
-    if only is not None and not notebooks(only):
+    if only is not None and (not only or not all(only) or not notebooks(only)):  # '' starts every name
         raise SystemExit(f"error: --only: no notebook's name starts with {', '.join(map(repr, only)) or 'nothing'} "
-                         "(nothing was run). Fix: give number prefixes such as 00 03.")
+                         "alone (nothing was run). Fix: give number prefixes such as 00 03, or leave --only out to "
+                         "run them all.")
+    check_parameter_values(params or {}, notebooks(only))
     out = check_output_folder(out)
     os.environ[SUMMARY_ENV] = str(out / "summary")
     timings: dict[str, float] = {}

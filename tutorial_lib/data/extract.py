@@ -46,13 +46,20 @@ def member_name(member: tarfile.TarInfo, archive: str) -> str:
 def class_archive_name(member: tarfile.TarInfo, archive: str) -> str:
     """The name of a class archive in the training archive (``n01440764.tar``), checked: a regular file named
     ``<class>.tar`` at the top of the archive, the class a plain folder name; PrepareError naming the member
-    otherwise (``../x.tar`` would become class ``x``, ``.ipynb_checkpoints.tar`` a hidden folder)."""
+    otherwise (``../x.tar`` would become class ``x``, ``.ipynb_checkpoints.tar`` a hidden folder, ``-rf.tar`` a
+    class that a command would read as an option). A folder member (but the archive's own ``./``) is refused
+    too: one named ``n01530575.tar`` was skipped without a word."""
+    if member.isdir() and member.name.rstrip("/") not in (".", ""):
+        raise PrepareError(f"SOURCE: {archive} holds the folder {member.name[:200]!r}, where only class archives "
+                           "(<class>.tar files) belong; nothing was extracted. Fix: pass the original ImageNet "
+                           "archives.")
     name = member_name(member, archive)
     stem = name[:-len(".tar")] if name.endswith(".tar") else ""
-    if member.name.removeprefix("./") != name or not stem or not is_class_folder(stem):
-        raise PrepareError(f"SOURCE: {archive} holds {member.name!r}, which is not a class archive (<class>.tar at "
-                           "the top of the archive, the class a plain folder name); nothing was extracted. Fix: pass "
-                           "the original ImageNet archives.")
+    if (member.name.removeprefix("./") != name or not stem or not is_class_folder(stem)
+            or stem.startswith("-")):
+        raise PrepareError(f"SOURCE: {archive} holds {member.name[:200]!r}, which is not a class archive (<class>.tar "
+                           "at the top of the archive, the class a plain folder name not starting with '-'); nothing "
+                           "was extracted. Fix: pass the original ImageNet archives.")
     return name
 
 

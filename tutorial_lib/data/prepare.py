@@ -157,10 +157,10 @@ def plan(found: Source, dest: Path) -> dict:
     if found.form == "folders":
         return {}
     if found.form == "archives":
-        members = [m for m in _listing(found.train) if not m.isdir()]
-        top_skipped = sum(is_system_file(m.name) for m in members)
-        members = [m for m in members if not is_system_file(m.name)]
-        names = [class_archive_name(m, str(found.train)) for m in members]
+        members = [m for m in _listing(found.train) if not (m.isdir() and m.name.rstrip("/") in (".", ""))]
+        top_skipped = sum(is_system_file(m.name.rstrip("/")) for m in members)  # __MACOSX/ too
+        members = [m for m in members if not is_system_file(m.name.rstrip("/"))]
+        names = [class_archive_name(m, str(found.train)) for m in members]  # refuses any other folder
         check_unique(names, str(found.train))
         classes = sorted(Path(n).stem for n in names)
         val = [m for m in _listing(found.val) if not m.isdir()]

@@ -261,16 +261,21 @@ def _check_keys(values: dict, source: str) -> None:
 
 def load_yaml(path: str | os.PathLike) -> dict:
     """Read a YAML mapping of config fields; errors name the file."""
+    if not os.fspath(path):  # Path('') is the working directory: an empty --config is no file
+        raise ConfigError("config: an empty path was given. Fix: pass the path of a YAML file, or leave --config out.")
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist. Fix: pass the path of a YAML file.")
+        raise ConfigError(f"config: file {shorten(str(path))} does not exist. Fix: pass the path of a YAML file.")
     try:
-        data = read_yaml(path, "--config") or {}
+        data = read_yaml(path, "--config")
     except YamlFileError as exc:
         raise ConfigError(str(exc)) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of field: value pairs. Fix: write one setting a "
-                          "line, such as epochs: 3 (python -m tutorial_lib.train --help lists them).")
+    if data is None:  # an empty file (or only comments): no settings
+        data = {}
+    if not isinstance(data, dict):  # [] or 0 too: no falsy value stands for "no settings"
+        raise ConfigError(f"config: file {shorten(str(path))} must hold a mapping of field: value pairs, not "
+                          f"{type(data).__name__} {shorten(data)}. Fix: write one setting a line, such as epochs: 3 "
+                          "(python -m tutorial_lib.train --help lists them).")
     _check_keys(data, str(path))
     return data
 
@@ -284,8 +289,9 @@ def make_config(profile: str | None = None, yaml_path: str | None = None, **over
     The result is not yet validated against the machine; call :func:`validate`.
     """
     _check_keys(overrides, "overrides")
-    file_values = load_yaml(yaml_path) if yaml_path else {}
-    profile = profile or file_values.get("profile") or overrides.get("profile") or "smoke"
+    file_values = load_yaml(yaml_path) if yaml_path is not None else {}
+    given = [p for p in (profile, file_values.get("profile"), overrides.get("profile")) if p is not None]
+    profile = given[0] if given else "smoke"  # '' is no profile: refused below, never read as "the default"
     if not isinstance(profile, str) or profile not in PROFILES:
         raise ConfigError(
             f"profile: unknown profile {shorten(profile)}. Fix: use one of {', '.join(PROFILES)}."
@@ -308,7 +314,7 @@ def validate_name(value: str, what: str = "name") -> str:
     return value
 
 
-def _check_type(name: str, value) -> None:
+def check_type(name: str, value) -> None:
     """Refuse a value of the wrong type (a TrainConfig built directly or with dataclasses.replace)."""
     kind = _field_type(name)
     if name in AUTO_INT_FIELDS and value == AUTO:
@@ -333,7 +339,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     only on the cluster). ``cuda_available`` defaults to asking torch.
     """
     for f in dataclasses.fields(TrainConfig):
-        _check_type(f.name, getattr(cfg, f.name))
+        check_type(f.name, getattr(cfg, f.name))
     validate_name(cfg.name)
     check_numbers(cfg)
     for key, allowed in field_choices().items():

@@ -48,6 +48,7 @@ def check_resume(checkpoint: dict, cfg, facts: dict, run_dir) -> dict:
     ``facts`` are measured values that are part of the recipe too (``world_size``, ``num_classes``), compared
     with those the checkpoint recorded (a checkpoint without them is compared on the configuration alone)."""
     defaults = dataclasses.asdict(type(cfg)())
+    check_recorded_config(checkpoint.get("config") or {}, defaults, run_dir)
     safe, refused = recipe_changes(checkpoint.get("config") or {}, cfg.to_dict(), defaults)
     for key, value in facts.items():
         if checkpoint.get(key) is not None and checkpoint[key] != value:
@@ -60,6 +61,23 @@ def check_resume(checkpoint: dict, cfg, facts: dict, run_dir) -> dict:
             f"start this one over (jobs.submit(..., fresh=True), or python -m tutorial_lib.rundir fresh {run_dir})")
     check_plan_length(checkpoint.get("progress") or {}, cfg.epochs, run_dir)
     return safe
+
+
+def check_recorded_config(recorded: dict, defaults: dict, run_dir) -> None:
+    """ConfigError when a checkpoint's ``config`` holds a field of a type the trainer never writes (``epochs: 'x'``
+    was compared as a safe change, "epochs x -> 3", and resumed): its recipe cannot be trusted."""
+    from tutorial_lib.engine.config import check_type
+
+    for key, value in recorded.items():
+        if key not in defaults:  # a field of another version: recipe_changes compares only today's fields
+            continue
+        try:
+            check_type(key, value)
+        except ConfigError:
+            raise ConfigError(
+                f"checkpoint: {run_dir}/checkpoint.pt holds config.{key} = {shorten(value)}, a value the trainer "
+                f"never writes, so its recipe cannot be compared and nothing was loaded. Fix: start this run over "
+                f"(python -m tutorial_lib.rundir fresh {run_dir}) or restore the checkpoint the trainer wrote") from None
 
 
 def check_plan_length(progress: dict, epochs: int, run_dir) -> None:

@@ -110,6 +110,14 @@ def check_stage_to(cfg) -> None:
 SYSTEM_FOLDERS = ("/", "/proc", "/sys", "/dev")  # never an index_dir: the root itself, or the kernel's trees
 
 
+def system_folder(path) -> str | None:
+    """Which of :data:`SYSTEM_FOLDERS` ``path`` (resolved) is or lies under ('/' only for the root itself): the
+    kernel's trees accept no files even from root, whose write permission ``os.access`` always grants."""
+    target = Path(os.path.realpath(os.path.expanduser(os.fspath(path))))  # no error on a link loop
+    return next((root for root in SYSTEM_FOLDERS if target == Path(root) or Path(root) in target.parents
+                 and root != "/"), None)
+
+
 def check_index_dir(cfg) -> None:
     """index_dir: an absolute folder outside data_dir (nothing is ever written into the data folders)."""
     if "\n" in cfg.index_dir or not os.path.isabs(cfg.index_dir):
@@ -120,8 +128,7 @@ def check_index_dir(cfg) -> None:
     if not there.is_dir():  # /dev/null, a file: the index's folder could never be made ("File exists")
         fail("index_dir", f"{shorten(cfg.index_dir)} cannot be a folder: {shorten(str(there))} exists and is not one",
              "give a folder (or a path where one can be made), or leave index_dir empty")
-    system = next((root for root in SYSTEM_FOLDERS if target == Path(root) or Path(root) in target.parents
-                   and root != "/"), None)
+    system = system_folder(target)
     if system is not None:  # the file system's root, or a kernel's (nothing can be written there, or should be)
         fail("index_dir", f"{shorten(cfg.index_dir)} is {'the root folder' if system == '/' else f'under {system}'}, "
              "where no cache belongs", "give a cache folder of your own, e.g. ~/.cache/tutorial, or leave it empty")

@@ -83,7 +83,8 @@ class Site:
     def resolve(self, partition=None, account=None) -> tuple:
         """``(partition, account)`` of a job: the ``submit`` arguments where given, else the site's (the time
         limit has its own rule: :func:`job_time`)."""
-        return partition or self.partition, account or self.account
+        return (self.partition if partition is None else partition,  # [] or 0 is checked as given, never dropped
+                self.account if account is None else account)
 
     def to_dict(self) -> dict:
         """The settings that are set, as the ``site:`` block would hold them."""

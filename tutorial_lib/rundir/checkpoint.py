@@ -131,8 +131,10 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict | None:
     return load_weights_only(path, map_location)
 
 
-_PARTS = {"model": dict, "optimizer": dict, "scaler": dict, "progress": dict}
-_OPTIONAL = {"scheduler": dict, "config": dict, "rng": list, "world_size": int, "num_classes": int}
+# rng: every rank's random state, which an exact resume continues (a checkpoint without it would resume silently
+# with other random crops and another data order)
+_PARTS = {"model": dict, "optimizer": dict, "scaler": dict, "progress": dict, "rng": list}
+_OPTIONAL = {"scheduler": dict, "config": dict, "world_size": int, "num_classes": int}
 _COUNTS = ("epoch", "step_in_epoch", "global_step")
 
 
@@ -149,6 +151,10 @@ def check_checkpoint(state, path: str | os.PathLike, progress_fields) -> dict:
     for key, kind in {**_PARTS, **_OPTIONAL}.items():
         if (key in _PARTS or state.get(key) is not None) and not isinstance(state.get(key), kind):
             refuse(f"holds {key} as {type(state.get(key)).__name__}, not {kind.__name__}")
+    ranks = state.get("world_size") or max(1, len(state["rng"]))  # the trainer saves one state per rank
+    if len(state["rng"]) != ranks or not all(isinstance(rank, dict) for rank in state["rng"]):
+        refuse(f"holds the random state of {len(state['rng'])} rank(s) for a run of {ranks}, so the resume could "
+               "not be exact")
     progress = state["progress"]
     unknown = [key for key in progress if key not in progress_fields]
     if unknown or not all(isinstance(progress.get(k), int) and not isinstance(progress.get(k), bool)
