@@ -92,7 +92,8 @@ def trainer_record(run_dir: str | os.PathLike, skip_steps: int = 0) -> dict:
     kept, dropped = steady_windows(measured, skip_steps)
     record = {"kind": "trainer", "run": config.get("name", run_dir.name), "run_dir": str(run_dir),
               **{key: config.get(key) for key in SETTINGS}, "skip_steps": skip_steps,
-              "step_events": len(steps), "rejected_events": rejected, "dropped_events": dropped, "steady_events": len(kept),
+              "step_events": len(steps), "rejected_events": rejected, "dropped_events": dropped,
+              "steady_events": len(kept),
               "env": {key: config.get(key) for key in ENV_KEYS}, "timestamp": time.time()}
     if not kept:
         return {**record, "status": "skipped", "reason": f"{len(steps)} step events, none in the steady state "

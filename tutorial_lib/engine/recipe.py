@@ -77,7 +77,8 @@ def check_recorded_config(recorded: dict, defaults: dict, run_dir) -> None:
             raise ConfigError(
                 f"checkpoint: {run_dir}/checkpoint.pt holds config.{key} = {shorten(value)}, a value the trainer "
                 f"never writes, so its recipe cannot be compared and nothing was loaded. Fix: start this run over "
-                f"(python -m tutorial_lib.rundir fresh {run_dir}) or restore the checkpoint the trainer wrote") from None
+                f"(python -m tutorial_lib.rundir fresh {run_dir}) or restore the checkpoint the trainer wrote"
+            ) from None
 
 
 def check_plan_length(progress: dict, epochs: int, run_dir) -> None:
