@@ -773,12 +773,13 @@ def test_a_notebook_parameter_is_checked_by_the_first_cell_and_the_plan(which, v
 
 
 def test_a_bad_parameter_in_a_real_papermill_run_is_one_line(tmp_path):
-    """One real papermill run of notebook 00 with a parameter of the wrong type: the course runner ends with one
-    line naming the notebook and the parameter (exit 1: a notebook failed), no traceback."""
+    """A parameter of the wrong kind for notebook 00: the course runner refuses it before papermill starts (the same
+    check the notebook's first cell makes, :func:`check_injected_parameters`) in one line naming the notebook and
+    the parameter (exit 2), no traceback, nothing written."""
     from tutorial_lib.course import main
 
     status, err = _main_status(main, ["--only", "00", "-p", "image_size", "-4", "--out", str(tmp_path / "out")])
-    assert status == 1 and "Traceback" not in err, err[-2000:]
+    assert status == 2 and "Traceback" not in err and not (tmp_path / "out").exists(), err[-2000:]
     line, = [line for line in err.splitlines() if line.startswith("error: ")]
     assert "00_setup" in line and "image_size" in line and "Fix" in line, line
 

@@ -460,7 +460,7 @@ def test_a_checkpoints_progress_out_of_its_range_is_refused_before_use(progress,
     """``best_top1=nan`` and ``epoch=10**30`` were accepted by the checkpoint check (the independent re-run)."""
     from tutorial_lib.rundir.checkpoint import CheckpointError, check_checkpoint
 
-    good = {"model": {}, "optimizer": {}, "scaler": {}, "progress": {"epoch": 1, "step_in_epoch": 0,
+    good = {"model": {}, "optimizer": {}, "scaler": {}, "rng": [{}], "progress": {"epoch": 1, "step_in_epoch": 0,
                                                                      "global_step": 3, "best_top1": 50.0}}
     fields = ["epoch", "step_in_epoch", "global_step", "best_top1", "history", "epoch_tally"]
     assert check_checkpoint(good, tmp_path / "c.pt", fields) is good

@@ -150,5 +150,5 @@ def test_sample_grid_titles_images_with_their_class(tmp_path):
     # reproducible: the same seed draws the same images; n is capped by the images there are
     assert environment.sample_images(tmp_path, 6, seed=1) == environment.sample_images(tmp_path, 6, seed=1)
     assert len(environment.sample_images(tmp_path, 50)) == 8
-    with pytest.raises(ValueError, match="at least 1"):
+    with pytest.raises(ValueError, match="from 1 to 64"):
         environment.sample_images(tmp_path, 0)

@@ -48,10 +48,11 @@ Defaults depend on the device: tiny on a CPU, ResNet-50 / 224 px / batch 256 on 
 
 
 def _parse_list(text: str, kind=str) -> list:
-    """A comma list; an empty or repeated item is refused (``resnet18,,resnet18`` measured one model twice)."""
+    """A comma list; an empty or repeated item is refused (``resnet18,,resnet18`` measured one model twice). An empty
+    text is an empty list, which :func:`tutorial_lib.bench.arguments.check_arguments` refuses naming the choices."""
     items = str(text).replace(" ", "").split(",")
     values = [kind(v) for v in items if v]
-    if not all(items) or len(set(values)) < len(values):
+    if (values and not all(items)) or len(set(values)) < len(values):
         raise argparse.ArgumentTypeError(f"{text[:60]!r} has an empty or repeated item. Fix: give each item "
                                          "once, separated by single commas (e.g. resnet18,resnet50)")
     return values
