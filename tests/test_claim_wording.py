@@ -66,6 +66,35 @@ def test_no_claim_that_decides_nothing_carries_a_ratio(spread):
                 assert not RATIO.search(clause), claim
 
 
+def _two_runs(one_rank: tuple, two_ranks: tuple):
+    """06's study frame of two CPU-rank runs, each with its per-epoch speeds (the first epoch already left out)."""
+    from tutorial_lib.analyses import study
+
+    return study.collect([{"name": f"r{n}", "gpus": n, "nodes": 1, "global_batch": 32 * n, "images_per_sec":
+                           sum(rates) / len(rates), "images_per_sec_low": min(rates), "images_per_sec_high": max(rates),
+                           "epoch_rates": rates, "epochs_measured": len(rates), "on_gpu": False}
+                          for n, rates in ((1, one_rank), (2, two_ranks))])
+
+
+def test_the_closing_table_decides_the_speed_up_as_the_sentence_does():
+    """06: the sentence under the figure said "not distinguishable" (2 epochs per run) while the closing table
+    headlined "speed-up 1.14 (1.09-1.20), efficiency 57.0%": both now take verdicts.scaling_verdict's decision."""
+    from tutorial_lib.analyses import study
+
+    thin = _two_runs((165.0, 172.0), (190.0, 200.0))  # ranges apart, but two epochs per run rank nothing
+    said = study.scaling_claim(thin, load=(1.0, 1.0, 1.0))
+    numbers = study.speedup_numbers(thin)
+    assert said.verdict == NOT_DISTINGUISHABLE, said.sentence
+    for label, value in numbers.items():
+        assert isinstance(value, str) and value.startswith(NOT_DISTINGUISHABLE), (label, value)
+        assert "2 epochs measured per run" in value
+    assert list(study.results_table(thin)["efficiency (%)"]) == ["100.0", NOT_DISTINGUISHABLE]
+    ranked = _two_runs((165.0, 170.0, 172.0), (300.0, 310.0, 320.0))
+    assert study.scaling_claim(ranked, load=(1.0, 1.0, 1.0)).verdict == "faster"
+    speedup = next(v for k, v in study.speedup_numbers(ranked).items() if k.startswith("measured speed-up"))
+    assert isinstance(speedup, Spread) and speedup.low > 1, speedup
+
+
 def test_a_tied_fastest_setting_that_overlaps_fp32_is_not_called_faster():
     """01: bf16 separates from fp32, bf16 +channels_last ties with bf16 but overlaps fp32 as well."""
     said = claims.fastest_setting([train("fp32", FP32), train("bf16", BF16), train("bf16", BF16_CL, True)])

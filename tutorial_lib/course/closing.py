@@ -147,14 +147,7 @@ def scaling_study(runs: list, results, plan, scale_over: str, imagenet_epochs: f
         numbers[f"{ranks}: {imagenet_epochs} ImageNet epochs projected from {basis} (h)"] = \
             round(row["time_to_train_s"] / 3600, 1)
         numbers[f"{ranks}: final top-1 (%)"] = round(row["top1"], 1)
-    if len(results) > 1:  # a speed-up only where two runs were measured, with the range their epochs allow
-        smallest, largest = results.iloc[0], results.iloc[-1]
-        numbers[f"throughput efficiency, {unit} = {largest['gpus']} (%)"] = Spread(
-            100 * largest["efficiency"], 100 * largest["efficiency_low"], 100 * largest["efficiency_high"])
-        numbers[f"measured speed-up, {unit} = {smallest['gpus']} -> {largest['gpus']}"] = Spread(
-            largest["images_per_sec"] / smallest["images_per_sec"],
-            largest["images_per_sec_low"] / smallest["images_per_sec_high"],
-            largest["images_per_sec_high"] / smallest["images_per_sec_low"])
+    numbers.update(study.speedup_numbers(results))  # decided as the sentence under the figure decides
     if plan.extras["not_measured"]:
         numbers[f"not measured ({scale_over})"] = str(plan.extras["not_measured"])
     top_gpus = projection.index[-1]
