@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hypothesis import given
 from test_claim_reversal import GENERATED, loader, overlapping, train
+from test_markdown_claims import notebook_sentences
 
 from tutorial_lib.bench.timing import Spread
 from tutorial_lib.text import claims, pipeline_claims, verdicts
@@ -166,3 +167,27 @@ def test_a_cause_in_a_printed_sentence_is_worded_as_likely():
     above = verdicts.projection_flat([100.0], 64, 6.0, 139.2, 2, unit="CPU ranks", measured_range=(139.2, 139.2))
     assert "share its CPU cores" not in above.sentence and "slowed the smaller run" in above.sentence
     assert "one epoch per run measured: no range" in above.sentence
+
+
+# a markdown sentence that explains this run's numbers by a cause: worded as a possibility (markdown is not chosen
+# by code from the numbers, so it cannot state what they show)
+EXPLAINS_RESULT = re.compile(r"\b(the efficiency|the speed-up|the throughput|img/s)\b.*\b(measures?|shows?|reflects?)"
+                             r"\b.*\b(shared|sharing|compet\w*|cores)\b|" + CAUSE.pattern, re.IGNORECASE)
+MEASURED_QUANTITY = re.compile(r"\b(efficiency|speed-up|img/s)\b", re.IGNORECASE)
+HEDGED = ("not measured here", "measured by", "likely", " can ", " may ", " might ", " could ")
+
+
+def causes_stated_as_fact(texts: dict[str, list[str]]) -> list[str]:
+    """The sentences with a clause (split at ':' and ';') that explains a measured number by a cause unhedged."""
+    return [f"{where}: {sentence[:120]}" for where, found in texts.items() for sentence in found
+            if any(MEASURED_QUANTITY.search(clause) and EXPLAINS_RESULT.search(clause)
+                   and not any(words in f" {clause} " for words in HEDGED) for clause in re.split(r"[:;]", sentence))]
+
+
+def test_no_markdown_cell_states_the_cause_of_a_measured_number_as_fact():
+    """06 cell 13 said "the efficiency measures shared cores as much as the method" of a run nothing timed apart."""
+    found = causes_stated_as_fact(notebook_sentences())
+    assert not found, "markdown that states a cause of this run's numbers as fact:\n" + "\n".join(found)
+    planted = {"06": ["On two cores the all-reduce runs on the cores that compute, so the efficiency measures shared "
+                      "cores as much as the method."]}
+    assert causes_stated_as_fact(planted) == [f"06: {planted['06'][0][:120]}"]
