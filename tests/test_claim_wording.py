@@ -96,6 +96,25 @@ def test_the_closing_table_decides_the_speed_up_as_the_sentence_does():
     assert isinstance(speedup, Spread) and speedup.low > 1, speedup
 
 
+def test_the_matmul_share_of_an_undecided_fastest_setting_is_a_range_not_its_headline():
+    """01: "44% of the matmul rate" for "the fastest setting's step" right after "not distinguishable here": the
+    step is named as fastest_setting decided it, and its share is the range its rounds allow."""
+    from tutorial_lib.analyses import precision
+
+    def record(prec: str, cl: bool, spread: Spread) -> dict:
+        return {**train(prec, spread, cl), "achieved_tflops": spread.median * 2e-3, "matmul_tflops": 0.4}
+
+    records = [record("fp32", False, FP32), record("fp32", True, Spread(72.0, 50.0, 90.0))]
+    fastest = claims.fastest_setting(records)
+    said = claims.matmul_yardstick(**precision.best_step_yardstick(records, fastest))
+    assert fastest.verdict == NOT_DISTINGUISHABLE and said.verdict == "ceiling", (fastest, said)
+    assert "fastest setting's step" not in said.sentence and "the step with the highest median" in said.sentence
+    assert "between 25% and 45% of the matmul rate" in said.sentence, said.sentence
+    ranked = [record("fp32", False, FP32), record("bf16", False, BF16)]
+    decided = claims.matmul_yardstick(**precision.best_step_yardstick(ranked, claims.fastest_setting(ranked)))
+    assert "the fastest setting's step (bf16)" in decided.sentence, decided.sentence
+
+
 def test_a_tied_fastest_setting_that_overlaps_fp32_is_not_called_faster():
     """01: bf16 separates from fp32, bf16 +channels_last ties with bf16 but overlaps fp32 as well."""
     said = claims.fastest_setting([train("fp32", FP32), train("bf16", BF16), train("bf16", BF16_CL, True)])

@@ -31,14 +31,17 @@ def mixed_precision(records: list[dict], trained: list[str], accuracy, figure, c
     """01: the settings measured and skipped, every speed (median and range), the matmul yardstick where it is
     a ceiling, and each training job's top-1 (one run per precision)."""
     from tutorial_lib.bench import rounds
+    from tutorial_lib.bench.timing import Spread
 
     ok = [r for r in records if r.get("status") == "ok"]
     numbers = {"settings measured": len(ok), "settings skipped": len(records) - len(ok), **rounds.speeds(records)}
     if ok:  # the share only where the matmul rate is a ceiling (the step stayed below it)
         best = max(ok, key=lambda r: r["images_per_sec"])
         numbers["matmul TFLOP/s"] = best["matmul_tflops"]
-        if best.get("fraction_of_matmul") is not None:
-            numbers["best median's share of matmul rate"] = best["fraction_of_matmul"]
+        if best.get("fraction_of_matmul") is not None:  # with the range its rounds allow, as the sentence gives it
+            share, rate = best["fraction_of_matmul"], best["images_per_sec"]
+            numbers["highest median's share of matmul rate (range over its rounds)"] = Spread(
+                share, *(share * best.get(f"images_per_sec_{end}", rate) / rate for end in ("low", "high")))
     numbers.update({f"top-1 {p} (%), one run": top1 for p, top1 in zip(trained, accuracy["top1"], strict=True)})
     return summarize("01_mixed_precision", numbers, figures={"throughput_memory": figure}, claims=claims)
 
