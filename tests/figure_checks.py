@@ -6,7 +6,8 @@
 * a legend covers plotted data (lines, markers, error bars, bars, a table) of any panel;
 * a line runs outside its axes' limits, or lies along the axes' edge (within 2 px or 2% of the axis) where the
   spine hides it or it reads as the axis;
-* two lines coincide over their whole length, or over a stretch of it (:data:`STRETCH_PX` or more: 04's schedules
+* two lines coincide over their whole length, or over a stretch of it (:data:`STRETCH_PX` or more along x; a
+  shared vertical drop or the pixels around a point where two lines meet are no stretch: 04's schedules
   with and without warmup after the warmup, its runs' top-5 at 100%), and either the lower one is not drawn wider
   and paler than the upper one, or nothing in the panel (title, legend, text) says "same values";
 * a panel shows an axis but plots nothing, without a message in it, or with numeric ticks of nothing;

@@ -94,3 +94,22 @@ def test_two_runs_with_the_same_values_are_both_seen_and_named():
     assert "03-group-1w on 03-group-2w" in loss.get_title()
     widths = sorted(line.get_linewidth() for line in loss.lines)
     assert widths[-1] >= widths[0] + 1.5
+
+
+def test_lines_that_only_meet_at_a_point_are_not_marked():
+    """06's measured efficiency leaves the ideal line at the smallest run, and 04's step schedules drop at the same
+    epoch: they meet at a point (or share a vertical drop), no stretch, so no "coincide in part" in the title."""
+    from tutorial_lib.figures import readable
+
+    fig, (efficiency, steps) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    efficiency.plot([1, 2], [1.0, 1.0], "--", label="ideal")
+    efficiency.plot([1, 2], [1.0, 0.4], "o-", label="measured")
+    efficiency.set_ylim(0, 1.1)
+    epochs = [0, 30, 30, 60, 60, 90]
+    steps.plot(epochs, [0.1, 0.1, 0.01, 0.01, 0.001, 0.001], label="batch 256")
+    steps.plot(epochs, [0.4, 0.4, 0.04, 0.04, 0.004, 0.004], label="batch 1024")
+    steps.set_yscale("log")
+    for ax in (efficiency, steps):
+        assert readable.mark_coinciding(ax) == [] and "coincide" not in ax.get_title(), ax.get_title()
+    assert not problems(fig, "meeting lines")
+    plt.close("all")

@@ -15,7 +15,7 @@ INSIDE = ("upper right", "upper left", "lower right", "lower left", "center righ
           "upper center", "lower center")
 SAME_VALUES = "same values"  # the words that mark coinciding lines in a title
 STEP_PX = 2.0  # data lines are sampled every STEP_PX display pixels for overlap checks
-STRETCH_PX = 10.0  # lines sharing a stretch this long hide each other there (crossing lines share a few pixels)
+STRETCH_PX = 10.0  # lines sharing a stretch this long along x hide each other there (crossing lines share a few pixels)
 MARK_STRETCH_PX = STRETCH_PX - 2 * STEP_PX  # marked from a little less: sampling can shorten a stretch by two steps
 
 
@@ -95,22 +95,24 @@ def _display_xy(line) -> np.ndarray:
 
 
 def _longest_shared_px(under: np.ndarray, over: np.ndarray, tolerance_px: float) -> float:
-    """The longest stretch of ``under``'s stroke (display pixels along it) within ``tolerance_px`` of ``over``'s
-    stroke, both sampled every :data:`STEP_PX` pixels."""
-    samples, targets = sample_polyline(under), sample_polyline(over)
+    """The longest stretch of ``under``'s stroke (display pixels along it, sampled every :data:`STEP_PX`) within
+    ``tolerance_px`` of ``over``'s stroke, sampled every quarter pixel (a k-d tree: the distance is off by an eighth
+    of a pixel at most). Measured that closely, two lines that only meet at a point (06's measured efficiency
+    leaving the ideal line at the smallest run) share a few pixels there, never a stretch."""
+    from scipy.spatial import cKDTree
+
+    samples, targets = sample_polyline(under), sample_polyline(over, step=0.25)
     if len(samples) < 2 or not len(targets):
         return 0.0
-    near = np.zeros(len(samples), bool)
-    for chunk in range(0, len(samples), 512):  # bounded memory for long schedules
-        part = samples[chunk:chunk + 512]
-        gaps = np.hypot(part[:, None, 0] - targets[None, :, 0], part[:, None, 1] - targets[None, :, 1])
-        near[chunk:chunk + 512] = gaps.min(axis=1) <= tolerance_px + STEP_PX / 2
-    return longest_stretch(samples, near)
+    distance, _ = cKDTree(targets).query(samples, distance_upper_bound=tolerance_px + 0.125)
+    return longest_stretch(samples, np.isfinite(distance))
 
 
 def longest_stretch(samples: np.ndarray, marked: np.ndarray) -> float:
-    """The longest run of consecutive ``marked`` points along the polyline ``samples`` (display pixels along it)."""
-    steps = np.hypot(*np.diff(samples, axis=0).T)
+    """The longest run of consecutive ``marked`` points along the polyline ``samples``, measured along the x axis
+    (display pixels): two step schedules that drop at the same epoch share the vertical drop, and lines that meet
+    at a point share its neighbourhood, neither of which is a stretch over which one line hides the other."""
+    steps = np.abs(np.diff(samples[:, 0]))
     longest = run = 0.0
     for both, step in zip(marked[:-1] & marked[1:], steps, strict=True):
         run = run + step if both else 0.0
