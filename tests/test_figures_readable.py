@@ -63,6 +63,12 @@ def test_the_checks_catch_each_kind_of_defect():
     ax.set_xlabel("epoch")
     ax.set_xlim(0.5, 1.5)
     assert any("shows fractions" in p for p in problems(fig2, "one epoch", epochs=1))
+    fig4, ax = plt.subplots(figsize=(15, 3))  # 07's projections: 6.5 pt at 15 inches; 04's monitor: 8-line titles
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("\n".join(["a title line"] * 9))
+    ax.text(0.1, 0.8, "tiny", fontsize=6.5)
+    found = "\n".join(problems(fig4, "crowded titles"))
+    assert "which it squeezes" in found and "'tiny' is 6 px high in a notebook" in found, found
     fig3, ax = plt.subplots()  # two schedules that meet after a warmup: the same values over a stretch
     ax.plot(range(10), [0.1, 0.5, 1, 1, 1, 1, 0.1, 0.1, 0.1, 0.1], label="warmup")
     ax.plot(range(10), [1, 1, 1, 1, 1, 1, 0.1, 0.1, 0.1, 0.1], label="no warmup")

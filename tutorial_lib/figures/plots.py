@@ -48,6 +48,9 @@ def _runs(jobs, event: str) -> list[tuple[str, pd.DataFrame]]:
     return runs
 
 
+LONG_NOTE = 90  # characters: a longer note on coinciding lines would squeeze a panel without its own legend
+
+
 def _finish(ax, xlabel: str, ylabel: str, title: str, empty_note: str = "waiting for metrics...",
             legend: bool = True) -> None:
     """Labels and title; lines drawn on top of each other marked (:func:`readable.mark_coinciding`); the legend
@@ -60,7 +63,7 @@ def _finish(ax, xlabel: str, ylabel: str, title: str, empty_note: str = "waiting
     if not has_data(ax):
         say_empty(ax, empty_note)
         return
-    mark_coinciding(ax)
+    mark_coinciding(ax, named_at_most=None if legend else LONG_NOTE)  # without a legend, the caller's names them
     if legend:
         place_legend(ax, fontsize="small")
 
