@@ -119,3 +119,20 @@ def test_lines_that_only_meet_at_a_point_are_not_marked():
         assert readable.mark_coinciding(ax) == [] and "coincide" not in ax.get_title(), ax.get_title()
     assert not problems(fig, "meeting lines")
     plt.close("all")
+
+
+def test_a_run_without_an_epoch_is_named_in_its_panel():
+    """04's LARS figure was drawn with the two SGD runs only, saying nothing of the LARS run (unfinished)."""
+    from types import SimpleNamespace
+
+    from tutorial_lib.figures import plots
+
+    def job(name: str, frame, state: str):
+        return SimpleNamespace(name=name, state=state, metrics=lambda event: frame[frame["event"] == event])
+
+    started = run_events(1, [50.0]).iloc[:1]  # the start event only
+    ax = plots.plot_accuracy([job("04-warmup1-batch_size256", run_events(4, [50.0, 80.0, 90.0, 93.0]), "COMPLETED"),
+                              job("04-lars", started, "RUNNING")])
+    assert "not drawn, no epoch logged: 04-lars, RUNNING" in " ".join(ax.get_title().split()), ax.get_title()
+    assert not problems(ax.figure, "LARS missing", 4)
+    plt.close("all")

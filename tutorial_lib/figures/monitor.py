@@ -271,7 +271,8 @@ def draw_jobs(fig, runs: dict[str, pd.DataFrame], table: pd.DataFrame, ended: bo
     waiting = "waiting for metrics..."
     plots.plot_throughput(runs, axes[0][0], empty_note="no step logged" if ended else waiting, legend=False)
     plots.plot_loss(runs, axes[0][1], empty_note="no step logged" if ended else waiting, legend=False)
-    plots.plot_accuracy(runs, axes[1][0], empty_note="no epoch finished" if ended else waiting, legend=False)
+    plots.plot_accuracy(runs, axes[1][0], empty_note="no epoch finished" if ended else waiting, legend=False,
+                       name_missing=False)
     _draw_table(axes[1][1], table)
     handles = {}
     for ax in axes.flat[:3]:

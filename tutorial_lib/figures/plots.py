@@ -131,15 +131,18 @@ def epoch_axis(ax, epochs: int) -> None:
 
 
 def plot_accuracy(jobs, ax=None, empty_note: str = "waiting for metrics...", legend: bool = True,
-                  title: str = "Accuracy (top-1 solid, top-5 dashed)"):
+                  title: str = "Accuracy (top-1 solid, top-5 dashed)", name_missing: bool = True):
     """Validation top-1 (solid) and top-5 (dashed) accuracy against the epoch, one colour per run.
 
     The epoch axis spans the planned epochs (from the runs' ``start`` events when given), so a single
-    epoch is a point at 1 of N, not a point on an axis zoomed to nothing."""
+    epoch is a point at 1 of N, not a point on an axis zoomed to nothing. ``name_missing``: a run without an
+    epoch (unfinished, failed, cancelled) is named in the panel with its state where the job has one (04's LARS
+    figure drew SGD only and said nothing); the live monitor, whose table shows every job's state, passes False."""
     ax = _axes(ax)
-    last_epoch = 0
+    last_epoch, missing = 0, []
     for index, (label, frame) in enumerate(_runs(jobs, "epoch")):
         if not len(frame) or "top1" not in frame.columns:
+            missing.append(label)
             continue
         color = run_color(index)
         ax.plot(frame["epoch"], frame["top1"], marker="o", color=color, label=f"{label} top-1")
@@ -150,6 +153,11 @@ def plot_accuracy(jobs, ax=None, empty_note: str = "waiting for metrics...", leg
         planned = [frame["epochs"].max() for _, frame in _runs(jobs, "start") if "epochs" in frame.columns]
         epoch_axis(ax, max([last_epoch] + [int(n) for n in planned if pd.notna(n)]))
     _finish(ax, "epoch", "validation accuracy (%)", title, empty_note, legend)
+    if name_missing and missing and has_data(ax):
+        states = {} if isinstance(jobs, Mapping) else {getattr(j, "name", ""): getattr(j, "state", None)
+                                                       for j in (jobs if isinstance(jobs, Sequence) else [jobs])}
+        add_note(ax, "(not drawn, no epoch logged: " + ", ".join(
+            label + (f", {states[label]}" if states.get(label) else "") for label in missing) + ")")
     return ax
 
 
