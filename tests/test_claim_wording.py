@@ -115,6 +115,27 @@ def test_the_matmul_share_of_an_undecided_fastest_setting_is_a_range_not_its_hea
     assert "the fastest setting's step (bf16)" in decided.sentence, decided.sentence
 
 
+def test_04s_closing_table_shows_batches_as_counts_and_times_the_sweep_without_lars(monkeypatch):
+    """04 printed "batch 256.0" (a column with an empty cell turns to floats) and "sweep + LARS" as the sweep's
+    time."""
+    import pandas as pd
+
+    from tutorial_lib.analyses import analysis
+    from tutorial_lib.course import closing
+
+    table = pd.DataFrame({"recipe": ["SGD, no warmup", "SGD, no warmup"], "global_batch": [16.0, 256.0],
+                          "top1": [95.0, 80.0]})
+    versus = pd.DataFrame({"optimizer": ["sgd", "lars"], "global_batch": [256.0, 256.0], "top1": [80.0, 93.0]})
+    times = pd.DataFrame({"optimizer": ["sgd", "sgd", "lars"], "train_time_s": [10.0, 20.0, 40.0]})
+    monkeypatch.setattr(analysis, "final_accuracy", lambda jobs: times)
+    monkeypatch.setattr(analysis, "outcome", lambda job: claims.Claim("training", "learns", "it learns"))
+    shown = closing.large_batches(table, versus, [object()] * 3, figures={}, claims=[])
+    labels = " | ".join(shown.index)
+    assert ".0," not in labels and "batch 256, one run" in labels, labels
+    assert shown.loc["sweep train time (s, sum of epochs)", "value"] in (30, "30"), shown
+    assert shown.loc["LARS train time (s, sum of epochs)", "value"] in (40, "40"), shown
+
+
 def test_a_tied_fastest_setting_that_overlaps_fp32_is_not_called_faster():
     """01: bf16 separates from fp32, bf16 +channels_last ties with bf16 but overlaps fp32 as well."""
     said = claims.fastest_setting([train("fp32", FP32), train("bf16", BF16), train("bf16", BF16_CL, True)])
