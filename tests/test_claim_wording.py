@@ -136,6 +136,19 @@ def test_04s_closing_table_shows_batches_as_counts_and_times_the_sweep_without_l
     assert shown.loc["LARS train time (s, sum of epochs)", "value"] in (40, "40"), shown
 
 
+def test_ranges_that_print_as_touching_are_not_called_distinct():
+    """07: bus bandwidth ranges printed to 3 decimals that touch ("0.010-0.013" and "0.013-0.016") were ranked
+    by their unrounded ends, while ranges that touch exactly are not distinguishable."""
+    def row(hier: tuple, flat: tuple) -> dict:
+        return {"rate_mbit": 1000, "bytes": 2**16, "hierarchical": Spread(hier[1], hier[0], hier[2], hier),
+                "flat": Spread(flat[1], flat[0], flat[2], flat)}
+
+    touching = verdicts.hierarchical_vs_flat([row((0.0101, 0.0115, 0.0131), (0.0132, 0.0150, 0.0160))])
+    assert touching.verdict == NOT_DISTINGUISHABLE and "(0.010-0.013) vs 0.015 (0.013-0.016)" in touching.sentence
+    apart = verdicts.hierarchical_vs_flat([row((0.0101, 0.0115, 0.0124), (0.0136, 0.0150, 0.0160))])
+    assert apart.verdict == "loses", apart.sentence
+
+
 def test_a_tied_fastest_setting_that_overlaps_fp32_is_not_called_faster():
     """01: bf16 separates from fp32, bf16 +channels_last ties with bf16 but overlaps fp32 as well."""
     said = claims.fastest_setting([train("fp32", FP32), train("bf16", BF16), train("bf16", BF16_CL, True)])

@@ -236,7 +236,8 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
     verdicts, largest, parts = [], [], []
     for rate in sorted({r["rate_mbit"] for r in rows}):
         here = sorted((r for r in rows if r["rate_mbit"] == rate), key=lambda r: r["bytes"])
-        kinds = [NOT_DISTINGUISHABLE if _too_few_rounds(r["hierarchical"], r["flat"]) else
+        kinds = [NOT_DISTINGUISHABLE if _too_few_rounds(r["hierarchical"], r["flat"])
+                 or not _apart_as_printed(r["hierarchical"], r["flat"], 3) else
                  ratio_verdict(r["hierarchical"], r["flat"], "wins", "loses") for r in here]
         verdicts += kinds
         largest.append(kinds[-1])
@@ -269,6 +270,14 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
 
 
 MIN_ROUNDS_TO_RANK = 3  # a range of two values is too thin to rank two settings (a chosen rule)
+
+
+def _apart_as_printed(a: Spread, b: Spread, digits: int) -> bool:
+    """Whether the two ranges stay apart as the sentence prints them (``digits`` decimals): ranges that print as
+    touching or overlapping ("0.010-0.013" and "0.013-0.016") are not called distinct, however their unrounded
+    ends fall, so the reader's check of the printed numbers and the verdict agree."""
+    return distinguishable(Spread(a.median, round(a.low, digits), round(a.high, digits)),
+                           Spread(b.median, round(b.low, digits), round(b.high, digits)))
 
 
 def _too_few_rounds(*spreads) -> bool:
