@@ -244,3 +244,22 @@ def test_no_markdown_cell_states_the_cause_of_a_measured_number_as_fact():
     planted = {"06": ["On two cores the all-reduce runs on the cores that compute, so the efficiency measures shared "
                       "cores as much as the method."]}
     assert causes_stated_as_fact(planted) == [f"06: {planted['06'][0][:120]}"]
+
+
+def test_a_value_shown_in_several_places_has_one_rounding():
+    """01 showed one speed as 0.7, 0.714 and (a bar label) "1"; 02 one cost as 0.7 (0.5-0.8) and 0.717
+    (0.516-0.751): a sentence, SUMMARY.md's table and a bar label round a value the same way."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tutorial_lib.course.summary import plain
+    from tutorial_lib.figures import plots
+
+    spread = Spread(0.717, 0.516, 0.751)
+    assert spread.text() == plain(spread) == "0.717 (0.516-0.751)"
+    assert FP32.text() == "70.0 (66.3-74.8)"  # speeds above 10 keep their one decimal
+    ax = plots.plot_bars(["bf16"], [0.714], "images/s")
+    assert ax.get_xticklabels()[0].get_text() == "bf16\n0.714"
+    plt.close("all")

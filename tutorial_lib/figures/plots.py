@@ -247,14 +247,19 @@ def plot_efficiency(gpus: Sequence[int], efficiency: Sequence[float], ax=None, l
 
 
 def plot_bars(labels: Sequence[str], values: Sequence[float], ylabel: str, ax=None, title: str = "",
-              fmt: str = "{:,.0f}", ranges: Sequence[tuple[float, float]] | None = None):
-    """A bar per value (e.g. throughput per precision); ``ylabel`` should carry the unit.
+              fmt: str | None = None, ranges: Sequence[tuple[float, float]] | None = None):
+    """A bar per value (e.g. throughput per precision); ``ylabel`` should carry the unit. ``fmt``: the values'
+    format, by default the rounding every printed Spread uses (:func:`tutorial_lib.bench.timing.significant_decimals`:
+    01 labelled a bar of 0.714 img/s "1").
 
     ``ranges`` (low, high) per bar draws the spread of repeated measurements as a black whisker. Each bar's
     value is written under its name, below the axis, where no whisker or line can cross it.
     """
     ax = _axes(ax)
-    names = [f"{label}\n{fmt.format(value)}" for label, value in zip(labels, values, strict=True)]
+    from tutorial_lib.bench.timing import significant_decimals
+
+    names = [f"{label}\n{fmt.format(value) if fmt else f'{value:,.{significant_decimals(value)}f}'}"
+             for label, value in zip(labels, values, strict=True)]
     ax.bar(names, list(values), color=[f"C{i}" for i in range(len(values))])
     if ranges:
         _whiskers(ax, names, list(values), ranges, "black")
