@@ -6,11 +6,13 @@
 * a legend covers plotted data (lines, markers, error bars, bars, a table) of any panel;
 * a line runs outside its axes' limits, or lies along the axes' edge (within 2 px or 2% of the axis) where the
   spine hides it or it reads as the axis;
-* two lines coincide over their whole length, or over a stretch of it (:data:`STRETCH_PX` or more: 04's schedules
+* two lines coincide over their whole length, or over a stretch of it (:data:`STRETCH_PX` or more along x; a
+  shared vertical drop or the pixels around a point where two lines meet are no stretch: 04's schedules
   with and without warmup after the warmup, its runs' top-5 at 100%), and either the lower one is not drawn wider
   and paler than the upper one, or nothing in the panel (title, legend, text) says "same values";
 * a panel shows an axis but plots nothing, without a message in it, or with numeric ticks of nothing;
-* an epoch axis (x label "epoch") shows a fractional epoch or reaches past the epochs the figure is of.
+* an epoch axis (x label "epoch") shows a fractional epoch or reaches past the epochs the figure is of;
+* a panel's title takes more than 60% of its height, or a text is smaller than :data:`SMALLEST_PX` on screen.
 
 Written apart from :mod:`tutorial_lib.figures.readable` on purpose (only its polyline geometry is shared): a
 check that shared the drawing code's idea of "data" could not catch that idea being wrong.
@@ -26,6 +28,9 @@ from tutorial_lib.figures.readable import fill_box, longest_stretch, sample_poly
 
 SAME = ("same values", "coincid", "identical")
 NEAR_PX = 1.5  # two strokes closer than this (display pixels) lie on top of each other
+TITLE_SHARE = 0.6  # a panel title taller than this share of its panel squeezes it (04's monitor: 67%, 124%)
+NOTEBOOK_PX = 1000  # display pixels of a notebook's output column (JupyterLab on a 1280-pixel-wide screen)
+SMALLEST_PX = 7.5  # the smallest text height read on screen (matplotlib's "small" at 15 inches: 7.7)
 STRETCH_PX = 10.0  # a shared stretch this long hides a line there (two lines that cross share a few pixels only)
 
 
@@ -119,7 +124,7 @@ def problems(fig, name: str, epochs: int | None = None) -> list[str]:
         hits = _inside(legend.get_window_extent(renderer), everything)
         if hits:
             found.append(f"{name}: the figure's legend covers plotted data ({hits} points)")
-    return found + _titles(fig, name, renderer)
+    return found + _titles(fig, name, renderer) + _text_sizes(fig, name)
 
 
 def _titles(fig, name: str, renderer) -> list[str]:
@@ -132,12 +137,33 @@ def _titles(fig, name: str, renderer) -> list[str]:
     for text, box in boxes:
         if box.x0 < page.x0 - 2 or box.x1 > page.x1 + 2 or box.y1 > page.y1 + 2:
             found.append(f"{name}: the title {text!r} runs off the figure")
+    for ax in (ax for ax in fig.axes if ax.get_visible() and ax.axison and ax.get_title()):
+        title, panel = ax.title.get_window_extent(renderer).height, ax.get_window_extent(renderer).height
+        if title > TITLE_SHARE * panel:
+            found.append(f"{name}: the title {ax.get_title().splitlines()[0]!r} ({ax.get_title().count(chr(10)) + 1} "
+                         f"lines) is {title / panel:.0%} of its panel's height, which it squeezes")
     for i, (text, box) in enumerate(boxes):
         for other, other_box in boxes[i + 1:]:
             if box.overlaps(other_box) and min(box.x1, other_box.x1) - max(box.x0, other_box.x0) > 2 \
                     and min(box.y1, other_box.y1) - max(box.y0, other_box.y0) > 2:
                 found.append(f"{name}: the titles {text!r} and {other!r} overlap")
     return found
+
+
+def _text_sizes(fig, name: str) -> list[str]:
+    """Every text of the figure at least :data:`SMALLEST_PX` high on screen, where a figure wider than a notebook's
+    column (:data:`NOTEBOOK_PX` at 100 dpi) is shown scaled down to it (07's 15-inch figure's 6.5 pt legend read at
+    about 5 px)."""
+    from matplotlib.text import Text
+
+    scale = min(1.0, NOTEBOOK_PX / (fig.get_figwidth() * 100))
+    small = {}
+    for text in fig.findobj(Text):
+        shown = text.get_fontsize() * 100 / 72 * scale
+        if text.get_visible() and text.get_text().strip() and shown < SMALLEST_PX:
+            small.setdefault(round(shown, 1), text.get_text().splitlines()[0][:30])
+    return [f"{name}: text {words!r} is {px:g} px high in a notebook (under {SMALLEST_PX} px: too small to read)"
+            for px, words in sorted(small.items())]
 
 
 def _tick_labels_apart(ax, where: str, renderer) -> list[str]:

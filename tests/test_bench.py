@@ -294,3 +294,19 @@ def test_a_training_job_is_compared_with_the_benchmark_of_its_own_setting():
     assert precision.benchmark_record(records, "bf16", {**gpu_job, "compile": "default"})["images_per_sec"] == 3080.5
     assert precision.benchmark_record(records, "bf16", {})["images_per_sec"] == 2499.1  # not started: plain
     assert precision.benchmark_record(records, "fp32", {}) is None
+
+
+def test_a_half_precision_step_on_a_cpu_says_whether_it_was_emulated(monkeypatch):
+    """02 trained its bf16 model on a CPU without bf16 instructions and printed its speed without saying so."""
+    from tutorial_lib.bench import records
+
+    record = {"kind": "train", "status": "ok", "arch": "resnet18", "precision": "bf16", "channels_last": False,
+              "compile": "none", "batch_size": 32, "image_size": 32, "device": "cpu", "images_per_sec": 100.0,
+              "achieved_tflops": 0.1, "matmul_tflops": 0.5, "fraction_of_matmul": 0.2,
+              "training_memory_bytes": 2**20, "peak_memory_bytes": 2**21}
+    monkeypatch.setattr(records, "_cpu_has_bf16", lambda: False)
+    assert "bf16 on this CPU is emulated" in records.describe(record), records.describe(record)
+    monkeypatch.setattr(records, "_cpu_has_bf16", lambda: True)
+    assert "it has bf16 instructions" in records.describe(record)
+    assert "emulated" not in records.describe({**record, "precision": "fp32"})
+    assert "emulated" not in records.describe({**record, "device": "cuda:0"})

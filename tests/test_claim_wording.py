@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hypothesis import given
 from test_claim_reversal import GENERATED, loader, overlapping, train
+from test_markdown_claims import notebook_sentences
 
 from tutorial_lib.bench.timing import Spread
 from tutorial_lib.text import claims, pipeline_claims, verdicts
@@ -64,6 +65,88 @@ def test_no_claim_that_decides_nothing_carries_a_ratio(spread):
         if claim.verdict == NOT_DISTINGUISHABLE:  # what it leaves undecided carries no ratio (a decided part may)
             for clause in undecided_clauses(claim.sentence):
                 assert not RATIO.search(clause), claim
+
+
+def _two_runs(one_rank: tuple, two_ranks: tuple):
+    """06's study frame of two CPU-rank runs, each with its per-epoch speeds (the first epoch already left out)."""
+    from tutorial_lib.analyses import study
+
+    return study.collect([{"name": f"r{n}", "gpus": n, "nodes": 1, "global_batch": 32 * n, "images_per_sec":
+                           sum(rates) / len(rates), "images_per_sec_low": min(rates), "images_per_sec_high": max(rates),
+                           "epoch_rates": rates, "epochs_measured": len(rates), "on_gpu": False}
+                          for n, rates in ((1, one_rank), (2, two_ranks))])
+
+
+def test_the_closing_table_decides_the_speed_up_as_the_sentence_does():
+    """06: the sentence under the figure said "not distinguishable" (2 epochs per run) while the closing table
+    headlined "speed-up 1.14 (1.09-1.20), efficiency 57.0%": both now take verdicts.scaling_verdict's decision."""
+    from tutorial_lib.analyses import study
+
+    thin = _two_runs((165.0, 172.0), (190.0, 200.0))  # ranges apart, but two epochs per run rank nothing
+    said = study.scaling_claim(thin, load=(1.0, 1.0, 1.0))
+    numbers = study.speedup_numbers(thin)
+    assert said.verdict == NOT_DISTINGUISHABLE, said.sentence
+    for label, value in numbers.items():
+        assert isinstance(value, str) and value.startswith(NOT_DISTINGUISHABLE), (label, value)
+        assert "2 epochs measured per run" in value
+    assert list(study.results_table(thin)["efficiency (%)"]) == ["100.0", NOT_DISTINGUISHABLE]
+    ranked = _two_runs((165.0, 170.0, 172.0), (300.0, 310.0, 320.0))
+    assert study.scaling_claim(ranked, load=(1.0, 1.0, 1.0)).verdict == "faster"
+    speedup = next(v for k, v in study.speedup_numbers(ranked).items() if k.startswith("measured speed-up"))
+    assert isinstance(speedup, Spread) and speedup.low > 1, speedup
+
+
+def test_the_matmul_share_of_an_undecided_fastest_setting_is_a_range_not_its_headline():
+    """01: "44% of the matmul rate" for "the fastest setting's step" right after "not distinguishable here": the
+    step is named as fastest_setting decided it, and its share is the range its rounds allow."""
+    from tutorial_lib.analyses import precision
+
+    def record(prec: str, cl: bool, spread: Spread) -> dict:
+        return {**train(prec, spread, cl), "achieved_tflops": spread.median * 2e-3, "matmul_tflops": 0.4}
+
+    records = [record("fp32", False, FP32), record("fp32", True, Spread(72.0, 50.0, 90.0))]
+    fastest = claims.fastest_setting(records)
+    said = claims.matmul_yardstick(**precision.best_step_yardstick(records, fastest))
+    assert fastest.verdict == NOT_DISTINGUISHABLE and said.verdict == "ceiling", (fastest, said)
+    assert "fastest setting's step" not in said.sentence and "the step with the highest median" in said.sentence
+    assert "between 25% and 45% of the matmul rate" in said.sentence, said.sentence
+    ranked = [record("fp32", False, FP32), record("bf16", False, BF16)]
+    decided = claims.matmul_yardstick(**precision.best_step_yardstick(ranked, claims.fastest_setting(ranked)))
+    assert "the fastest setting's step (bf16)" in decided.sentence, decided.sentence
+
+
+def test_04s_closing_table_shows_batches_as_counts_and_times_the_sweep_without_lars(monkeypatch):
+    """04 printed "batch 256.0" (a column with an empty cell turns to floats) and "sweep + LARS" as the sweep's
+    time."""
+    import pandas as pd
+
+    from tutorial_lib.analyses import analysis
+    from tutorial_lib.course import closing
+
+    table = pd.DataFrame({"recipe": ["SGD, no warmup", "SGD, no warmup"], "global_batch": [16.0, 256.0],
+                          "top1": [95.0, 80.0]})
+    versus = pd.DataFrame({"optimizer": ["sgd", "lars"], "global_batch": [256.0, 256.0], "top1": [80.0, 93.0]})
+    times = pd.DataFrame({"optimizer": ["sgd", "sgd", "lars"], "train_time_s": [10.0, 20.0, 40.0]})
+    monkeypatch.setattr(analysis, "final_accuracy", lambda jobs: times)
+    monkeypatch.setattr(analysis, "outcome", lambda job: claims.Claim("training", "learns", "it learns"))
+    shown = closing.large_batches(table, versus, [object()] * 3, figures={}, claims=[])
+    labels = " | ".join(shown.index)
+    assert ".0," not in labels and "batch 256, one run" in labels, labels
+    assert shown.loc["sweep train time (s, sum of epochs)", "value"] in (30, "30"), shown
+    assert shown.loc["LARS train time (s, sum of epochs)", "value"] in (40, "40"), shown
+
+
+def test_ranges_that_print_as_touching_are_not_called_distinct():
+    """07: bus bandwidth ranges printed to 3 decimals that touch ("0.010-0.013" and "0.013-0.016") were ranked
+    by their unrounded ends, while ranges that touch exactly are not distinguishable."""
+    def row(hier: tuple, flat: tuple) -> dict:
+        return {"rate_mbit": 1000, "bytes": 2**16, "hierarchical": Spread(hier[1], hier[0], hier[2], hier),
+                "flat": Spread(flat[1], flat[0], flat[2], flat)}
+
+    touching = verdicts.hierarchical_vs_flat([row((0.0101, 0.0115, 0.0131), (0.0132, 0.0150, 0.0160))])
+    assert touching.verdict == NOT_DISTINGUISHABLE and "(0.010-0.013) vs 0.015 (0.013-0.016)" in touching.sentence
+    apart = verdicts.hierarchical_vs_flat([row((0.0101, 0.0115, 0.0124), (0.0136, 0.0150, 0.0160))])
+    assert apart.verdict == "loses", apart.sentence
 
 
 def test_a_tied_fastest_setting_that_overlaps_fp32_is_not_called_faster():
@@ -137,3 +220,46 @@ def test_a_cause_in_a_printed_sentence_is_worded_as_likely():
     above = verdicts.projection_flat([100.0], 64, 6.0, 139.2, 2, unit="CPU ranks", measured_range=(139.2, 139.2))
     assert "share its CPU cores" not in above.sentence and "slowed the smaller run" in above.sentence
     assert "one epoch per run measured: no range" in above.sentence
+
+
+# a markdown sentence that explains this run's numbers by a cause: worded as a possibility (markdown is not chosen
+# by code from the numbers, so it cannot state what they show)
+EXPLAINS_RESULT = re.compile(r"\b(the efficiency|the speed-up|the throughput|img/s)\b.*\b(measures?|shows?|reflects?)"
+                             r"\b.*\b(shared|sharing|compet\w*|cores)\b|" + CAUSE.pattern, re.IGNORECASE)
+MEASURED_QUANTITY = re.compile(r"\b(efficiency|speed-up|img/s)\b", re.IGNORECASE)
+HEDGED = ("not measured here", "measured by", "likely", " can ", " may ", " might ", " could ")
+
+
+def causes_stated_as_fact(texts: dict[str, list[str]]) -> list[str]:
+    """The sentences with a clause (split at ':' and ';') that explains a measured number by a cause unhedged."""
+    return [f"{where}: {sentence[:120]}" for where, found in texts.items() for sentence in found
+            if any(MEASURED_QUANTITY.search(clause) and EXPLAINS_RESULT.search(clause)
+                   and not any(words in f" {clause} " for words in HEDGED) for clause in re.split(r"[:;]", sentence))]
+
+
+def test_no_markdown_cell_states_the_cause_of_a_measured_number_as_fact():
+    """06 cell 13 said "the efficiency measures shared cores as much as the method" of a run nothing timed apart."""
+    found = causes_stated_as_fact(notebook_sentences())
+    assert not found, "markdown that states a cause of this run's numbers as fact:\n" + "\n".join(found)
+    planted = {"06": ["On two cores the all-reduce runs on the cores that compute, so the efficiency measures shared "
+                      "cores as much as the method."]}
+    assert causes_stated_as_fact(planted) == [f"06: {planted['06'][0][:120]}"]
+
+
+def test_a_value_shown_in_several_places_has_one_rounding():
+    """01 showed one speed as 0.7, 0.714 and (a bar label) "1"; 02 one cost as 0.7 (0.5-0.8) and 0.717
+    (0.516-0.751): a sentence, SUMMARY.md's table and a bar label round a value the same way."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tutorial_lib.course.summary import plain
+    from tutorial_lib.figures import plots
+
+    spread = Spread(0.717, 0.516, 0.751)
+    assert spread.text() == plain(spread) == "0.717 (0.516-0.751)"
+    assert FP32.text() == "70.0 (66.3-74.8)"  # speeds above 10 keep their one decimal
+    ax = plots.plot_bars(["bf16"], [0.714], "images/s")
+    assert ax.get_xticklabels()[0].get_text() == "bf16\n0.714"
+    plt.close("all")

@@ -63,6 +63,12 @@ def test_the_checks_catch_each_kind_of_defect():
     ax.set_xlabel("epoch")
     ax.set_xlim(0.5, 1.5)
     assert any("shows fractions" in p for p in problems(fig2, "one epoch", epochs=1))
+    fig4, ax = plt.subplots(figsize=(15, 3))  # 07's projections: 6.5 pt at 15 inches; 04's monitor: 8-line titles
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("\n".join(["a title line"] * 9))
+    ax.text(0.1, 0.8, "tiny", fontsize=6.5)
+    found = "\n".join(problems(fig4, "crowded titles"))
+    assert "which it squeezes" in found and "'tiny' is 6 px high in a notebook" in found, found
     fig3, ax = plt.subplots()  # two schedules that meet after a warmup: the same values over a stretch
     ax.plot(range(10), [0.1, 0.5, 1, 1, 1, 1, 0.1, 0.1, 0.1, 0.1], label="warmup")
     ax.plot(range(10), [1, 1, 1, 1, 1, 1, 0.1, 0.1, 0.1, 0.1], label="no warmup")
@@ -94,3 +100,39 @@ def test_two_runs_with_the_same_values_are_both_seen_and_named():
     assert "03-group-1w on 03-group-2w" in loss.get_title()
     widths = sorted(line.get_linewidth() for line in loss.lines)
     assert widths[-1] >= widths[0] + 1.5
+
+
+def test_lines_that_only_meet_at_a_point_are_not_marked():
+    """06's measured efficiency leaves the ideal line at the smallest run, and 04's step schedules drop at the same
+    epoch: they meet at a point (or share a vertical drop), no stretch, so no "coincide in part" in the title."""
+    from tutorial_lib.figures import readable
+
+    fig, (efficiency, steps) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    efficiency.plot([1, 2], [1.0, 1.0], "--", label="ideal")
+    efficiency.plot([1, 2], [1.0, 0.4], "o-", label="measured")
+    efficiency.set_ylim(0, 1.1)
+    epochs = [0, 30, 30, 60, 60, 90]
+    steps.plot(epochs, [0.1, 0.1, 0.01, 0.01, 0.001, 0.001], label="batch 256")
+    steps.plot(epochs, [0.4, 0.4, 0.04, 0.04, 0.004, 0.004], label="batch 1024")
+    steps.set_yscale("log")
+    for ax in (efficiency, steps):
+        assert readable.mark_coinciding(ax) == [] and "coincide" not in ax.get_title(), ax.get_title()
+    assert not problems(fig, "meeting lines")
+    plt.close("all")
+
+
+def test_a_run_without_an_epoch_is_named_in_its_panel():
+    """04's LARS figure was drawn with the two SGD runs only, saying nothing of the LARS run (unfinished)."""
+    from types import SimpleNamespace
+
+    from tutorial_lib.figures import plots
+
+    def job(name: str, frame, state: str):
+        return SimpleNamespace(name=name, state=state, metrics=lambda event: frame[frame["event"] == event])
+
+    started = run_events(1, [50.0]).iloc[:1]  # the start event only
+    ax = plots.plot_accuracy([job("04-warmup1-batch_size256", run_events(4, [50.0, 80.0, 90.0, 93.0]), "COMPLETED"),
+                              job("04-lars", started, "RUNNING")])
+    assert "not drawn, no epoch logged: 04-lars, RUNNING" in " ".join(ax.get_title().split()), ax.get_title()
+    assert not problems(ax.figure, "LARS missing", 4)
+    plt.close("all")

@@ -313,6 +313,16 @@ def test_readable_log_drops_progress_bars_and_folds_stack_frames():
     assert batch_jobs.readable_log("") == ""
 
 
+def test_readable_log_drops_the_halves_of_a_cut_progress_bar():
+    """05's log tail ended in a redraw's fragment: a bar's start with no count, and a count with no bar."""
+    raw = ("epoch 1/3: train loss 2.1\n"
+           "epoch 2/3:  45%|####5     \n"
+           "| 10/22 [00:02<00:03,  3.6it/s, img_s=240]\n"
+           " 11/22 [00:03<00:02\n"
+           "done\n")
+    assert batch_jobs.readable_log(raw).splitlines() == ["epoch 1/3: train loss 2.1", "done"]
+
+
 def test_readable_log_keeps_a_line_printed_into_a_progress_bar_redraw():
     """The fresh-clone 05 log: rank 0's 'epoch 2/3: ...' line landed inside a half-written tqdm redraw (stdout
     and stderr share the Slurm output file), and dropping the redraw dropped the epoch line with it."""

@@ -155,7 +155,7 @@ def draw_schedule(ranks: int, schedule: Sequence[Sequence[Transfer]], title: str
                 ax.add_patch(Rectangle((c, r), 1, CELL, facecolor=cmap(0.15 + 0.75 * held / ranks),
                                        edgecolor="black" if changed else "white",
                                        linewidth=1.4 if changed else 0.8))
-                ax.text(c + 0.5, r + CELL / 2, str(held), ha="center", va="center", fontsize=7,
+                ax.text(c + 0.5, r + CELL / 2, str(held), ha="center", va="center", fontsize=9,
                         color="white" if held > ranks / 2 else "black")
         if k > 0:
             step = schedule[k - 1]
@@ -170,19 +170,19 @@ def draw_schedule(ranks: int, schedule: Sequence[Sequence[Transfer]], title: str
         ax.set_xlim(-0.05, ranks + 0.05)
         ax.set_ylim(ranks, -0.05)
         ax.set_aspect("equal")
-        ax.set_xticks([c + 0.5 for c in range(ranks)], [str(c) for c in range(ranks)], fontsize=7)
-        ax.set_yticks([r + CELL / 2 for r in range(ranks)], [f"rank {r}" for r in range(ranks)], fontsize=7)
+        ax.set_xticks([c + 0.5 for c in range(ranks)], [str(c) for c in range(ranks)], fontsize=9)
+        ax.set_yticks([r + CELL / 2 for r in range(ranks)], [f"rank {r}" for r in range(ranks)], fontsize=9)
         ax.tick_params(length=0)
         ax.grid(False)
         for spine in ax.spines.values():
             spine.set_visible(False)
-        ax.set_title("start" if k == 0 else titles[k - 1], fontsize=8)
+        ax.set_title("start" if k == 0 else titles[k - 1], fontsize=10)
         if k == 0:
-            ax.set_xlabel("chunk", fontsize=7)
+            ax.set_xlabel("chunk", fontsize=9)
         else:
             ax.set_yticklabels([])
     fig = axes[0].figure
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle(title, fontsize=11)
     return fig
 
 

@@ -153,6 +153,9 @@ def wait_for_event(job, event: str = "step", timeout: float = 300, poll: float =
 
 _STACK_FRAME = re.compile(r"^frame #\d+: ")
 _PROGRESS_BAR = re.compile(r"\d{1,3}%\|.*\|\s*\d+/\d+")  # a tqdm redraw: "epoch 1/2:  50%|#####  | 5/10 [..]"
+# the two halves of a redraw cut apart by another write: "epoch 1/3:  25%|##5  " and "| 5/22 [00:01<00:04, 3.5it/s]"
+_BAR_START = re.compile(r"(?:\S+ \d+/\d+:)?\s*\d{1,3}%\|[^|]*\|?\s*$")
+_BAR_END = re.compile(r"^\s*\|?\s*\d+/\d+ \[[\d:?]+<[\d:?]*(,[^\]]*)?\]?\s*$")
 _BAR_FIELD = re.compile(r"\s*([\d:?]+<[\d:?]*|[\d.?]+(it/s|s/it)|\w+=\S*)\s*")  # elapsed<left, rate, key=value
 
 
@@ -173,7 +176,8 @@ def _after_progress_bar(line: str) -> str:
 
 
 def readable_log(text: str, tail: int | None = None) -> str:
-    """A job log made for reading: progress-bar redraws dropped (tqdm writes one per update; text
+    """A job log made for reading: progress-bar redraws dropped, also the halves of one cut apart by another
+    write (tqdm writes one per update; text
     read in Python's universal-newline mode turns each ``\\r`` into a line break) but a line printed into
     one kept, blank lines dropped,
     runs of C++ stack frames (``frame #3: ...``) folded into one line; the last ``tail`` lines if given.
@@ -192,6 +196,10 @@ def readable_log(text: str, tail: int | None = None) -> str:
             frames = 0
         if line and _PROGRESS_BAR.search(line):
             line = _after_progress_bar(line)
+        elif line and _BAR_END.match(line):
+            line = ""
+        elif line and _BAR_START.search(line):
+            line = line[:_BAR_START.search(line).start()].strip()
         if line:
             lines.append(line)
     if frames:

@@ -104,3 +104,23 @@ def training_runs(train_jobs: list, trained: list[str], records: list[dict], tol
     columns = ["run", "precision", "benchmark img/s", JOB_RATE, "epochs", "top1", "top5", "train_loss",
                "outcome", "state"]
     return table[columns], said
+
+
+def best_step_yardstick(records: list[dict], fastest) -> dict:
+    """The keyword arguments of :func:`tutorial_lib.text.claims.matmul_yardstick` for the setting with the
+    highest median, named as ``fastest`` (:func:`tutorial_lib.text.claims.fastest_setting`'s Claim) decided it:
+    "the fastest setting's step" only where that claim ranked one, else "the step with the highest median"
+    and that the fastest are not distinguishable; with the step's range over its rounds."""
+    from tutorial_lib.bench.records import setting_label
+    from tutorial_lib.text.claims import NOT_DISTINGUISHABLE
+
+    ok = [r for r in records if r.get("status") == "ok" and r.get("achieved_tflops")]
+    if not ok:
+        return {"achieved_tflops": None, "matmul_tflops": None}
+    best = max(ok, key=lambda r: r["images_per_sec"])
+    per_image = best["achieved_tflops"] / best["images_per_sec"]  # TFLOP/s per img/s: the step's FLOPs per image
+    what = (f"the step with the highest median ({setting_label(best)}; the fastest settings are {NOT_DISTINGUISHABLE})"
+            if fastest.verdict == NOT_DISTINGUISHABLE else f"the fastest setting's step ({setting_label(best)})")
+    return {"achieved_tflops": best["achieved_tflops"], "matmul_tflops": best["matmul_tflops"], "what": what,
+            "achieved_range": (per_image * best.get("images_per_sec_low", best["images_per_sec"]),
+                               per_image * best.get("images_per_sec_high", best["images_per_sec"]))}

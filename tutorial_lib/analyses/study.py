@@ -219,15 +219,21 @@ def single_run_note(results: pd.DataFrame) -> str:
 def results_table(results: pd.DataFrame) -> pd.DataFrame:
     """:func:`collect`'s runs as a notebook shows them: ranks (GPUs or CPU ranks), nodes, global batch, the
     throughput the study uses (time-weighted mean of the measured epochs) with the range of those epochs'
-    own rates, and the efficiency with the range those ranges allow. Column names say what each number is."""
-    unit = rank_unit(results)
+    own rates, and the efficiency with the range those ranges allow; a larger run that
+    :func:`tutorial_lib.text.verdicts.scaling_verdict` does not tell from the smallest shows its efficiency
+    range only, the efficiency column saying "not distinguishable here". Column names say what each number is."""
+    from tutorial_lib.text.verdicts import NOT_DISTINGUISHABLE, scaling_verdict
+
+    unit, spreads = rank_unit(results), _run_spreads(results)
+    efficiency = [f"{100 * eff:.1f}" if i == 0 or scaling_verdict(spreads[i][1], spreads[0][1])[0] !=
+                  NOT_DISTINGUISHABLE else NOT_DISTINGUISHABLE for i, eff in enumerate(results["efficiency"])]
     table = pd.DataFrame({
         "run": results["name"], unit: results["gpus"], "nodes": results["nodes"],
         "global batch": results["global_batch"],
         f"{throughput_label(results)} (one run)": results["images_per_sec"].round(1),
         "img/s per epoch: range": [f"{lo:.1f}-{hi:.1f}" for lo, hi in
                                    zip(results["images_per_sec_low"], results["images_per_sec_high"], strict=True)],
-        "efficiency (%)": (100 * results["efficiency"]).round(1),
+        "efficiency (%)": efficiency,
         "efficiency: range allowed (%)": [f"{100 * lo:.0f}-{100 * hi:.0f}" for lo, hi in
                                           zip(results["efficiency_low"], results["efficiency_high"], strict=True)],
     })
@@ -367,14 +373,42 @@ def scaling_claim(results: pd.DataFrame, load: tuple | None = None):
     """What the study measured, from :func:`collect`'s runs: each larger run's throughput against the smallest
     one's, with their per-epoch ranges (:func:`tutorial_lib.text.verdicts.measured_scaling`); ``load``: this
     machine's load averages (default: read now, as the runs have just ended)."""
-    from tutorial_lib.bench.timing import Spread
     from tutorial_lib.text import verdicts
 
-    runs = [(int(row["gpus"]), Spread(row["images_per_sec"], row["images_per_sec_low"], row["images_per_sec_high"],
+    return verdicts.measured_scaling(_run_spreads(results), rank_unit(results),
+                                     os.getloadavg() if load is None else load, os.cpu_count())
+
+
+def _run_spreads(results: pd.DataFrame) -> list:
+    """``(ranks, Spread of img/s)`` per run of :func:`collect`'s frame, the Spread its per-epoch range."""
+    from tutorial_lib.bench.timing import Spread
+
+    return [(int(row["gpus"]), Spread(row["images_per_sec"], row["images_per_sec_low"], row["images_per_sec_high"],
                                       tuple(row.get("epoch_rates", ()) or ())))
             for _, row in results.iterrows()]
-    return verdicts.measured_scaling(runs, rank_unit(results), os.getloadavg() if load is None else load,
-                                     os.cpu_count())
+
+
+def speedup_numbers(results: pd.DataFrame) -> dict:
+    """The closing table's efficiency and speed-up of the largest run against the smallest, decided as
+    :func:`scaling_claim` decides them (:func:`tutorial_lib.text.verdicts.scaling_verdict`): each a ratio with
+    the range the runs' epochs allow where that decision ranks the two runs, else "not distinguishable here"
+    with the reason (each run's median and range stand beside it in the table). Empty for fewer than two runs."""
+    from tutorial_lib.bench.timing import Spread
+    from tutorial_lib.text.verdicts import NOT_DISTINGUISHABLE, scaling_verdict
+
+    if len(results) < 2:
+        return {}
+    unit, smallest, largest = rank_unit(results), results.iloc[0], results.iloc[-1]
+    (_, base), (_, top) = _run_spreads(results)[0], _run_spreads(results)[-1]
+    verdict, why = scaling_verdict(top, base)
+    efficiency = f"throughput efficiency, {unit} = {largest['gpus']} (%)"
+    speedup = f"measured speed-up, {unit} = {smallest['gpus']} -> {largest['gpus']}"
+    if verdict == NOT_DISTINGUISHABLE:
+        said = NOT_DISTINGUISHABLE + (f" ({why})" if why else " (the runs' per-epoch ranges overlap)")
+        return {efficiency: said, speedup: said}
+    return {efficiency: Spread(100 * largest["efficiency"], 100 * largest["efficiency_low"],
+                               100 * largest["efficiency_high"]),
+            speedup: Spread(top.median / base.median, top.low / base.high, top.high / base.low)}
 
 
 def model_comparison_text(preset: str = "hal", details: bool = False) -> str:

@@ -51,6 +51,28 @@ def share_of_matmul(achieved_tflops: float, matmul_tflops: float) -> float | Non
     return achieved_tflops / matmul_tflops
 
 
+def _cpu_has_bf16() -> bool:
+    import torch
+
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def precision_note(record: dict) -> str:
+    """``"; ..."``: how a half-precision setting ran on a CPU, asked of torch (oneDNN's bf16 support and the CPU's
+    vector capability); empty on a GPU and for fp32/tf32. Without bf16 instructions torch computes bf16 by
+    converting to and from fp32, so that speed says nothing of a GPU's bf16 (02 trained its bf16 model so)."""
+    precision = record.get("precision")
+    if precision not in ("bf16", "fp16") or not str(record.get("device", "cpu")).startswith("cpu"):
+        return ""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    if precision == "bf16" and _cpu_has_bf16():
+        return f"; bf16 on this CPU: it has bf16 instructions ({capability}, as oneDNN reports)"
+    return (f"; {precision} on this CPU is emulated (no {precision} instructions: {capability}, as oneDNN reports; "
+            "computed through fp32), so this speed says nothing of a GPU's")
+
+
 def describe(record: dict) -> str:
     """One human line for a record."""
     kind, status = record.get("kind"), record.get("status")
@@ -74,7 +96,7 @@ def describe(record: dict) -> str:
         against = (f"of {record['matmul_tflops']:.2f} matmul" if share is not None else
                    f"above the {record['matmul_tflops']:.2f} matmul benchmark (no ceiling here)")
         return (f"{text}: {record['images_per_sec']:.1f} img/s, {memory_text(record)}, "
-                f"{record['achieved_tflops']:.3f} TFLOP/s {against}")
+                f"{record['achieved_tflops']:.3f} TFLOP/s {against}{precision_note(record)}")
     if kind == "data":
         read = f", {record['mb_per_sec']:.1f} MB/s" if record.get("mb_per_sec") is not None else ""
         return f"{text}: {record['images_per_sec']:.1f} img/s{read}"

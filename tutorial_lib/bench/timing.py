@@ -22,6 +22,7 @@ with :mod:`tutorial_lib.text.claims`.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from contextlib import contextmanager
@@ -58,9 +59,19 @@ class Spread:
         return cls(value, float(record.get(f"{key}_low", value)), float(record.get(f"{key}_high", value)),
                    tuple(record.get(f"{key}_samples", (value,))))
 
-    def text(self, digits: int = 1) -> str:
-        """``88.2 (80.1-95.0)``: median, then the range."""
+    def text(self, digits: int | None = None) -> str:
+        """``88.2 (80.1-95.0)``: median, then the range; ``digits`` decimals, by default those of
+        :func:`significant_decimals` for the median, the rounding every place that shows a Spread uses (01 showed
+        one speed as 0.7 and 0.714, 02 one cost as 0.7 (0.5-0.8) and 0.717 (0.516-0.751))."""
+        digits = significant_decimals(self.median) if digits is None else digits
         return f"{self.median:,.{digits}f} ({self.low:,.{digits}f}-{self.high:,.{digits}f})"
+
+
+def significant_decimals(value: float) -> int:
+    """Decimals that keep about three significant digits (at least one place below 100)."""
+    if not math.isfinite(value) or value == 0:
+        return 1
+    return max(1, 2 - int(math.floor(math.log10(abs(value)))))
 
 
 def distinguishable(a: Spread, b: Spread) -> bool:

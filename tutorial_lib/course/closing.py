@@ -31,14 +31,17 @@ def mixed_precision(records: list[dict], trained: list[str], accuracy, figure, c
     """01: the settings measured and skipped, every speed (median and range), the matmul yardstick where it is
     a ceiling, and each training job's top-1 (one run per precision)."""
     from tutorial_lib.bench import rounds
+    from tutorial_lib.bench.timing import Spread
 
     ok = [r for r in records if r.get("status") == "ok"]
     numbers = {"settings measured": len(ok), "settings skipped": len(records) - len(ok), **rounds.speeds(records)}
     if ok:  # the share only where the matmul rate is a ceiling (the step stayed below it)
         best = max(ok, key=lambda r: r["images_per_sec"])
         numbers["matmul TFLOP/s"] = best["matmul_tflops"]
-        if best.get("fraction_of_matmul") is not None:
-            numbers["best median's share of matmul rate"] = best["fraction_of_matmul"]
+        if best.get("fraction_of_matmul") is not None:  # with the range its rounds allow, as the sentence gives it
+            share, rate = best["fraction_of_matmul"], best["images_per_sec"]
+            numbers["highest median's share of matmul rate (range over its rounds)"] = Spread(
+                share, *(share * best.get(f"images_per_sec_{end}", rate) / rate for end in ("low", "high")))
     numbers.update({f"top-1 {p} (%), one run": top1 for p, top1 in zip(trained, accuracy["top1"], strict=True)})
     return summarize("01_mixed_precision", numbers, figures={"throughput_memory": figure}, claims=claims)
 
@@ -99,14 +102,18 @@ def large_batches(table, versus, all_jobs: list, figures: dict, claims) -> objec
     sweep's training time."""
     from tutorial_lib.analyses import analysis
 
-    numbers = {f"top-1 (%), {row.recipe}, batch {row.global_batch}, one run": round(row.top1, 1)
-               for row in table.itertuples()}
+    numbers = {f"top-1 (%), {row.recipe}, batch {int(row.global_batch)}, one run": round(row.top1, 1)
+               for row in table.itertuples()}  # a batch is a count: never "256.0" (a column with an empty cell)
     lars, sgd = versus[versus["optimizer"] == "lars"], versus[versus["optimizer"] != "lars"]
     if len(lars):
-        numbers[f"top-1 (%), LARS, batch {lars['global_batch'].iloc[0]}, one run"] = round(lars["top1"].iloc[0], 1)
+        numbers[f"top-1 (%), LARS, batch {int(lars['global_batch'].iloc[0])}, one run"] = round(lars["top1"].iloc[0], 1)
     if len(sgd):
-        numbers[f"highest SGD top-1 (%), batch {sgd['global_batch'].iloc[0]}"] = round(sgd["top1"].max(), 1)
-    numbers["sweep + LARS train time (s, sum of epochs)"] = round(analysis.final_accuracy(all_jobs).train_time_s.sum())
+        numbers[f"highest SGD top-1 (%), batch {int(sgd['global_batch'].iloc[0])}"] = round(sgd["top1"].max(), 1)
+    times = analysis.final_accuracy(all_jobs)
+    is_lars = times["optimizer"] == "lars"  # the sweep is SGD only: LARS's time is its own line
+    numbers["sweep train time (s, sum of epochs)"] = round(times.train_time_s[~is_lars].sum())
+    if is_lars.any():
+        numbers["LARS train time (s, sum of epochs)"] = round(times.train_time_s[is_lars].sum())
     outcomes = [analysis.outcome(job) for job in all_jobs]
     return summarize("04_large_batches", numbers, figures=figures, claims=[*claims, *outcomes])
 
@@ -147,14 +154,7 @@ def scaling_study(runs: list, results, plan, scale_over: str, imagenet_epochs: f
         numbers[f"{ranks}: {imagenet_epochs} ImageNet epochs projected from {basis} (h)"] = \
             round(row["time_to_train_s"] / 3600, 1)
         numbers[f"{ranks}: final top-1 (%)"] = round(row["top1"], 1)
-    if len(results) > 1:  # a speed-up only where two runs were measured, with the range their epochs allow
-        smallest, largest = results.iloc[0], results.iloc[-1]
-        numbers[f"throughput efficiency, {unit} = {largest['gpus']} (%)"] = Spread(
-            100 * largest["efficiency"], 100 * largest["efficiency_low"], 100 * largest["efficiency_high"])
-        numbers[f"measured speed-up, {unit} = {smallest['gpus']} -> {largest['gpus']}"] = Spread(
-            largest["images_per_sec"] / smallest["images_per_sec"],
-            largest["images_per_sec_low"] / smallest["images_per_sec_high"],
-            largest["images_per_sec_high"] / smallest["images_per_sec_low"])
+    numbers.update(study.speedup_numbers(results))  # decided as the sentence under the figure decides
     if plan.extras["not_measured"]:
         numbers[f"not measured ({scale_over})"] = str(plan.extras["not_measured"])
     top_gpus = projection.index[-1]

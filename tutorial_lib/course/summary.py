@@ -6,9 +6,10 @@ run's ``SUMMARY.md`` (:func:`summarize`, :func:`write_summary`). What each noteb
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
+
+from tutorial_lib.bench.timing import significant_decimals
 
 SUMMARY_ENV = "TUTORIAL_SUMMARY_DIR"
 
@@ -54,19 +55,12 @@ def summarize(notebook: str, numbers: dict, figures: dict | None = None, claims=
 def plain(value):
     """A value as SUMMARY.md shows it: numbers rounded to what a measurement can tell (3-4 digits)."""
     if hasattr(value, "median") and hasattr(value, "text"):  # a Spread
-        return value.text(_digits(value.median))
+        return value.text()
     if hasattr(value, "item"):
         value = value.item()
     if isinstance(value, float):
-        return round(value, _digits(value))
+        return round(value, significant_decimals(value))
     return value
-
-
-def _digits(value: float) -> int:
-    """Decimals that keep about three significant digits (at least one place below 100)."""
-    if not math.isfinite(value) or value == 0:
-        return 1
-    return max(1, 2 - int(math.floor(math.log10(abs(value)))))
 
 
 def write_summary(out: Path, timings: dict[str, float]) -> Path:

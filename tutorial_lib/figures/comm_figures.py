@@ -174,8 +174,11 @@ def plot_projections(presets: Mapping[str, Preset], gpus: Sequence[int],
     ``extra`` adds dashed lines for other models of a preset (e.g. a calibrated one)."""
     import matplotlib.pyplot as plt
 
-    if axes is None:
-        _, axes = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained")
+    legends_apart = axes is None  # our own figure: 2 x 2, the legends in the fourth quarter (15 inches in a row
+    if axes is None:              # shrank to a notebook's column read at 5 px, and three titles had no room)
+        fig, grid = plt.subplots(2, 2, figsize=(11, 8), layout="constrained")
+        fig.delaxes(grid[1][1])
+        axes = [grid[0][0], grid[0][1], grid[1][0]]
     thr_ax, eff_ax, time_ax = axes
     for i, (name, preset) in enumerate(presets.items()):
         color, curve, published = f"C{i}", preset_curve(preset, gpus), published_frame(preset)
@@ -199,11 +202,20 @@ def plot_projections(presets: Mapping[str, Preset], gpus: Sequence[int],
     time_ax.set(yscale="log", ylabel="minutes", title="Time to train ResNet-50 (model: 90 epochs)")
     for ax in axes:
         _gpu_axis(ax, "GPUs (or accelerators)" if ax is time_ax else "GPUs")
-        mark_coinciding(ax)  # models that agree over a range of GPU counts (all at 100% on few GPUs)
-    place_legend(thr_ax, fontsize=6.5)
     handles, labels = time_ax.get_legend_handles_labels()
     others = [i for i, text in enumerate(labels) if not text.startswith(tuple(presets))]
-    place_legend(time_ax, handles=[handles[i] for i in others], labels=[labels[i] for i in others], fontsize=6.5)
+    for ax in axes:
+        mark_coinciding(ax)  # models that agree over a range of GPU counts (all at 100% on few GPUs)
+    if legends_apart:
+        fig = thr_ax.figure
+        fig.legend(*thr_ax.get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(0.56, 0.46),
+                   fontsize="small", title="models and published runs")
+        fig.legend([handles[i] for i in others], [labels[i] for i in others], loc="lower left",
+                   bbox_to_anchor=(0.56, 0.03), fontsize="small", title="other published runs (time to train)")
+    else:
+        place_legend(thr_ax, fontsize="small")
+        place_legend(time_ax, handles=[handles[i] for i in others], labels=[labels[i] for i in others],
+                     fontsize="small")
     return thr_ax.figure
 
 

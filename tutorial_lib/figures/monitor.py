@@ -271,7 +271,8 @@ def draw_jobs(fig, runs: dict[str, pd.DataFrame], table: pd.DataFrame, ended: bo
     waiting = "waiting for metrics..."
     plots.plot_throughput(runs, axes[0][0], empty_note="no step logged" if ended else waiting, legend=False)
     plots.plot_loss(runs, axes[0][1], empty_note="no step logged" if ended else waiting, legend=False)
-    plots.plot_accuracy(runs, axes[1][0], empty_note="no epoch finished" if ended else waiting, legend=False)
+    plots.plot_accuracy(runs, axes[1][0], empty_note="no epoch finished" if ended else waiting, legend=False,
+                       name_missing=False)
     _draw_table(axes[1][1], table)
     handles = {}
     for ax in axes.flat[:3]:
@@ -284,11 +285,25 @@ def draw_jobs(fig, runs: dict[str, pd.DataFrame], table: pd.DataFrame, ended: bo
 
         keys = [Line2D([], [], color=line.get_color(), linewidth=2) for line in handles.values()]
         fig.legend(keys, list(handles), loc="outside lower center", ncols=min(4, len(handles)), fontsize="small",
-                   title="runs (top-1 solid, top-5 dashed)", title_fontsize="small")
+                   title=_legend_title(axes.flat[:3]), title_fontsize="small")
     counts = table["state"].value_counts()
     fig.suptitle(f"{len(table)} job(s): " + ", ".join(f"{n} {s}" for s, n in counts.items())
                  + f"   (updated {time.strftime('%H:%M:%S')})")
     return fig
+
+
+def _legend_title(panels) -> str:
+    """The monitor legend's title: how to read the curves, and the coinciding lines of a panel whose title had no
+    room to name them (:func:`tutorial_lib.figures.readable.mark_coinciding`), each after its panel's name."""
+    import textwrap
+
+    from tutorial_lib.figures.readable import coinciding_notes, named_elsewhere
+
+    lines = ["runs (top-1 solid, top-5 dashed)"]
+    for ax in panels:
+        if named_elsewhere(ax):
+            lines += textwrap.wrap(f"{ax.get_title().splitlines()[0]}: {'; '.join(coinciding_notes(ax))}", 140)
+    return "\n".join(lines)
 
 
 def _draw_table(ax, table: pd.DataFrame) -> None:

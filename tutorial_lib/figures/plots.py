@@ -48,6 +48,9 @@ def _runs(jobs, event: str) -> list[tuple[str, pd.DataFrame]]:
     return runs
 
 
+LONG_NOTE = 90  # characters: a longer note on coinciding lines would squeeze a panel without its own legend
+
+
 def _finish(ax, xlabel: str, ylabel: str, title: str, empty_note: str = "waiting for metrics...",
             legend: bool = True) -> None:
     """Labels and title; lines drawn on top of each other marked (:func:`readable.mark_coinciding`); the legend
@@ -60,7 +63,7 @@ def _finish(ax, xlabel: str, ylabel: str, title: str, empty_note: str = "waiting
     if not has_data(ax):
         say_empty(ax, empty_note)
         return
-    mark_coinciding(ax)
+    mark_coinciding(ax, named_at_most=None if legend else LONG_NOTE)  # without a legend, the caller's names them
     if legend:
         place_legend(ax, fontsize="small")
 
@@ -128,15 +131,18 @@ def epoch_axis(ax, epochs: int) -> None:
 
 
 def plot_accuracy(jobs, ax=None, empty_note: str = "waiting for metrics...", legend: bool = True,
-                  title: str = "Accuracy (top-1 solid, top-5 dashed)"):
+                  title: str = "Accuracy (top-1 solid, top-5 dashed)", name_missing: bool = True):
     """Validation top-1 (solid) and top-5 (dashed) accuracy against the epoch, one colour per run.
 
     The epoch axis spans the planned epochs (from the runs' ``start`` events when given), so a single
-    epoch is a point at 1 of N, not a point on an axis zoomed to nothing."""
+    epoch is a point at 1 of N, not a point on an axis zoomed to nothing. ``name_missing``: a run without an
+    epoch (unfinished, failed, cancelled) is named in the panel with its state where the job has one (04's LARS
+    figure drew SGD only and said nothing); the live monitor, whose table shows every job's state, passes False."""
     ax = _axes(ax)
-    last_epoch = 0
+    last_epoch, missing = 0, []
     for index, (label, frame) in enumerate(_runs(jobs, "epoch")):
         if not len(frame) or "top1" not in frame.columns:
+            missing.append(label)
             continue
         color = run_color(index)
         ax.plot(frame["epoch"], frame["top1"], marker="o", color=color, label=f"{label} top-1")
@@ -147,6 +153,11 @@ def plot_accuracy(jobs, ax=None, empty_note: str = "waiting for metrics...", leg
         planned = [frame["epochs"].max() for _, frame in _runs(jobs, "start") if "epochs" in frame.columns]
         epoch_axis(ax, max([last_epoch] + [int(n) for n in planned if pd.notna(n)]))
     _finish(ax, "epoch", "validation accuracy (%)", title, empty_note, legend)
+    if name_missing and missing and has_data(ax):
+        states = {} if isinstance(jobs, Mapping) else {getattr(j, "name", ""): getattr(j, "state", None)
+                                                       for j in (jobs if isinstance(jobs, Sequence) else [jobs])}
+        add_note(ax, "(not drawn, no epoch logged: " + ", ".join(
+            label + (f", {states[label]}" if states.get(label) else "") for label in missing) + ")")
     return ax
 
 
@@ -236,14 +247,19 @@ def plot_efficiency(gpus: Sequence[int], efficiency: Sequence[float], ax=None, l
 
 
 def plot_bars(labels: Sequence[str], values: Sequence[float], ylabel: str, ax=None, title: str = "",
-              fmt: str = "{:,.0f}", ranges: Sequence[tuple[float, float]] | None = None):
-    """A bar per value (e.g. throughput per precision); ``ylabel`` should carry the unit.
+              fmt: str | None = None, ranges: Sequence[tuple[float, float]] | None = None):
+    """A bar per value (e.g. throughput per precision); ``ylabel`` should carry the unit. ``fmt``: the values'
+    format, by default the rounding every printed Spread uses (:func:`tutorial_lib.bench.timing.significant_decimals`:
+    01 labelled a bar of 0.714 img/s "1").
 
     ``ranges`` (low, high) per bar draws the spread of repeated measurements as a black whisker. Each bar's
     value is written under its name, below the axis, where no whisker or line can cross it.
     """
     ax = _axes(ax)
-    names = [f"{label}\n{fmt.format(value)}" for label, value in zip(labels, values, strict=True)]
+    from tutorial_lib.bench.timing import significant_decimals
+
+    names = [f"{label}\n{fmt.format(value) if fmt else f'{value:,.{significant_decimals(value)}f}'}"
+             for label, value in zip(labels, values, strict=True)]
     ax.bar(names, list(values), color=[f"C{i}" for i in range(len(values))])
     if ranges:
         _whiskers(ax, names, list(values), ranges, "black")

@@ -236,7 +236,8 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
     verdicts, largest, parts = [], [], []
     for rate in sorted({r["rate_mbit"] for r in rows}):
         here = sorted((r for r in rows if r["rate_mbit"] == rate), key=lambda r: r["bytes"])
-        kinds = [NOT_DISTINGUISHABLE if _too_few_rounds(r["hierarchical"], r["flat"]) else
+        kinds = [NOT_DISTINGUISHABLE if _too_few_rounds(r["hierarchical"], r["flat"])
+                 or not _apart_as_printed(r["hierarchical"], r["flat"], 3) else
                  ratio_verdict(r["hierarchical"], r["flat"], "wins", "loses") for r in here]
         verdicts += kinds
         largest.append(kinds[-1])
@@ -269,6 +270,14 @@ def hierarchical_vs_flat(rows: list[dict]) -> Claim:
 
 
 MIN_ROUNDS_TO_RANK = 3  # a range of two values is too thin to rank two settings (a chosen rule)
+
+
+def _apart_as_printed(a: Spread, b: Spread, digits: int) -> bool:
+    """Whether the two ranges stay apart as the sentence prints them (``digits`` decimals): ranges that print as
+    touching or overlapping ("0.010-0.013" and "0.013-0.016") are not called distinct, however their unrounded
+    ends fall, so the reader's check of the printed numbers and the verdict agree."""
+    return distinguishable(Spread(a.median, round(a.low, digits), round(a.high, digits)),
+                           Spread(b.median, round(b.low, digits), round(b.high, digits)))
 
 
 def _too_few_rounds(*spreads) -> bool:
@@ -350,6 +359,18 @@ def model_error(errors: dict[str, float], limit: float = 0.25) -> Claim:
                  f"{len(errors)} measurements ({numbers})")
 
 
+def scaling_verdict(larger: Spread, smallest: Spread) -> tuple[str, str]:
+    """The one decision on a larger run's throughput against the smallest run's, used by every place that
+    shows it (the sentence of :func:`measured_scaling` and the closing table): ``(verdict, why)``, the verdict
+    ``faster``, ``slower``, ``matters little`` or not distinguishable here, ``why`` the reason an undecided pair
+    was not ranked ("" where the ranges overlap). An epoch or two per run is no range to rank by."""
+    if _too_few_rounds(larger, smallest):
+        fewest = min(len(s.samples) or 1 for s in (larger, smallest))
+        return NOT_DISTINGUISHABLE, (f"{fewest} epoch{'s' * (fewest != 1)} measured per run: too few to rank, "
+                                     f"{MIN_ROUNDS_TO_RANK} needed")
+    return ratio_verdict(larger, smallest, "faster", "slower"), ""
+
+
 def measured_scaling(runs: list[tuple[int, Spread]], unit: str = "GPUs", load: tuple | None = None,
                      cores: int | None = None) -> Claim:
     """What the scaling study measured: each larger run's global throughput against the smallest run's
@@ -368,15 +389,11 @@ def measured_scaling(runs: list[tuple[int, Spread]], unit: str = "GPUs", load: t
         return f"{count} {unit if count != 1 else unit.removesuffix('s')}"
 
     for count, spread in runs[1:]:
-        thin = _too_few_rounds(spread, base)  # an epoch or two per run is no range to rank by
-        verdict = NOT_DISTINGUISHABLE if thin else ratio_verdict(spread, base, "faster", "slower")
+        verdict, why = scaling_verdict(spread, base)
         found.append(verdict)
         numbers = f"{name(count)} {spread.text()} against {name(base_n)} {base.text()} img/s (all ranks)"
         if verdict == NOT_DISTINGUISHABLE:
-            fewest = min(len(s.samples) or 1 for s in (spread, base))
-            why = (f" ({fewest} epoch{'s' * (fewest != 1)} measured per run: too few to rank, {MIN_ROUNDS_TO_RANK} "
-                   "needed)") if thin else ""
-            parts.append(f"{numbers}: {NOT_DISTINGUISHABLE}{why}")
+            parts.append(f"{numbers}: {NOT_DISTINGUISHABLE}{f' ({why})' if why else ''}")
         else:
             parts.append(f"{numbers}: {verdict}, a speed-up of {_ratio_text(spread, base)} for {count / base_n:g}x "
                          "the ranks")
