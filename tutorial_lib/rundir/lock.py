@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tutorial_lib.paths import not_a_file
 from tutorial_lib.rundir.job_exits import has_ended
-from tutorial_lib.rundir.layout import CHECKPOINT_FILE, LOCK_FILE, METRICS_FILE, MODEL_FILE
+from tutorial_lib.rundir.layout import CHECKPOINT_FILE, INDEX_FILE, LOCK_FILE, METRICS_FILE, MODEL_FILE
 from tutorial_lib.rundir.owned import RunDirError, usable_run_dir
 
 __all__ = ["RunDirError", "RunLock", "RunLockedError", "pid_alive", "prepare_run_dir", "process_start", "same_process"]
@@ -52,13 +52,16 @@ def prepare_run_dir(run_dir: str | os.PathLike, create: bool = True) -> Path:
 
 
 def _not_a_file(run_dir: Path) -> str | None:
-    """The first of the files the trainer reads back (checkpoint, model, metrics) that exists in ``run_dir`` but
-    is not a regular file, described (``'.../checkpoint.pt' (a named pipe)``); None if there is none
-    (:func:`tutorial_lib.paths.not_a_file`: nothing is opened)."""
-    for name in (CHECKPOINT_FILE, MODEL_FILE, METRICS_FILE):
-        kind = not_a_file(run_dir / name)
+    """The first of the files the trainer reads back or writes in place (checkpoint, model, metrics, the lock,
+    the file index) that exists in ``run_dir`` but is not a regular file, or is a symbolic link (the project
+    never makes one there, and writing in place would write through it into another file), described
+    (``'.../checkpoint.pt' (a named pipe)``); None if there is none (:func:`tutorial_lib.paths.not_a_file`:
+    nothing is opened)."""
+    for name in (CHECKPOINT_FILE, MODEL_FILE, METRICS_FILE, LOCK_FILE, INDEX_FILE):
+        path = run_dir / name
+        kind = not_a_file(path) or (f"a symbolic link to {os.readlink(path)!r}" if path.is_symlink() else None)
         if kind is not None:
-            return f"{str(run_dir / name)!r} ({kind})"
+            return f"{str(path)!r} ({kind})"
     return None
 
 
@@ -153,7 +156,7 @@ class RunLock:
         the inode check retries when the file was released (unlinked) while we waited for it."""
         while True:
             try:
-                fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+                fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | (os.O_CREAT if create else 0), 0o644)
             except OSError:
                 if create:
                     raise
