@@ -92,8 +92,81 @@ def test_every_compile_mode_the_config_offers_is_one_this_torch_knows():
 def test_two_gloo_ranks_leave_their_group_without_hanging():
     """Every run with two or more CPU ranks ends in ``destroy_process_group``; before torch 2.8 that hung for good
     now and then (gloo's destructor held the GIL while a worker needed it: tests/gloo_destroy_cycles.py), in 2 of
-    5 runs of a 2-rank script on torch 2.3. Twenty join-reduce-leave cycles of two ranks, each under a ceiling."""
+    5 runs of a 2-rank script on torch 2.3, and once on 2.11 under load (test_ddp's rank 1, after rank 0 finished).
+    Twenty join-reduce-leave cycles of two ranks, each leaving as the project does (compat.leave_process_group),
+    each under a ceiling."""
     from gloo_destroy_cycles import hung_cycle
 
     hung = hung_cycle(cycles=20)
     assert hung is None, f"a rank hung leaving its gloo group: {hung}"
+
+
+
+LEAVE_SCRIPT = """
+import atexit, ctypes, sys, time
+import torch.distributed as dist
+from tutorial_lib import compat, exits
+
+mode, timeout_s = sys.argv[1], float(sys.argv[2])
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+# A C call that keeps the GIL for ten minutes, as gloo's teardown does in the deadlock
+hold_gil = ctypes.PyDLL(None).sleep
+hold_gil.argtypes = [ctypes.c_uint]
+if mode in ("stall", "gloo"):
+    dist.destroy_process_group = lambda: hold_gil(600)
+if mode == "gloo":
+    atexit.register(hold_gil, 600)  # and at interpreter finalization
+
+
+def body():
+    compat.leave_process_group(timeout_s=timeout_s, destroy=None if mode == "gloo" else True)
+    print("left")  # no flush: the end must flush it
+    if mode == "plain":
+        time.sleep(timeout_s + 2)  # the watchdog is off once the group is left
+        print("alive")
+    return 0
+
+
+sys.exit(exits.run_main(body))
+"""
+
+
+def _leave(mode: str, timeout_s: float):
+    import subprocess
+    import sys
+    import time
+
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", LEAVE_SCRIPT, mode, str(timeout_s)], capture_output=True,
+                          text=True, timeout=240)
+    return done, time.monotonic() - started
+
+
+def test_a_gloo_group_is_left_without_teardown_and_the_command_ends_without_finalizing():
+    """Injected: gloo's teardown and interpreter finalization each replaced by a C call that holds the GIL for ten
+    minutes (the deadlock seen on torch 2.11: a finished rank stuck for good in destroy_process_group, another in
+    finalization's garbage collection). The command still ends at once with its own status and its output
+    flushed. Before: destroy_process_group was called (here: the 240 s ceiling)."""
+    done, seconds = _leave("gloo", 60)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split() == ["left"]
+    assert seconds < 120, seconds
+
+
+def test_a_destroy_that_stalls_holding_the_gil_ends_with_every_stack():
+    """Where a group is destroyed (NCCL; forced here on gloo) and the teardown stalls holding the GIL, the watchdog
+    ends the process with status 1 after its timeout, every thread's stack on stderr naming where; nothing after
+    it runs."""
+    done, seconds = _leave("stall", 3)
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    assert "Timeout (0:00:03)!" in done.stderr and "leave_process_group" in done.stderr, done.stderr[-2000:]
+    assert "left" not in done.stdout
+    assert seconds < 120, seconds
+
+
+def test_a_destroy_that_returns_cancels_the_watchdog():
+    """A group destroyed without a stall returns, and the watchdog does not fire later in the process."""
+    done, _ = _leave("plain", 2)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["left", "alive"]
+    assert "Timeout" not in done.stderr

@@ -11,9 +11,11 @@ starts without torch.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import sys
+import traceback
 from collections.abc import Callable
 
 EXIT_OK = 0  # done
@@ -100,9 +102,36 @@ def _print(message: str) -> None:
         pass
 
 
+_skip_finalizing = False
+
+
+def skip_finalizing() -> None:
+    """Make this process end with ``os._exit`` once its command's status is known (:func:`finish`): no
+    interpreter finalization, whose garbage collection can deadlock in a gloo process group's destructor
+    (:func:`tutorial_lib.compat.leave_process_group`)."""
+    global _skip_finalizing
+    _skip_finalizing = True
+
+
+def finish(status: int) -> int:
+    """``status``; where :func:`skip_finalizing` was asked, stdout, stderr and logging flushed and the process
+    ended here with ``status`` instead (what a command writes is on disk before: each file is closed after its
+    write)."""
+    if _skip_finalizing:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):  # closed, or a broken pipe: nothing more to say
+                pass
+        os._exit(status)
+    return status
+
+
 def run_main(body: Callable[[], int | None], *, refused: tuple[type[BaseException], ...] = (),
              statuses: dict[type[BaseException], int] | None = None) -> int:
-    """Run a command's ``body`` and return its exit status (``None`` counts as :data:`EXIT_OK`).
+    """Run a command's ``body`` and return its exit status (``None`` counts as :data:`EXIT_OK`); the process
+    ends here instead where the body asked to skip finalizing (:func:`finish`).
 
     ``refused``: the command's own error classes for bad input (one line, :data:`EXIT_REFUSED`);
     ``statuses``: other error classes with their own status (the trainer's divergence, a failed save).
@@ -110,7 +139,18 @@ def run_main(body: Callable[[], int | None], *, refused: tuple[type[BaseExceptio
     file system, :data:`EXIT_REFUSED` for a path that is missing, unreadable, not a folder...); Ctrl-C is
     :data:`EXIT_INTERRUPTED`; argparse's own exit and ``SystemExit("message")`` keep one line and a status.
     Anything else is a bug of the project: it propagates with its traceback."""
-    statuses = dict(statuses or {})
+    try:
+        status = _status_of(body, refused, dict(statuses or {}))
+    except BaseException:
+        if _skip_finalizing:  # the traceback, then the status Python gives an uncaught exception
+            traceback.print_exc()
+            finish(EXIT_ERROR)
+        raise
+    return finish(status)
+
+
+def _status_of(body: Callable[[], int | None], refused: tuple[type[BaseException], ...],
+               statuses: dict[type[BaseException], int]) -> int:
     try:
         status = body()
     except KeyboardInterrupt:

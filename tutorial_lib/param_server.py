@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from tutorial_lib import free_port
+from tutorial_lib import compat, free_port
 
 DTYPE = torch.float64  # exact comparisons between the three ways of training
 PUSH_HEADER = 3  # round, weight version the gradient was computed on, batch loss
@@ -244,7 +244,7 @@ def _process(rank: int, world: int, port: int, cfg: ExperimentConfig, data: Digi
                            Path(out_dir) / f"{name}.pt")
         dist.barrier()
     finally:
-        dist.destroy_process_group()
+        compat.leave_process_group()
 
 
 def default_start_method() -> str:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from tutorial_lib import compat
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -107,6 +109,6 @@ def barrier(info: DistInfo) -> None:
 
 
 def shutdown(info: DistInfo) -> None:
-    """Leave the process group cleanly."""
+    """Leave the process group cleanly (:func:`tutorial_lib.compat.leave_process_group`: bounded)."""
     if info.distributed and dist.is_initialized():
-        dist.destroy_process_group()
+        compat.leave_process_group()
