@@ -90,7 +90,8 @@ def test_a_damaged_job_state_of_an_unfinished_run_is_named_as_damaged(tmp_path, 
     run_dir, record = _ended_local_job(tmp_path, DAMAGED_STATES[damage], done=False)
     seen = local_seen(run_dir, record)
     assert seen.state == "failed" and seen.exit_code is None
-    assert seen.reason.startswith(f"damaged: its state file {run_dir / 'job_state.json'} is ") and "Fix: " in seen.reason
+    assert seen.reason.startswith(f"damaged: its state file {run_dir / 'job_state.json'} is ")
+    assert "Fix: " in seen.reason
 
 
 def test_job_logs_with_tail_zero_gives_no_line_and_explain_refuses_a_status_of_another_type(tmp_path):

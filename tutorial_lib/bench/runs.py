@@ -99,9 +99,11 @@ def trainer_record(run_dir: str | os.PathLike, skip_steps: int = 0) -> dict:
               "step_events": len(steps), "rejected_events": rejected, "dropped_events": dropped,
               "steady_events": len(kept),
               "env": {key: config.get(key) for key in ENV_KEYS}, "timestamp": time.time()}
-    if not kept and measured and max(e["step"] for e in measured) <= skip_steps:
+    last = max((e["step"] for e in measured), default=None)
+    if not kept and last is not None and last <= skip_steps:
         return {**record, "status": "skipped", "reason": f"--skip-steps {skip_steps} leaves out every step event (the "
-                f"last one logged is step {max(e['step'] for e in measured)}). Fix: pass a smaller --skip-steps"}
+                f"last one logged is step {last}). Fix: pass a smaller --skip-steps, or run more steps per epoch "
+                "(--max-steps-per-epoch)"}
     if not kept:
         return {**record, "status": "skipped", "reason": f"{len(steps)} step events, none in the steady state "
                 "(the first of each epoch is left out). Fix: run more steps per epoch (--max-steps-per-epoch) "
