@@ -20,6 +20,7 @@ from pathlib import Path
 from tutorial_lib.jobs import processes
 from tutorial_lib.paths import not_a_file
 from tutorial_lib.rundir.layout import STATE_FILE
+from tutorial_lib.rundir.metrics import parse_json
 
 WATCH_STATES = ("pending", "running", "completing", "completed", "failed", "cancelled", "timeout", "requeued",
                 "unknown")
@@ -75,8 +76,8 @@ def load_state(run_dir: Path) -> tuple[dict | None, str | None]:
     except OSError as exc:
         return None, f"unreadable ({exc.strerror or exc})"
     try:
-        state = json.loads(text) if len(text) <= STATE_FILE_MOST_BYTES else None
-    except (ValueError, RecursionError):
+        state = parse_json(text) if len(text) <= STATE_FILE_MOST_BYTES else None
+    except ValueError:  # garbled, or nested past Python
         state = None
     if not isinstance(state, dict):
         return None, "not a JSON mapping"
