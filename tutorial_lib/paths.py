@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
@@ -19,6 +20,27 @@ def user_path(value: str | os.PathLike) -> str:
     """``value`` with a leading ``~`` or ``~user`` expanded (everything else unchanged, '' stays '')."""
     text = os.fspath(value)
     return os.path.expanduser(text) if text.startswith("~") else text
+
+
+SYSTEM_FOLDERS = ("/", "/proc", "/sys", "/dev")  # never a place for the project's files: the root, the kernel's trees
+STAGING_RAM_DISK = "/dev/shm"  # the one folder under them a node may stage into (a RAM disk many clusters offer)
+
+
+def system_folder(path: str | os.PathLike, allowed: tuple[str, ...] = ()) -> str | None:
+    """Which of :data:`SYSTEM_FOLDERS` ``path`` (``~`` expanded, resolved) is or lies under ('/' only for the root
+    itself), unless it is or lies under one of ``allowed``: the kernel's trees accept no files even from root,
+    whose write permission ``os.access`` always grants, and /dev lives in memory."""
+    target = Path(os.path.realpath(user_path(path)))  # no error on a link loop
+    if any(target == Path(place) or Path(place) in target.parents for place in allowed):
+        return None
+    return next((root for root in SYSTEM_FOLDERS if target == Path(root) or Path(root) in target.parents
+                 and root != "/"), None)
+
+
+def in_system_folder(path: str | os.PathLike, allowed: tuple[str, ...] = ()) -> str | None:
+    """``is the root folder`` or ``is under /dev`` (:func:`system_folder`) for a message; None if it is neither."""
+    system = system_folder(path, allowed)
+    return None if system is None else "is the root folder" if system == "/" else f"is under {system}"
 
 
 def not_a_file(path: str | os.PathLike) -> str | None:

@@ -18,8 +18,8 @@ import torch
 
 from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
 from tutorial_lib.engine.memory import AMP_BYTES, available_bytes, check_fits, check_step_fits
-from tutorial_lib.engine.validate import system_folder
-from tutorial_lib.paths import not_a_file
+from tutorial_lib.engine.validate import check_not_system_folder, check_path_text
+from tutorial_lib.paths import STAGING_RAM_DISK, not_a_file, system_folder, user_path
 
 JPEG_MAX_SIDE = 65_500  # libjpeg (PIL) writes no JPEG with a longer side
 FAKE_PIXEL_BYTES = 16  # the generator's coordinate grid alone: two int64 per pixel (bench.fake_imagenet)
@@ -73,6 +73,7 @@ def check_arguments(args) -> None:
     _check_set_size(values)
     _check_places(values)
     _check_files(values)
+    _check_path_flags(values)
     _check_launch(values)
     _check_duration(values)
     _check_memory(args, values)
@@ -131,6 +132,8 @@ def _command_choices(command: str | None) -> dict[str, tuple[str, ...]]:
 
 def _command_limits(command: str | None) -> dict[str, int]:
     """The largest value of one subcommand's counts (the generated ImageNet has the classes of REAL_CLASSES)."""
+    if command == "runs":  # a step number: the trainer's largest count
+        return {"skip_steps": COUNT_LIMIT}
     if command in ("prepare", "extract"):
         from tutorial_lib.bench.fake_forms import IMAGE_NUMBERS, REAL_CLASSES
 
@@ -158,6 +161,30 @@ def _check_set_size(values: dict) -> None:
 
 
 _WORK_FOLDERS = {"staging": "stage_to", "extract": "work_dir"}  # an existing folder that the command writes in
+_PATH_FLAGS = ("out", "work_dir", "stage_to", "data_dir")  # the folders and files a command writes
+
+
+def _check_path_flags(values: dict) -> None:
+    """Each path flag a command writes to: checked as the trainer checks its paths (no control character, no
+    longer than a path can be: :func:`check_path_text`), ``~`` expanded in place (a shell leaves ``'~'`` quoted),
+    and never the file system's root or under /proc, /sys or /dev (``--work-dir /dev`` filled RAM, ``/sys`` said
+    "Operation not permitted. Fix: chmod"). A --work-dir that is made must have a writable folder above it."""
+    for name in _PATH_FLAGS:
+        given = values.get(name)
+        if not isinstance(given, str):
+            continue
+        check_path_text(f"--{name.replace('_', '-')}", given)
+        values[name] = user_path(given)  # the parsed arguments themselves (values is vars(args))
+        check_not_system_folder(f"--{name.replace('_', '-')}", values[name], "pass a folder (or file) of your own, "
+                                "e.g. under /tmp or your home", allowed=(STAGING_RAM_DISK,) if name == "stage_to"
+                                else ())
+    work = values.get("work_dir")
+    if values.get("command") in ("scale", "shards") and isinstance(work, str) and work:
+        path = Path(work).absolute()
+        there = next((place for place in (path, *path.parents) if place.exists()), Path("/"))
+        if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
+            _refuse("work_dir", work, f"a folder you can write, or one that can be made there ({shorten(str(there))} "
+                    "is not a folder you can write)")
 
 
 def _check_places(values: dict) -> None:
@@ -196,6 +223,9 @@ def _check_memory(args, values: dict) -> None:
     image_size = values.get("image_size") or d["image_size"]
     batches = values.get("batch_size") or d["batch_size"]
     for batch in batches if isinstance(batches, list) else [batches]:
+        if batch > COUNT_LIMIT:  # named itself, not as "--steps: 1 is refused. Fix: at most 0 steps"
+            _refuse("batch_size", batch, f"a whole number of at most {COUNT_LIMIT:,} (the trainer's largest count), "
+                    "e.g. 32")
         steps = (values.get("steps") or 0) + (values.get("warmup") or 0)
         if command in ("train", "e2e") and steps * batch > COUNT_LIMIT:  # the trainer's images per epoch
             _refuse("steps", values["steps"], f"at most {COUNT_LIMIT // batch - (values.get('warmup') or 0):,} "

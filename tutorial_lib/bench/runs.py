@@ -16,7 +16,6 @@ how many lines there were.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 from tutorial_lib.bench.timing import Spread, store
 from tutorial_lib.paths import not_a_file
 from tutorial_lib.rundir.layout import CONFIG_FILE, METRICS_FILE
-from tutorial_lib.rundir.metrics import read_metrics
+from tutorial_lib.rundir.metrics import parse_json, read_metrics
 
 SETTINGS = ("dataset", "input_pipeline", "arch", "precision", "channels_last", "compile", "batch_size",
             "global_batch", "image_size", "workers", "world_size", "log_every", "epochs", "max_steps_per_epoch",
@@ -35,6 +34,9 @@ ENV_KEYS = ("device", "device_name", "cpu_model", "cpus", "torch_threads", "host
             "torchvision", "pillow", "cuda", "driver")
 
 
+# The largest metrics.jsonl read (checked before reading): a 90-epoch ImageNet run logging every step at 8 x 256
+# images writes ~34 MB; a 16 GiB file (sparse, or another file) ran out of memory after 36 s, naming no file.
+METRICS_MOST_BYTES = 256 << 20
 MAX_IMAGES_PER_SEC = 1e8  # ~80 ImageNet epochs a second: beyond the largest published runs (~1e6 images/s)
 
 
@@ -68,15 +70,17 @@ def trainer_record(run_dir: str | os.PathLike, skip_steps: int = 0) -> dict:
         raise RunSummaryError(f"{run_dir}: no {CONFIG_FILE}. Fix: pass the run directory of a training run "
                               "(output_root/name) that has started")
     try:
-        config = json.loads(config_path.read_bytes())
-    except ValueError:  # torn, empty, not UTF-8 or not JSON
+        config = parse_json(config_path.read_bytes())
+    except ValueError:  # torn, empty, not UTF-8, not JSON or nested past Python
         config = None
     if not isinstance(config, dict):
         raise RunSummaryError(f"{config_path}: not a complete {CONFIG_FILE} (torn, empty or not a JSON object). "
                               "Fix: pass the run directory of a training run that has started")
     metrics = run_dir / METRICS_FILE
-    odd = not_a_file(metrics)
-    if odd is not None:  # a named pipe would block the reader; a device never ends
+    odd = "a symbolic link" if metrics.is_symlink() else not_a_file(metrics)
+    if odd is None and metrics.is_file() and metrics.stat().st_size > METRICS_MOST_BYTES:
+        odd = f"{metrics.stat().st_size / 2**20:,.0f} MiB, more than a run writes ({METRICS_MOST_BYTES >> 20} MiB)"
+    if odd is not None:  # a named pipe would block the reader, a device never ends, a link leads to another file
         raise RunSummaryError(f"{metrics}: is {odd}, not the metrics the trainer writes; nothing was read from it. "
                               "Fix: pass the run directory of a training run")
     events = read_metrics(run_dir)
@@ -95,6 +99,11 @@ def trainer_record(run_dir: str | os.PathLike, skip_steps: int = 0) -> dict:
               "step_events": len(steps), "rejected_events": rejected, "dropped_events": dropped,
               "steady_events": len(kept),
               "env": {key: config.get(key) for key in ENV_KEYS}, "timestamp": time.time()}
+    last = max((e["step"] for e in measured), default=None)
+    if not kept and last is not None and last <= skip_steps:
+        return {**record, "status": "skipped", "reason": f"--skip-steps {skip_steps} leaves out every step event (the "
+                f"last one logged is step {last}). Fix: pass a smaller --skip-steps, or run more steps per epoch "
+                "(--max-steps-per-epoch)"}
     if not kept:
         return {**record, "status": "skipped", "reason": f"{len(steps)} step events, none in the steady state "
                 "(the first of each epoch is left out). Fix: run more steps per epoch (--max-steps-per-epoch) "

@@ -120,8 +120,12 @@ OUTPUT_MARKER = ".tutorial_course_output"
 def check_output_folder(out: str | os.PathLike) -> Path:
     """Make ``out`` the course's output folder, unless it holds files that an earlier course run did not
     write (executed notebooks would overwrite them): then stop with a message naming the fix."""
-    from tutorial_lib.paths import user_path
+    from tutorial_lib.paths import in_system_folder, user_path
 
+    system = in_system_folder(out)
+    if system is not None:  # /sys/x: "Operation not permitted. Fix: chmod", the flag never named
+        raise SystemExit(f"error: out: {out} {system}, where the course writes nothing. Fix: pass --out a new or "
+                         "empty folder of your own (default executed/).")
     out = Path(user_path(out)).resolve()
     summary = out / "SUMMARY.md"
     ours = _marker_is_ours(out / OUTPUT_MARKER) or (summary.is_file() and summary.read_text(errors="replace")

@@ -11,12 +11,12 @@ points the two split links at the new place (it replaces only links of its own).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from tutorial_lib.data import PREPARE_COMMAND
 from tutorial_lib.paths import not_a_file
+from tutorial_lib.rundir.metrics import parse_json
 
 MARK = ".tutorial_prepared.json"
 HUBS = {"train": ".source_train", "val": ".source_val"}  # DEST's one link to each split of SOURCE
@@ -76,8 +76,8 @@ def moved_source(data_dir: str | os.PathLike) -> str | None:
         return (f"data_dir: {root / MARK} is {odd}, not the mark that `prepare` writes; nothing was read from it. "
                 f"Fix: move it away, or pass a data_dir that `{PREPARE_COMMAND}` made.")
     try:
-        state = json.loads((root / MARK).read_text())
-    except (OSError, ValueError):
+        state = parse_json((root / MARK).read_bytes())
+    except (OSError, ValueError):  # garbled or nested past Python: not the mark prepare writes
         return None
     if not isinstance(state, dict) or not isinstance(state.get("source"), str):  # not the mark prepare writes
         return None

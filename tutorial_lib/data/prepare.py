@@ -42,6 +42,7 @@ from tutorial_lib.data.extract import (
 from tutorial_lib.data.layouts import FULL_SET, PrepareError, Source, detect, val_labels
 from tutorial_lib.data.links import HUBS, MARK, make_link
 from tutorial_lib.data.names import is_class_folder, is_image, is_system_file
+from tutorial_lib.paths import in_system_folder
 
 LOCK = ".tutorial_prepare.lock"  # flock'ed while a run writes into DEST (stays, empty, afterwards)
 
@@ -56,6 +57,10 @@ def check_destination(dest: Path, source: Source) -> dict:
     except (OSError, RuntimeError) as exc:  # a link to itself: RuntimeError before Python 3.13
         raise PrepareError(f"DEST: {dest} cannot be followed ({exc}). Fix: pass a new or empty folder, not a link "
                            "that points at itself.") from None
+    system = in_system_folder(real_dest)
+    if system is not None:  # /dev lives in memory, /proc and /sys are the kernel's: nothing of ours goes there
+        raise PrepareError(f"DEST: {dest} {system}, where no data set belongs. Fix: pass a new or empty folder of "
+                           "your own, e.g. ~/data/imagenet.")
     if real_dest == real_source or real_source in real_dest.parents or real_dest in real_source.parents:
         raise PrepareError(f"DEST: {dest} overlaps SOURCE {source.root} (resolved: {real_dest} and {real_source}), "
                            "and SOURCE must stay unchanged. Fix: pass a DEST outside SOURCE (and not a folder "

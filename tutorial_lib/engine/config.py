@@ -18,6 +18,7 @@ from tutorial_lib.engine.errors import ConfigError, shorten
 from tutorial_lib.engine.errors import fail as _fail
 from tutorial_lib.engine.validate import (
     check_index_dir,
+    check_not_system_folder,
     check_numbers,
     check_path_text,
     check_shards,
@@ -222,7 +223,7 @@ def _coerce(name: str, value):
             return str(value)
     except ConfigError:  # its own message (an empty milestone): a ValueError too
         raise
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond a float (base_lr=10**400)
         pretty = _type_name(name)
         raise ConfigError(
             f"{name}: expected {pretty}, got {shorten(value)}. Fix: pass a {pretty}, e.g. {flag} "
@@ -356,11 +357,15 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
               f"use a torchvision classification model name such as {', '.join(close or ['resnet50'])}")
     if cfg.norm == "group" and not cfg.arch.startswith(("resnet", "resnext", "wide_resnet")):
         _fail("norm", "group norm is only wired for ResNet-family models", "use --norm batch")
-    from tutorial_lib.engine.models import fixed_image_size, has_batch_norm
+    from tutorial_lib.engine.models import fixed_image_size, has_batch_norm, runs_at, smallest_image_size
 
     if fixed_image_size(cfg.arch) not in (None, cfg.image_size):  # an AssertionError at the first step otherwise
         _fail("image_size", f"{cfg.image_size} px, and {cfg.arch} takes only {fixed_image_size(cfg.arch)} px images",
               f"pass --image-size {fixed_image_size(cfg.arch)}, or another --arch (e.g. resnet18)")
+    if not runs_at(cfg.arch, cfg.image_size):  # "Output size is too small" at the first step otherwise
+        _fail("image_size", f"{cfg.image_size} px is too small for {cfg.arch}: its layers shrink it below one pixel",
+              f"pass --image-size {smallest_image_size(cfg.arch)} or more, or another --arch (e.g. resnet18 takes "
+              "16 px)")
 
     if cfg.batch_size == 1 and has_batch_norm(cfg.arch, cfg.norm):  # ValueError at the first step otherwise
         _fail("batch_size", f"1 image per rank cannot train {cfg.arch}: BatchNorm's statistics need two",
@@ -380,6 +385,8 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
         _fail("compile", "reduce-overhead uses CUDA graphs and needs a GPU", "use --compile default or none")
     for name in PATH_FIELDS + ("stage_to",):  # no path is longer than PATH_MAX: refused naming its setting
         check_path_text(name, getattr(cfg, name))
+    check_not_system_folder("output_root", cfg.output_root, "pass a folder of your own for the runs, e.g. "
+                            "--output-root runs")
     with path_setting("stage_to"):
         if cfg.stage_to:
             check_stage_to(cfg)

@@ -12,6 +12,7 @@ there, such as a ViT at another image size, is counted without them). Available 
 from __future__ import annotations
 
 import functools
+import resource
 
 import psutil
 import torch
@@ -36,7 +37,17 @@ def available_bytes(device: torch.device | str = "cpu") -> int:
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    return int(psutil.virtual_memory().available)
+    return min(int(psutil.virtual_memory().available), address_space_left())
+
+
+def address_space_left() -> int:
+    """What this process may still map under its address-space limit (``ulimit -v``, RLIMIT_AS; a job or a shell
+    may set one): an allocation beyond it fails whatever the host has free (``--jpeg-size 20000x20000`` under a 6
+    GB limit ended in "Unable to allocate 5.96 GiB" with 20 GB free)."""
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        return 2**63 - 1
+    return max(0, limit - psutil.Process().memory_info().vms)
 
 
 @functools.lru_cache(maxsize=16)

@@ -66,6 +66,13 @@ def load_model(path: str | os.PathLike, device: torch.device | str = "cpu") -> t
         raise CheckpointError(f"model: {path} is not a model.pt written by tutorial_lib. Fix: pass the run "
                               "directory of a finished run.")
     _check_entries(saved, path)
+    odd = next((name for name, value in saved["state_dict"].items() if isinstance(value, torch.Tensor)
+                and value.is_floating_point() and not torch.isfinite(value).all()), None)
+    if odd is not None:  # NaN weights evaluated to a chance-level top-1 as if it were a measurement
+        raise CheckpointError(f"model: {path} holds non-finite weights (nan or inf in {shorten(odd)}): the run "
+                              "diverged or the file was changed, and no accuracy can be measured with them. Fix: "
+                              "pass the run directory of a run that finished (train again with a smaller "
+                              "--base-lr if it diverged).")
     try:
         model = build_model(saved["arch"], saved["num_classes"], norm=saved["norm"])
         model.load_state_dict(saved["state_dict"])

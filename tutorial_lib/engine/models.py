@@ -49,6 +49,25 @@ def has_batch_norm(arch: str, norm: str = "batch") -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
 
+@functools.lru_cache(maxsize=64)
+def runs_at(arch: str, image_size: int) -> bool:
+    """Whether ``arch`` takes ``image_size`` px images: its layers leave at least one pixel (alexnet's pooling
+    does not at 16 px). Found by a forward pass on the meta device, which computes shapes and allocates nothing."""
+    with torch.device("meta"):
+        model = build_model(arch, 10)
+    try:
+        with torch.no_grad():
+            model.eval()(torch.empty(1, 3, image_size, image_size, device="meta"))
+    except (RuntimeError, ValueError, AssertionError, TypeError):  # too small, or a ViT's other size
+        return False
+    return True
+
+
+def smallest_image_size(arch: str) -> int:
+    """The smallest of the usual sizes (32 to 299 px) that ``arch`` takes (:func:`runs_at`)."""
+    return next((size for size in (32, 64, 96, 128, 160, 224, 299) if runs_at(arch, size)), 224)
+
+
 @functools.lru_cache(maxsize=32)
 def fixed_image_size(arch: str) -> int | None:
     """The one image size ``arch`` accepts (a vision transformer's, e.g. 224 for vit_b_16), None where any size

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from tutorial_lib.engine.errors import ConfigError, fail, shorten
+from tutorial_lib.paths import STAGING_RAM_DISK, in_system_folder
 
 MAX_BASE_LR = 1e6
 # float fields: (low, low included, high, high included, an example for the fix). None: no bound.
@@ -101,21 +102,21 @@ def check_stage_to(cfg) -> None:
         fail("stage_to", f"{shorten(cfg.stage_to)} leaves {left[:60]}, the node-local folder it names ('..' "
              "climbs out of it)", f"name a folder inside it, without '..' (e.g. {left[:60]}/stage), or $TMPDIR")
     if os.path.isabs(cfg.stage_to):
+        check_not_system_folder("stage_to", cfg.stage_to, "name a folder on the node's local disk, e.g. "
+                                "/local/scratch/stage, or $TMPDIR", allowed=(STAGING_RAM_DISK,))
         target, data = Path(cfg.stage_to).resolve(), Path(cfg.data_dir).resolve()
         if target == data or data in target.parents:
             fail("stage_to", f"{cfg.stage_to} is inside data_dir {cfg.data_dir}",
                   "stage to a folder outside the data, on the node's local disk ($TMPDIR)")
 
 
-SYSTEM_FOLDERS = ("/", "/proc", "/sys", "/dev")  # never an index_dir: the root itself, or the kernel's trees
-
-
-def system_folder(path) -> str | None:
-    """Which of :data:`SYSTEM_FOLDERS` ``path`` (resolved) is or lies under ('/' only for the root itself): the
-    kernel's trees accept no files even from root, whose write permission ``os.access`` always grants."""
-    target = Path(os.path.realpath(os.path.expanduser(os.fspath(path))))  # no error on a link loop
-    return next((root for root in SYSTEM_FOLDERS if target == Path(root) or Path(root) in target.parents
-                 and root != "/"), None)
+def check_not_system_folder(name: str, path, fix: str, allowed: tuple[str, ...] = (),
+                            where: str = "where the project writes nothing") -> None:
+    """Refuse (ConfigError naming ``name``, the setting or flag) a ``path`` that is the file system's root or lies
+    under /proc, /sys or /dev (:func:`system_folder`): one check for every folder the project writes into."""
+    system = in_system_folder(path, allowed)
+    if system is not None:
+        fail(name, f"{shorten(os.fspath(path))} {system}, {where}", fix)
 
 
 def check_index_dir(cfg) -> None:
@@ -128,10 +129,8 @@ def check_index_dir(cfg) -> None:
     if not there.is_dir():  # /dev/null, a file: the index's folder could never be made ("File exists")
         fail("index_dir", f"{shorten(cfg.index_dir)} cannot be a folder: {shorten(str(there))} exists and is not one",
              "give a folder (or a path where one can be made), or leave index_dir empty")
-    system = system_folder(target)
-    if system is not None:  # the file system's root, or a kernel's (nothing can be written there, or should be)
-        fail("index_dir", f"{shorten(cfg.index_dir)} is {'the root folder' if system == '/' else f'under {system}'}, "
-             "where no cache belongs", "give a cache folder of your own, e.g. ~/.cache/tutorial, or leave it empty")
+    check_not_system_folder("index_dir", target, "give a cache folder of your own, e.g. ~/.cache/tutorial, or "
+                            "leave it empty", where="where no cache belongs")
     if target == data or data in target.parents:
         fail("index_dir", f"{cfg.index_dir} is inside data_dir {cfg.data_dir}",
               "choose a folder outside the data (the index never goes into the data folders)")
@@ -164,6 +163,11 @@ def path_setting(name: str):
         from tutorial_lib.exits import describe_os_error
 
         raise ConfigError(f"{name}: {describe_os_error(exc)[1]}") from None
+    except RuntimeError as exc:  # Path.resolve() on a loop of links (an OSError from Python 3.13 on)
+        if "loop" not in str(exc).lower():
+            raise
+        raise ConfigError(f"{name}: {shorten(str(exc), 200)}: a link that leads back to itself. Fix: pass a real "
+                          "folder, not a link that points at itself.") from None
 
 
 PATH_MAX = 4096  # Linux's longest path (PATH_MAX); a longer setting can never name a folder

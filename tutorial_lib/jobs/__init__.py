@@ -52,6 +52,9 @@ class Job:
             raise JobError(f"run_dir: expected the path of a job's run directory, got {shorten(run_dir)} "
                            f"({type(run_dir).__name__}). Fix: pass output_root/name of a submitted job, e.g. "
                            "jobs.attach('runs/ddp2').")
+        if "\x00" in os.fspath(run_dir):  # no path holds a NUL byte (Python: "embedded null byte")
+            raise JobError(f"run_dir: {shorten(os.fspath(run_dir))} contains a NUL byte, which no path can hold. Fix: "
+                           "pass output_root/name of a submitted job, e.g. jobs.attach('runs/ddp2').")
         try:
             self.run_dir = Path(run_dir).expanduser().resolve()
         except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13
@@ -124,7 +127,11 @@ class Job:
             time.sleep(poll)
 
     def explain(self, status: dict | None = None) -> str:
-        """A human explanation of how the job ended: state, exit code and the tail of its log."""
+        """A human explanation of how the job ended: state, exit code and the tail of its log (``status``: a
+        :meth:`status` result, None for the job's status now)."""
+        if status is not None and not (isinstance(status, dict) and status.get("state") in STATES):
+            raise ConfigError(f"status: expected a dict from job.status() or None, got {shorten(status)}. Fix: call "
+                              "job.explain() alone, or job.explain(job.status()).")
         status = status or self.status()
         causes = [line for line in self.logs().splitlines() if line.startswith(("error:", "Traceback"))
                   or "Error:" in line.split(" ", 1)[0]][:3]
@@ -140,7 +147,7 @@ class Job:
             return (f"{head} A node of the job was lost (Slurm: NODE_FAIL; nodes {status.get('nodes', '?')}); "
                     "the run directory keeps its last checkpoint. Fix: submit the job again with the same settings: "
                     "it resumes from that checkpoint.")
-        if status.get("reason", "").startswith("lost:"):
+        if str(status.get("reason", "")).startswith(("lost:", "damaged:")):
             head += f" It was {status['reason']}."
         no_log = self.backend == "slurm" and not self.log_path.is_file()
         if no_log and status["state"] == "FAILED" and status.get("slurm_state", "FAILED") == "FAILED":
@@ -170,7 +177,7 @@ class Job:
         with open(self.log_path, errors="replace", newline="") as handle:
             # a progress bar redraws one line with carriage returns: keep what a terminal would show
             lines = [line.rstrip("\r").split("\r")[-1] for line in handle.read().split("\n")]
-        return "\n".join(lines[-tail:] if tail else lines)
+        return "\n".join(lines if tail is None else lines[-tail:] if tail else [])  # tail=0: no lines
 
     def metrics(self, event: str | None = None):
         """The run's metrics.jsonl as a pandas DataFrame (optionally one event kind: step, epoch...)."""
@@ -333,6 +340,10 @@ def sweep(config: TrainConfig, over: str, values, sequential: bool = True, **sub
 
 
 SWEEP_PATH_FIELDS = ("output_root", "data_dir", "stage_to", "index_dir")  # refused as a sweep's `over`
+# The most jobs one sweep submits. The course's sweeps have 2-6 values and a scaling study a few more; 64 jobs
+# already hold a cluster's queue for days. 10,000 values ran minutes of checks, then submitted 10,000 jobs (r43f):
+# a longer list is a mistake (range(10000) for range(10)), refused in one line before any check or submit.
+MAX_SWEEP_VALUES = 64
 
 
 def _sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfig, dict]]:
@@ -356,6 +367,10 @@ def _sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfi
     if isinstance(values, (str, bytes, dict)) or not isinstance(values, (list, tuple, range)) or not values:
         raise ConfigError(f"values: expected a non-empty list of values for {over}, got {shorten(values)}. "
                           f"Fix: e.g. values=[1, 2] (one job per value).")
+    if len(values) > MAX_SWEEP_VALUES:
+        raise ConfigError(f"values: {len(values):,} values would submit {len(values):,} jobs, and a sweep submits at "
+                          f"most {MAX_SWEEP_VALUES}. Fix: give at most {MAX_SWEEP_VALUES} values (e.g. values=[1, 2, "
+                          "4, 8]), or split the sweep and submit each part after the last has ended.")
     planned = []
     for value in values:
         name = f"{config.name}-{over}{value}"

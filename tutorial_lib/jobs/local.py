@@ -23,8 +23,8 @@ from tutorial_lib.jobs import processes
 from tutorial_lib.jobs.commands import Rendezvous, spec_torchrun_command
 from tutorial_lib.jobs.record import launch_settings, write_job_file
 from tutorial_lib.jobs.spec import JobError, JobSpec
-from tutorial_lib.jobs.states import FINAL_STATES, Seen, read_state
-from tutorial_lib.rundir.layout import JOB_FILE, STATE_FILE, SUPERVISOR_LOG
+from tutorial_lib.jobs.states import FINAL_STATES, Seen, load_state, read_state
+from tutorial_lib.rundir.layout import DONE_FILE, JOB_FILE, STATE_FILE, SUPERVISOR_LOG
 from tutorial_lib.rundir.metrics import read_metrics
 
 PENDING_ID = "local-pending"  # the record's id while its supervisor is being started
@@ -103,6 +103,14 @@ def local_seen(run_dir: Path, record: dict) -> Seen:
     ended = ended or _ended(read_state(run_dir))  # it may have written its final state just before it exited
     if ended is not None:
         return ended
+    damage = load_state(run_dir)[1]
+    if damage is not None:  # no verdict from the state file: the run directory's own DONE, else the damage named
+        if (run_dir / DONE_FILE).is_file():
+            return Seen("completed", "DONE", exit_code=0, reason=f"{run_dir / STATE_FILE} is damaged ({damage}); "
+                        f"the run's {DONE_FILE} says it finished")
+        return Seen("failed", "run directory", reason=f"damaged: its state file {run_dir / STATE_FILE} is {damage}, "
+                    "not what its supervisor writes, so how the job ended is unknown. Fix: look at the job's log; "
+                    "submit it again with the same settings to resume from its checkpoint")
     if supervisor is None and time.time() - float(record.get("submitted") or 0) < START_GRACE_S:
         return Seen("pending", "submitted")
     who = (f"its record names no supervisor ({JOB_FILE} id {record.get('id')})" if supervisor is None else

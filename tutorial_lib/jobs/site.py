@@ -149,7 +149,11 @@ def _site_env(value) -> tuple[tuple[str, str], ...]:
             raise ConfigError(f"site.env: {shorten(name)} is not a variable name. Fix: letters, digits and '_'.")
         if name in _ENV_SET_HERE or name.startswith(("TUTORIAL_", "SLURM_")):
             raise ConfigError(f"site.env: {name} is set by tutorial_lib.jobs itself. Fix: leave it out.")
-        if not isinstance(text, (str, int, float)) or not str(text).isprintable():
+        if isinstance(text, bool) or not isinstance(text, (str, int)):  # YAML true would be exported as True
+            raise ConfigError(f"site.env.{name}: {shorten(text)} is YAML's {type(text).__name__}, not text, and "
+                              f"would be exported as {shorten(str(text))}. Fix: quote the value, e.g. {name}: "
+                              f"'{str(text).lower() if isinstance(text, bool) else text}'.")
+        if not str(text).isprintable():
             raise ConfigError(f"site.env.{name}: {shorten(text)} must be a single-line value. Fix: e.g. {name}: ib0.")
     return tuple((name, str(text)) for name, text in value.items())
 

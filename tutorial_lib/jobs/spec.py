@@ -163,13 +163,17 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
         raise ConfigError(f"module: {shorten(module)} cannot be run as a job. "
                           f"Fix: use one of {', '.join(JOB_MODULES)}.")
     if module_args is not None and (not isinstance(module_args, (list, tuple))
-                                    or not all(isinstance(a, str) and "\n" not in a for a in module_args)):
-        raise ConfigError("module_args: must be a list of single-line strings. Fix: e.g. ['allreduce', '--out', 'x']")
+                                    or not all(isinstance(a, str) and "\n" not in a and "\x00" not in a
+                                                           for a in module_args)):  # NUL: no argv can hold it
+        raise ConfigError("module_args: must be a list of single-line strings without NUL bytes. Fix: e.g. "
+                          "['allreduce', '--out', 'x']")
     if not isinstance(sbatch_options, (str, list, tuple)):
         raise ConfigError(f"sbatch_options: expected a list of options, got {shorten(sbatch_options)}. Fix: e.g. "
                           "sbatch_options=['--constraint=a100'].")
     options = [check_sbatch_option(o) for o in (list(sbatch_options) if not isinstance(sbatch_options, str)
                                                   else [sbatch_options])]
+    if not on_cluster and module == "tutorial_lib.train":  # the local backend's nodes are this machine
+        check_fits_here(config, nodes * ranks_per_node)
     site = load_site(site) if on_cluster else Site()
     partition, account = site.resolve(partition, account)
     time, time_note = job_time(time, site.time)
@@ -180,6 +184,19 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
                    sbatch_options=options, max_restarts=max_restarts, module=module,
                    module_args=list(module_args) if module_args is not None else None,
                    python=site.python or sys.executable, site=site)
+
+
+def check_fits_here(config: TrainConfig, ranks: int) -> None:
+    """A local job's training step against this machine's memory (its ``ranks`` share it on the CPU), refused in
+    one line with the estimate before the job is submitted: ``image_size=10**5`` otherwise started a job that
+    wrote its run directory and only then failed. A Slurm job's nodes are not known here: its ranks check there."""
+    import torch
+
+    from tutorial_lib.engine.memory import check_training_fits
+
+    on_gpu = config.device != "cpu" and torch.cuda.is_available()
+    check_training_fits(config, config.num_classes or 1000, torch.device("cuda" if on_gpu else "cpu"),
+                        ranks_here=ranks)
 
 
 def absolute_config(config: TrainConfig) -> TrainConfig:

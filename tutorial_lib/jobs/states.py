@@ -20,6 +20,7 @@ from pathlib import Path
 from tutorial_lib.jobs import processes
 from tutorial_lib.paths import not_a_file
 from tutorial_lib.rundir.layout import STATE_FILE
+from tutorial_lib.rundir.metrics import parse_json
 
 WATCH_STATES = ("pending", "running", "completing", "completed", "failed", "cancelled", "timeout", "requeued",
                 "unknown")
@@ -56,16 +57,41 @@ def write_state(run_dir: Path, state: str, **fields) -> None:
     tmp.replace(run_dir / STATE_FILE)
 
 
-def read_state(run_dir: Path) -> dict | None:
-    """A local job's last recorded state, or None (also where the state file is no regular file: a named pipe
-    there would block the reader)."""
-    if not_a_file(run_dir / STATE_FILE) is not None:
-        return None
+STATE_FILE_MOST_BYTES = 1 << 16  # the supervisor writes ~300 bytes: a larger file is none of its records
+
+
+def load_state(run_dir: Path) -> tuple[dict | None, str | None]:
+    """A local job's last recorded state and, where ``job_state.json`` is there but is not what its supervisor
+    writes (a link, a named pipe, not JSON, an unknown state, an exit code that is no whole number), what is wrong
+    with it: ``(None, None)`` when there is none yet. A named pipe is never opened (it would block the reader)."""
+    path = run_dir / STATE_FILE
+    odd = "a symbolic link" if os.path.islink(path) else not_a_file(path)
+    if odd is not None:
+        return None, odd
     try:
-        state = json.loads((run_dir / STATE_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return state if isinstance(state, dict) and state.get("state") in STATES else None
+        with open(path, "rb") as handle:
+            text = handle.read(STATE_FILE_MOST_BYTES + 1)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror or exc})"
+    try:
+        state = parse_json(text) if len(text) <= STATE_FILE_MOST_BYTES else None
+    except ValueError:  # garbled, or nested past Python
+        state = None
+    if not isinstance(state, dict):
+        return None, "not a JSON mapping"
+    if state.get("state") not in STATES:
+        return None, f"of the unknown state {str(state.get('state'))[:40]!r}"
+    code = state.get("exit_code")
+    if code is not None and (not isinstance(code, int) or isinstance(code, bool)):
+        return None, f"of the exit code {str(code)[:40]!r}, which is no whole number"
+    return state, None
+
+
+def read_state(run_dir: Path) -> dict | None:
+    """A local job's last recorded state, or None (none yet, or a damaged state file: :func:`load_state`)."""
+    return load_state(run_dir)[0]
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,8 @@ def load_weights_only(path: str | os.PathLike, map_location="cpu") -> dict:
                               "resume with that version).") from None
     except (EOFError, KeyError, RuntimeError, ValueError, TypeError, IndexError, AttributeError, OverflowError,
             MemoryError) as exc:  # torch's words (and pickle's) for an empty, torn or foreign file
-        if isinstance(exc, RuntimeError) and "PytorchStreamReader" not in str(exc) and "zip" not in str(exc):
+        torn = ("PytorchStreamReader", "zip", "hasRecord")  # hasRecord: a zip without torch's records in it
+        if isinstance(exc, RuntimeError) and not any(word in str(exc) for word in torn):
             raise
         size = os.path.getsize(path) if os.path.exists(path) else 0
         raise CheckpointError(f"checkpoint: {path} ({size:,} bytes) is not a complete torch file (empty, torn by a "
@@ -124,17 +125,23 @@ def load_weights_only(path: str | os.PathLike, map_location="cpu") -> dict:
 
 
 def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict | None:
-    """The checkpoint at ``path`` (loaded weights-only, see :func:`load_weights_only`), or None if there is none."""
+    """The checkpoint at ``path`` (loaded weights-only, see :func:`load_weights_only`), or None if there is none
+    (a file holding None is no checkpoint the trainer writes: refused, never read as "none, start over")."""
     path = Path(path)
     if not path.is_file():
         return None
-    return load_weights_only(path, map_location)
+    state = load_weights_only(path, map_location)
+    if state is None:
+        raise CheckpointError(f"checkpoint: {path} holds None, not the trainer's dict of parts; nothing was loaded. "
+                              "Fix: delete it (the run then starts over) or restore the file the trainer wrote.")
+    return state
 
 
 # rng: every rank's random state, which an exact resume continues (a checkpoint without it would resume silently
 # with other random crops and another data order)
 _PARTS = {"model": dict, "optimizer": dict, "scaler": dict, "progress": dict, "rng": list}
 _OPTIONAL = {"scheduler": dict, "config": dict, "world_size": int, "num_classes": int}
+_NEVER_NONE = ("config", "world_size", "num_classes")  # optional (older checkpoints lack them), never written None
 _COUNTS = ("epoch", "step_in_epoch", "global_step")
 
 
@@ -149,7 +156,8 @@ def check_checkpoint(state, path: str | os.PathLike, progress_fields) -> dict:
     if not isinstance(state, dict):
         refuse(f"holds a {type(state).__name__}, not the trainer's dict of parts")
     for key, kind in {**_PARTS, **_OPTIONAL}.items():
-        if (key in _PARTS or state.get(key) is not None) and not isinstance(state.get(key), kind):
+        given = key in _PARTS or state.get(key) is not None or (key in _NEVER_NONE and key in state)
+        if given and not isinstance(state.get(key), kind):  # config None: its recipe would be made up
             refuse(f"holds {key} as {type(state.get(key)).__name__}, not {kind.__name__}")
     ranks = state.get("world_size") or max(1, len(state["rng"]))  # the trainer saves one state per rank
     if len(state["rng"]) != ranks or not all(isinstance(rank, dict) for rank in state["rng"]):

@@ -49,6 +49,16 @@ def _jsonable(value):
     return str(value)
 
 
+def parse_json(text: str | bytes):
+    """The value of a JSON text; ValueError for anything that is none: garbled, not UTF-8, or nested deeper than
+    Python's recursion limit (``'[' * 50000`` raises RecursionError in :func:`json.loads`). The one reader of the
+    project's small JSON records."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """The JSON objects of a JSON-lines file, one per line; a torn or garbled line is skipped, never raised.
 
@@ -62,8 +72,8 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     with open(path, "rb") as handle:
         for line in handle:
             try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # deeply nested: garbled too
+                record = parse_json(line)
+            except ValueError:  # torn, garbled or deeply nested: skipped
                 continue
             if isinstance(record, dict):
                 records.append(record)
