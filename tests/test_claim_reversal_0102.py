@@ -76,6 +76,17 @@ def test_one_core_reverses():
     assert pipeline_claims.one_core(None, parts).verdict == "not measured"
 
 
+def test_one_core_does_not_call_overlapping_ranges_with_medians_apart_agreement():
+    """r44h's read of 02: the loader 239.3 (151.5-296.4) img/s against its parts' 111.9 (99.7-185.0): the ranges
+    overlap, the medians are 2.1x apart and the parts' median lies outside the loader's range. Before: "the two
+    agree"; the docstring's rule (the parts' median within the loader's range) decides now."""
+    parts = {"read": Spread(0.5, 0.4, 0.6), "decode": Spread(7.0, 4.3, 8.0), "augment": Spread(1.436, 0.7, 1.63)}
+    claim = pipeline_claims.one_core(Spread(239.3, 151.5, 296.4), parts)
+    assert "allow 111.9 (" in claim.sentence, claim.sentence
+    assert claim.verdict == claims.NOT_DISTINGUISHABLE and "agree, so" not in claim.sentence, claim.sentence
+    assert "about 239 images/s" in claim.sentence
+
+
 def test_cores_to_feed_reverses():
     """A model slower than one core needs one; the two swapped need more, with the range the ranges allow."""
     model, core = Spread(120.0, 110.0, 130.0), Spread(223.4, 203.9, 253.1)

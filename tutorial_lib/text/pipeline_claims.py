@@ -74,9 +74,10 @@ def process_vs_worker(zero_workers: Spread | None, one_worker: Spread | None) ->
 def one_core(zero_workers: Spread | None, parts: dict[str, Spread | None]) -> Claim:
     """What one CPU core prepares here: the loader with 0 workers (one process does everything, on one torch
     thread), beside what its parts (read, decode, augment; ms per image) timed alone allow. Verdict ``agree``
-    where the parts' rate (from the sums of their lows and highs) lies within the loader's range, ``loader
-    slower``/``loader faster`` where the ranges separate. This rate, not a worker's, is the one core of the
-    cost model: a worker's rate also uses the training process's core."""
+    where the parts' median rate lies within the loader's range, ``loader slower``/``loader faster`` where the
+    ranges separate, and :data:`NOT_DISTINGUISHABLE` where the ranges overlap but the parts' median lies outside
+    the loader's (the two are neither shown to agree nor to differ). This rate, not a worker's, is the one core
+    of the cost model: a worker's rate also uses the training process's core."""
     parts = {name: spread for name, spread in parts.items() if spread is not None}
     if zero_workers is None or not parts:
         return Claim("one CPU core", "not measured", "the loader with 0 workers or the parts of an image were not "
@@ -87,9 +88,13 @@ def one_core(zero_workers: Spread | None, parts: dict[str, Spread | None]) -> Cl
     listed = " + ".join(f"{parts[name].median:.2f}" for name in parts)
     numbers = (f"one process on one core prepared {zero_workers.text()} img/s in the loader with 0 workers; its "
                f"parts timed alone ({', '.join(parts)}: {listed} ms per image) allow {alone.text()} img/s")
-    if not distinguishable(zero_workers, alone):
+    if zero_workers.low <= alone.median <= zero_workers.high:
         return Claim("one CPU core", "agree", f"{numbers}: the two agree, so one core prepares about "
                      f"{zero_workers.median:,.0f} images/s here")
+    if not distinguishable(zero_workers, alone):
+        return Claim("one CPU core", NOT_DISTINGUISHABLE, f"{numbers}: the ranges overlap, but the parts' median "
+                     f"lies outside the loader's range, so whether the two agree is {NOT_DISTINGUISHABLE}; take one "
+                     f"core as the loader's: about {zero_workers.median:,.0f} images/s here")
     if zero_workers.median < alone.median:
         return Claim("one CPU core", "loader slower", f"{numbers}: the loader is slower than its parts ("
                      + likely_cause("the loader's own work: sampling, batching, collation") + "); one core "
