@@ -79,7 +79,7 @@ def test_scaling_table_has_the_reference_columns_and_readable_times(sweep):
                                    "ImageNet epoch (projected)", "90 epochs (projected)", "top-1 (%)", "top-5 (%)"]
     assert list(table.index) == ["s-1", "s-2", "s-4"]
     row = table.loc["s-1"]
-    assert row["throughput efficiency (%)"] == 100.0
+    assert row["throughput efficiency (%)"] == "100.0"
     assert row["ImageNet epoch (projected)"] == "3h33m32s"  # 1,281,167 / 100 s = 12,811.67 s
     assert row["90 epochs (projected)"] == "320h17m30s"
     assert study.scaling_table(sweep, epochs=10).columns[6] == "10 epochs (projected)"

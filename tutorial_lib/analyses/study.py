@@ -222,18 +222,14 @@ def results_table(results: pd.DataFrame) -> pd.DataFrame:
     own rates, and the efficiency with the range those ranges allow; a larger run that
     :func:`tutorial_lib.text.verdicts.scaling_verdict` does not tell from the smallest shows its efficiency
     range only, the efficiency column saying "not distinguishable here". Column names say what each number is."""
-    from tutorial_lib.text.verdicts import NOT_DISTINGUISHABLE, scaling_verdict
-
-    unit, spreads = rank_unit(results), _run_spreads(results)
-    efficiency = [f"{100 * eff:.1f}" if i == 0 or scaling_verdict(spreads[i][1], spreads[0][1])[0] !=
-                  NOT_DISTINGUISHABLE else NOT_DISTINGUISHABLE for i, eff in enumerate(results["efficiency"])]
+    unit = rank_unit(results)
     table = pd.DataFrame({
         "run": results["name"], unit: results["gpus"], "nodes": results["nodes"],
         "global batch": results["global_batch"],
         f"{throughput_label(results)} (one run)": results["images_per_sec"].round(1),
         "img/s per epoch: range": [f"{lo:.1f}-{hi:.1f}" for lo, hi in
                                    zip(results["images_per_sec_low"], results["images_per_sec_high"], strict=True)],
-        "efficiency (%)": efficiency,
+        "efficiency (%)": efficiency_cells(results, ranges=False),
         "efficiency: range allowed (%)": [f"{100 * lo:.0f}-{100 * hi:.0f}" for lo, hi in
                                           zip(results["efficiency_low"], results["efficiency_high"], strict=True)],
     })
@@ -262,13 +258,37 @@ def readable(frame: pd.DataFrame, epochs: float = REFERENCE_EPOCHS, time_note: s
         "nodes": frame["nodes"].astype(int),
         "global batch": frame["global_batch"].astype(int),
         f"throughput ({throughput_label(frame)})": frame["images_per_sec"].round(1),
-        "throughput efficiency (%)": (100 * frame["efficiency"]).round(1),
+        "throughput efficiency (%)": efficiency_cells(frame),
         f"ImageNet epoch ({time_note})": [_duration(s) for s in frame["epoch_s"]],
         f"{label} epochs ({time_note})": [_duration(s) for s in frame["time_to_train_s"]],
         "top-1 (%)": frame["top1"].round(1),
         "top-5 (%)": frame["top5"].round(1),
     })
     return table.set_index("run")
+
+
+def efficiency_cells(frame: pd.DataFrame, ranges: bool = True) -> list:
+    """An efficiency column (%): a published study's numbers as they are; for measured runs (whose epochs give
+    a range) the smallest run's 100.0 and each larger run's efficiency decided as :func:`scaling_claim` decides
+    it (:func:`tutorial_lib.text.verdicts.scaling_verdict`): the percentage (with the range its epochs allow,
+    where ``ranges``) where that decision ranks the two runs, else "not distinguishable here" and no number
+    (r44h's read of 06: a bare 28.7 in the HAL-form table beside a sentence calling it not distinguishable)."""
+    from tutorial_lib.bench.timing import Spread
+    from tutorial_lib.text.verdicts import NOT_DISTINGUISHABLE, scaling_verdict
+
+    percent = (100 * frame["efficiency"]).round(1)
+    if "efficiency_low" not in frame:
+        return list(percent)
+    spreads = [spread for _, spread in _run_spreads(frame)]
+    cells = [f"{percent.iloc[0]:.1f}"]
+    for index in range(1, len(frame)):
+        row = frame.iloc[index]
+        if scaling_verdict(spreads[index], spreads[0])[0] == NOT_DISTINGUISHABLE:
+            cells.append(NOT_DISTINGUISHABLE)
+        else:
+            cells.append(Spread(100 * row["efficiency"], 100 * row["efficiency_low"], 100 * row["efficiency_high"])
+                         .text() if ranges else f"{100 * row['efficiency']:.1f}")
+    return cells
 
 
 def scaling_table(runs, epochs: float = REFERENCE_EPOCHS, dataset_images: int = IMAGENET_TRAIN_IMAGES) -> pd.DataFrame:
@@ -363,10 +383,15 @@ def projection_claim(projection: pd.DataFrame, results: pd.DataFrame):
     first, last = results.iloc[0], results.iloc[-1]
     spread = ((100 * last["efficiency_low"], 100 * last["efficiency_high"])
               if len(results) > 1 and "efficiency_low" in results else None)
+    undecided = None
+    if spread is not None:
+        (_, base), (_, top) = _run_spreads(results)[0], _run_spreads(results)[-1]
+        verdict, why = verdicts.scaling_verdict(top, base)
+        undecided = (why or "the runs' per-epoch ranges overlap") if verdict == verdicts.NOT_DISTINGUISHABLE else None
     return verdicts.projection_flat(list(projection["projected efficiency (%)"]), int(projection.index[-1]),
                                   first["images_per_sec"] / first["gpus"],
                                   100 * last["efficiency"] if len(results) > 1 else None, int(last["gpus"]),
-                                  rank_unit(results), projection.attrs.get("basis", ""), spread)
+                                  rank_unit(results), projection.attrs.get("basis", ""), spread, undecided)
 
 
 def scaling_claim(results: pd.DataFrame, load: tuple | None = None):

@@ -63,13 +63,15 @@ def runs_learn(outcomes: list) -> Claim:
 
 def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, measured: float | None,
                     measured_units: int | None, unit: str = "GPUs", basis: str = "",
-                    measured_range: tuple[float, float] | None = None) -> Claim:
+                    measured_range: tuple[float, float] | None = None, undecided: str | None = None) -> Claim:
     """Why a scaling projection sits at (nearly) 100%, and what the measured efficiency beside it means.
 
     ``efficiencies``: the projected efficiencies (%); ``per_unit_rate``: the measured img/s per rank
     the projection starts from; ``measured``: the measured efficiency (%) at ``measured_units``, with
     ``measured_range`` (%) the range its runs' per-epoch speeds allow; ``basis``: what that rate was measured on
-    (model, image size, device), named in the sentence."""
+    (model, image size, device), named in the sentence; ``undecided``: the reason :func:`scaling_verdict` did
+    not rank the measured runs, where it did not (the measured efficiency is then given as not distinguishable
+    here, with no number)."""
     lowest = min(efficiencies) if efficiencies else float("nan")
     counted = "GPUs" if unit == "GPUs" else "modelled ranks"
     source = f"this run's {per_unit_rate:.1f} img/s per rank" + (f" ({basis})" if basis else "")
@@ -84,8 +86,15 @@ def projection_flat(efficiencies: list, top_units: int, per_unit_rate: float, me
     spread = "" if measured_range is None else (
         " (one epoch per run measured: no range)" if measured_range[0] == measured_range[1] else
         f" (between {measured_range[0]:.0f}% and {measured_range[1]:.0f}% over its runs' epochs)")
-    beside = "" if measured is None else (f" The measured {measured:.1f}% at {measured_units} {unit}{spread} is "
-                                          f"another thing ({why}).")
+    if measured is None:
+        beside = ""
+    elif undecided is not None:
+        beside = (f" The measured efficiency at {measured_units} {unit} is {NOT_DISTINGUISHABLE} ({undecided}; its "
+                  f"runs' epochs allow {measured_range[0]:.0f}% to {measured_range[1]:.0f}%); where it is low, that "
+                  f"is another thing ({why}).") if measured_range else (
+                  f" The measured efficiency at {measured_units} {unit} is {NOT_DISTINGUISHABLE} ({undecided}).")
+    else:
+        beside = f" The measured {measured:.1f}% at {measured_units} {unit}{spread} is another thing ({why})."
     if lowest >= 99.5:
         return Claim("projection", "flat", f"the model projects {lowest:.1f}% or more at every count up to {top_units} "
                      f"{counted} (flat): it starts from {source}, and in the model a step that "
