@@ -237,6 +237,46 @@ def _strict(slurm) -> None:
                     "(TUTORIAL_SLURM_STRICT=1 cluster_scripts/start_local_slurm.sh)")
 
 
+def test_the_course_without_a_site_on_a_cluster_without_a_default_partition_is_refused_before_it_runs(
+        tmp_path, monkeypatch, capsys):
+    """r44h: a plain `make tutorial` beside a cluster with no default partition (the strict emulated one) ran 00
+    and 13 minutes of 01 before its first job was refused. Now the course refuses first, in one line naming the
+    site block, the cluster's partitions and both ways out; a site with a partition, a cluster with a default
+    partition and backend local all pass."""
+    from tutorial_lib.course import runner
+    from tutorial_lib.jobs import slurm as slurm_module
+
+    def nodes(default: bool):
+        return lambda: ([{"node": "node1", "partition": "compute", "default": default, "state": "idle"}], None)
+
+    monkeypatch.delenv("TUTORIAL_SITE", raising=False)
+    monkeypatch.setattr(slurm_module, "slurm_available", lambda: (True, "sbatch answers"))
+    monkeypatch.setattr(slurm_module, "cluster_nodes", nodes(False))
+    with pytest.raises(SystemExit, match=r"^error: site: this Slurm cluster has no default partition .* \(compute\)"):
+        runner.check_cluster_site({}, runner.notebooks())
+    out = tmp_path / "course"
+    assert course.main(["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "-p backend local" in err and "ci-site.yaml" in err, err
+    assert not out.exists()  # refused before anything ran or was written
+    every = runner.notebooks()
+    runner.check_cluster_site({"site": {"partition": "compute"}}, every)
+    runner.check_cluster_site({"backend": "local"}, every)
+    runner.check_cluster_site({}, runner.notebooks(["00"]))  # 00 submits no job
+    monkeypatch.setattr(slurm_module, "cluster_nodes", nodes(True))
+    runner.check_cluster_site({}, every)
+
+
+def test_on_the_strict_cluster_the_course_without_a_site_is_refused_and_ci_site_passes(slurm, monkeypatch):
+    _strict(slurm)
+    from tutorial_lib.course import runner
+
+    monkeypatch.delenv("TUTORIAL_SITE", raising=False)
+    with pytest.raises(SystemExit, match="no default partition"):
+        runner.check_cluster_site({}, runner.notebooks())
+    runner.check_cluster_site({"site": str(CI_SITE)}, runner.notebooks())
+
+
 def test_on_the_strict_cluster_a_job_without_the_site_fails_in_one_line(tmp_path, slurm, digits_dir):
     _strict(slurm)
     cfg = make_config("smoke", name="nosite", output_root=str(tmp_path), dataset="imagefolder",

@@ -67,6 +67,39 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
         raise SystemExit(f"error: parameters: {exc} (nothing was run)") from None
 
 
+NO_JOBS = ("00_setup.ipynb",)  # the notebooks that submit no job (00 only reports where the later ones would run)
+
+
+def check_cluster_site(params: dict, to_run: list[Path]) -> None:
+    """Refuse, before anything runs, a course whose Slurm jobs every one would be refused for want of a partition:
+    a notebook to run that submits jobs, their backend ``auto`` or ``slurm``, a Slurm controller that answers, a
+    cluster with no default partition, and a site block (the ``site`` parameter, else ``$TUTORIAL_SITE``'s file)
+    that names none (r44h: a plain ``make tutorial`` beside the strict emulated cluster failed in 01 after 13
+    minutes of benchmarks). One line naming the site block, the cluster's partitions and both ways out."""
+    from tutorial_lib.engine.config import ConfigError
+    from tutorial_lib.jobs import slurm
+    from tutorial_lib.jobs.site import load_site
+
+    if all(notebook.name in NO_JOBS for notebook in to_run) or params.get("backend", "auto") == "local" \
+            or not slurm.slurm_available()[0]:
+        return
+    try:
+        site = load_site(params.get("site"))
+    except ConfigError as exc:
+        raise SystemExit(f"error: parameters: {exc} (nothing was run)") from None
+    if site.partition:
+        return
+    nodes, why = slurm.cluster_nodes()
+    if why or not nodes or any(node["default"] for node in nodes):
+        return
+    partitions = ", ".join(sorted({node["partition"] for node in nodes}))
+    raise SystemExit(f"error: site: this Slurm cluster has no default partition and the course's site block names "
+                     f"none, so every job would be refused (nothing was run). Fix: give a site block with a partition "
+                     f"({partitions}): make course PARAMS=notebooks/params/<site>.yaml or TUTORIAL_SITE=<that file> "
+                     f"(the emulated cluster's: notebooks/params/ci-site.yaml), or run the jobs on this machine: "
+                     f"python -m tutorial_lib.course -p backend local.")
+
+
 def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None, only: list[str] | None = None,
                kernel: str | None = None, progress: bool = True) -> Path:
     """Execute the notebooks headless with papermill into ``out``; write and return SUMMARY.md.
@@ -86,6 +119,7 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
                          "alone (nothing was run). Fix: give number prefixes such as 00 03, or leave --only out to "
                          "run them all.")
     check_parameter_values(params or {}, notebooks(only))
+    check_cluster_site(params or {}, notebooks(only))
     out = check_output_folder(out)
     os.environ[SUMMARY_ENV] = str(out / "summary")
     timings: dict[str, float] = {}
