@@ -285,3 +285,15 @@ def test_06s_hal_form_table_and_projection_sentence_give_no_number_for_an_undeci
     cell = list(study.readable(ranked)["throughput efficiency (%)"])[1]
     assert cell == "37.0 (34.9-39.4)", cell
     assert "The measured 37.0% at 2 CPU ranks" in study.projection_claim(projection, ranked).sentence
+
+
+def test_ratios_keep_about_three_significant_digits_and_staging_names_its_cause_as_likely():
+    """r44h's read of 02: "270.86x (between 163.97x and 644.26x)" (the project rounds to about three significant
+    digits), and "the files sit in its page cache, so the difference ... is noise" (a cause nothing measured)."""
+    wide = claims._ratio_text(Spread(27086.0, 16397.0, 64426.0), Spread(100.0, 100.0, 100.0))
+    assert wide == "271x (between 164x and 644x)", wide
+    assert claims._ratio_text(Spread(1.14, 1.10, 1.20), Spread(1.0, 1.0, 1.0)) == "1.14x (between 1.10x and 1.20x)"
+    staged = claims.staging_effect(Spread(1.0, 0.9, 1.1), Spread(0.0016, 0.0015, 0.0017),
+                                   Spread(0.0014, 0.0013, 0.0015), 72)
+    assert "likely cause, not measured here: the files sit in its page cache" in staged.sentence, staged.sentence
+    assert "is noise" not in staged.sentence

@@ -123,7 +123,7 @@ def test_01_issue_14_single_windows_name_what_they_measured():
     records = [train("fp32", [fp32]), train("bf16", [bf16]), train("bf16", [9], channels_last=True)]
     claim = claims.fastest_setting(records)
     assert claim.verdict == "faster"
-    ratio = f"{bf16 / fp32:.2f}x"
+    ratio = f"{claims._ratio_number(bf16 / fp32)}x"
     assert f"bf16 is the fastest here, {ratio} (between {ratio} and {ratio}) fp32" in claim.sentence
     assert f"bf16 {bf16:.1f}" in claim.sentence and f"fp32 {fp32:.1f}" in claim.sentence
 
@@ -291,7 +291,7 @@ def test_issue_23_verdicts_follow_the_numbers():
     wait, accuracy, yardstick, versus, learn, multi, big_batch, stale, projection = issue_23_claims()
     assert wait.verdict == "keeps up" and "the best loader (2 workers)" not in wait.sentence
     assert "2 workers, 1 worker, 0 workers: not distinguishable from each other" in wait.sentence
-    assert "5.64x (between 2.54x and 12.44x) more" in wait.sentence  # the ratio carries the ranges' spread
+    assert "5.64x (between 2.54x and 12.4x) more" in wait.sentence  # the ratio carries the ranges' spread
     assert accuracy.verdict == "same" and "noise (" not in accuracy.sentence
     assert "5-point threshold set by accuracy_tolerance" in accuracy.sentence
     near = claims.precision_accuracy({"fp32": 12.0, "bf16": 11.0}, 5.0, chance=10.0)

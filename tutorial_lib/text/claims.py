@@ -57,7 +57,13 @@ def _ratio_text(new: Spread, old: Spread) -> str:
     from one median hides how far a wide range lets it move."""
     if not old.median or old.low <= 0:
         return "not defined (a zero speed)"
-    return f"{new.median / old.median:.2f}x (between {new.low / old.high:.2f}x and {new.high / old.low:.2f}x)"
+    return (f"{_ratio_number(new.median / old.median)}x (between {_ratio_number(new.low / old.high)}x and "
+            f"{_ratio_number(new.high / old.low)}x)")
+
+
+def _ratio_number(ratio: float) -> str:
+    """A ratio to about three significant digits, two decimals at most (02 printed 270.86x and 644.26x)."""
+    return f"{ratio:,.{2 if abs(ratio) < 10 else 1 if abs(ratio) < 100 else 0}f}"
 
 
 def top_group(spreads: dict) -> list:
@@ -395,8 +401,8 @@ def staging_effect(copy_s: Spread | None, shared_s: Spread | None, staged_s: Spr
     """What staging costs (the copy of ``images`` files, seconds) and saves (seconds to read every file once
     from where the data is vs from the node-local copy), beside the HAL benchmark's (reference 000)
     file-system load. Where both places are one file system (``same_file_system``) the two reads come from
-    the same disk and its page cache, so their difference is noise whatever the ranges: verdict ``cannot
-    decide here``, and no saving or payback is computed."""
+    the same disk (and, likely, its page cache), so their difference is no saving whatever the ranges: verdict
+    ``cannot decide here``, and no saving or payback is computed."""
     if copy_s is None or shared_s is None or staged_s is None:
         return Claim("staging", "not measured", "staging was not measured here")
     ref = REFERENCE_FS
@@ -408,9 +414,10 @@ def staging_effect(copy_s: Spread | None, shared_s: Spread | None, staged_s: Spr
                f"once took {_seconds(shared_s)} s from where they are and {_seconds(staged_s)} s from the copy")
     if same_file_system:
         return Claim("staging", CANNOT_DECIDE,
-                     f"{numbers}: both places are the same disk of this machine and the files sit in its page "
-                     "cache, so the difference between the two reads is noise, not a saving: what staging saves "
-                     "cannot be decided here, only what the copy costs. A parallel file system's costs (metadata "
+                     f"{numbers}: both places are the same disk of this machine, so the difference between the two "
+                     "reads is no saving staging could make (" + likely_cause("the files sit in its page cache after "
+                     "their first read") + "): what staging saves cannot be decided here, only what the copy "
+                     "costs. A parallel file system's costs (metadata "
                      "requests queued behind other jobs, many nodes sharing its bandwidth) cannot happen on one "
                      f"disk; {per_gpu}.")
     if distinguishable(shared_s, staged_s) and staged_s.high < shared_s.low:
