@@ -137,6 +137,9 @@ def test_course_output_refuses_a_folder_it_did_not_write(tmp_path, monkeypatch):
     course.run_course(tmp_path / "new", only=["00"])  # a new folder is ours, and so it stays
     course.run_course(tmp_path / "new", only=["00"])
     assert len(executed) == 2
+    # a kernel started later in this process (a test's JupyterLab) would write its summary into this folder:
+    # seen, 05's summary in the removed tmp_path of this test
+    assert course.SUMMARY_ENV not in os.environ
 
 
 # --------------------------------------------------------------- 2. nothing hung by a blocking file

@@ -121,7 +121,8 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
     check_parameter_values(params or {}, notebooks(only))
     check_cluster_site(params or {}, notebooks(only))
     out = check_output_folder(out)
-    os.environ[SUMMARY_ENV] = str(out / "summary")
+    before = os.environ.get(SUMMARY_ENV)
+    os.environ[SUMMARY_ENV] = str(out / "summary")  # the kernels papermill starts write their summaries there
     timings: dict[str, float] = {}
     started_at = time.time()
     try:
@@ -144,6 +145,10 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
             print(f"   done in {timings[notebook.stem]:.0f} s", flush=True)
     finally:
         summary = write_summary(out, timings)
+        if before is None:  # a kernel started later in this process (JupyterLab's) writes where it did before
+            os.environ.pop(SUMMARY_ENV, None)
+        else:
+            os.environ[SUMMARY_ENV] = before
     print(f"executed notebooks and summary: {summary}")
     return summary
 
