@@ -54,3 +54,19 @@ def test_the_lock_is_never_taken_through_a_link(tmp_path):
     with pytest.raises(OSError):
         RunLock(run_dir).acquire()
     assert victim.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("name", [LOCK_FILE, METRICS_FILE])
+def test_a_run_file_that_is_a_hard_link_to_a_users_file_is_refused_and_the_file_untouched(tmp_path, name):
+    """r43g: a LOCK hard-linked to ~/data/keep.txt was overwritten by the lock record on resume, a hard-linked
+    metrics.jsonl got the resumed run's events (the symbolic-link check did not see them). A file written in place
+    with another name is refused."""
+    run_dir, victim = _earlier_run(tmp_path), tmp_path / "home" / "keep.txt"
+    victim.parent.mkdir()
+    victim.write_text("mine\n")
+    os.link(victim, run_dir / name)
+    with pytest.raises(RunDirError) as refused:
+        prepare_run_dir(run_dir)
+    message = str(refused.value)
+    assert "\n" not in message and f"{run_dir / name}" in message and "hard link" in message and "Fix: " in message
+    assert victim.read_text() == "mine\n"

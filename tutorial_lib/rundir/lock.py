@@ -33,9 +33,9 @@ def prepare_run_dir(run_dir: str | os.PathLike, create: bool = True) -> Path:
         if run_dir.is_dir():
             odd = _not_a_file(run_dir)
             if odd is not None:
-                raise RunDirError(f"output_root: {odd} in the run directory exists but is not a regular file; "
-                                  "the trainer reads and writes it as one, so nothing was started. Fix: move it "
-                                  "away, or choose another run name.")
+                raise RunDirError(f"output_root: {odd} in the run directory exists but is not a regular file of "
+                                  "its own; the trainer reads and writes it as one, so nothing was started. Fix: "
+                                  "move it away, or choose another run name.")
             if not usable_run_dir(run_dir):
                 problem = ("already holds files that are not a training run's (no config.json, job.json or "
                            "metrics.jsonl written by this project); nothing in it was touched")
@@ -60,9 +60,27 @@ def _not_a_file(run_dir: Path) -> str | None:
     for name in (CHECKPOINT_FILE, MODEL_FILE, METRICS_FILE, LOCK_FILE, INDEX_FILE):
         path = run_dir / name
         kind = not_a_file(path) or (f"a symbolic link to {os.readlink(path)!r}" if path.is_symlink() else None)
+        if kind is None and name in WRITTEN_IN_PLACE:
+            kind = _hard_link(path)
         if kind is not None:
             return f"{str(path)!r} ({kind})"
     return None
+
+
+# Written in place (appended, or rewritten through the same inode), so another name of the same file would
+# change too; the others are replaced by a rename, which leaves a hard-linked copy (``cp -al``) as it was.
+WRITTEN_IN_PLACE = (METRICS_FILE, LOCK_FILE)
+
+
+def _hard_link(path: Path) -> str | None:
+    """``'a hard link: the file has 2 names'`` where ``path`` is one of several names of one file (r43g: a LOCK
+    linked to a user's file was overwritten by the lock record, a linked metrics.jsonl got the events); None
+    where it has one name or does not exist."""
+    try:
+        names = os.lstat(path).st_nlink
+    except OSError:
+        return None
+    return f"a hard link: the file has {names} names, and writing it would change the others" if names > 1 else None
 
 
 def pid_alive(pid: int) -> bool:
