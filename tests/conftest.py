@@ -304,6 +304,10 @@ def start_fake_supervisor(run_dir: Path, delay_s: float) -> subprocess.Popen:
 
 
 _STAND_INS: list[subprocess.Popen] = []
+# A stand-in lives while the test process that started it does (at most an hour): test files that import this module
+# as tests.conftest hold another _STAND_INS than the session fixture below ends (seen: ten stand-ins left running).
+STAND_IN = ("import os, time\nparent, ends = os.getppid(), time.monotonic() + 3600\n"
+            "while os.getppid() == parent and time.monotonic() < ends:\n    time.sleep(1)")
 
 
 def write_live_state(run_dir: Path, state: str, **fields) -> int:
@@ -313,8 +317,7 @@ def write_live_state(run_dir: Path, state: str, **fields) -> int:
     from tutorial_lib.jobs import processes
     from tutorial_lib.jobs.states import write_state
 
-    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
-                                env={**os.environ, "TUTORIAL_RUN_DIR": str(run_dir)})
+    stand_in = subprocess.Popen([sys.executable, "-c", STAND_IN], env={**os.environ, "TUTORIAL_RUN_DIR": str(run_dir)})
     _STAND_INS.append(stand_in)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and "TUTORIAL_RUN_DIR" not in _environ(stand_in.pid):
