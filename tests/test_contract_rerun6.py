@@ -352,3 +352,13 @@ def test_bench_runs_names_skip_steps_when_it_leaves_out_every_window(tmp_path):
     record = trainer_record(run, skip_steps=1000)
     assert record["status"] == "skipped" and record["reason"].startswith("--skip-steps 1000 leaves out every step")
     assert _bench_refusal(["runs", str(run), "--skip-steps", "2147483648"]).startswith("--skip-steps: 2147483648")
+
+
+def test_the_image_size_check_does_not_fail_on_a_model_it_cannot_build_on_the_meta_device():
+    """r43g: every regnet failed with "NotImplementedError: Cannot copy out of meta tensor" in the image-size
+    pre-check itself (its init copies data); the check now leaves such a model to the run, and still refuses
+    alexnet at 16 px."""
+    from tutorial_lib.engine.models import runs_at
+
+    assert runs_at("regnet_y_400mf", 32) is True
+    assert runs_at("alexnet", 16) is False

@@ -52,9 +52,13 @@ def has_batch_norm(arch: str, norm: str = "batch") -> bool:
 @functools.lru_cache(maxsize=64)
 def runs_at(arch: str, image_size: int) -> bool:
     """Whether ``arch`` takes ``image_size`` px images: its layers leave at least one pixel (alexnet's pooling
-    does not at 16 px). Found by a forward pass on the meta device, which computes shapes and allocates nothing."""
-    with torch.device("meta"):
-        model = build_model(arch, 10)
+    does not at 16 px). Found by a forward pass on the meta device, which computes shapes and allocates nothing;
+    a model that cannot be built or run there (regnet's init copies data: r43g) is not refused by this check."""
+    try:
+        with torch.device("meta"):
+            model = build_model(arch, 10)
+    except NotImplementedError:
+        return True
     try:
         with torch.no_grad():
             model.eval()(torch.empty(1, 3, image_size, image_size, device="meta"))
