@@ -262,3 +262,73 @@ def test_a_lost_local_supervisor_ends_wait_with_the_last_event(tmp_path, fresh_w
         supervisor.wait()
         with contextlib.suppress(AttributeError, psutil.Error):
             rank.kill()
+
+
+def _start_supervisor(run_dir: Path, command: list[str], workdir: Path) -> subprocess.Popen:
+    """A real supervisor for ``run_dir`` running ``command`` as its one agent, recorded as submit_local does."""
+    argv = [sys.executable, "-m", "tutorial_lib.jobs.supervisor", str(run_dir)]
+    record = {"backend": "local", "name": run_dir.name, "time": "00:10:00", "workdir": str(workdir),
+              "submitted": time.time(), "spec": {"nodes": 1}, "commands": [command]}
+    write_job_file(run_dir, {**record, "id": "local-pending"})
+    supervisor = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(Path(jobs.__file__).parents[2])},
+                                  stderr=open(run_dir / "supervisor.log", "ab"), start_new_session=True)
+    write_job_file(run_dir, {**record, "id": f"local-{supervisor.pid}",
+                             "supervisor": {**identity(supervisor.pid), "cmdline": argv}})
+    return supervisor
+
+
+def test_a_supervisor_that_fails_itself_records_why_and_the_explanation_shows_its_errors(tmp_path, fresh_watcher):
+    """The supervisor cannot start its agent (its working folder is gone): before, it died with a traceback only in
+    supervisor.log and the job was 'lost' with an empty log; now it records FAILED with the error's last line, and
+    explain() shows it and the supervisor's own error output."""
+    run_dir = tmp_path / "sup-fails"
+    supervisor = _start_supervisor(run_dir, [sys.executable, "-c", "pass"], tmp_path / "no-such-folder")
+    assert supervisor.wait(timeout=120) == 1
+    job = jobs.attach(run_dir)
+    status = job.status()
+    assert (status["state"], status["source"]) == ("FAILED", "supervisor"), status
+    assert status["reason"].startswith("its supervisor failed: FileNotFoundError") and "no-such-folder" in \
+        status["reason"], status
+    explained = job.explain()
+    assert "Its supervisor failed: FileNotFoundError" in explained.splitlines()[0], explained
+    assert f"The supervisor's own errors ({run_dir / 'supervisor.log'}):" in explained, explained
+    assert "FileNotFoundError" in explained.split("own errors", 1)[1], explained
+
+
+def test_a_live_supervisor_not_proven_at_one_look_is_not_called_lost(tmp_path, fresh_watcher, monkeypatch):
+    """One look at a live supervisor that fails its proof (injected: processes.runs says no once, as a /proc read
+    that fails for a moment would): before, that one look made the job FAILED ('lost') for good while it ran on (seen
+    in CI); now the live pid is looked at again, and the job is RUNNING."""
+    from tutorial_lib.jobs import local, processes
+
+    run_dir = tmp_path / "sup-blinks"
+    supervisor = _start_supervisor(run_dir, [sys.executable, "-c", "import time; time.sleep(600)"], tmp_path)
+    try:
+        job = jobs.attach(run_dir)
+        deadline = time.monotonic() + 120
+        while job.state != "RUNNING":
+            assert time.monotonic() < deadline and job.state == "PENDING", job.status()
+            time.sleep(0.2)
+        looks = []
+        real_runs = processes.runs
+
+        def runs_but_once(recorded, run_dir=None):
+            looks.append(recorded)
+            return len(looks) > 1 and real_runs(recorded, run_dir)
+
+        monkeypatch.setattr(local.processes, "runs", runs_but_once)
+        status = job.status()
+        assert status["state"] == "RUNNING" and len(looks) >= 2, (status, len(looks))
+        assert "failed" not in [state for _, state, _ in fresh_watcher.history(job)]
+        monkeypatch.setattr(local.processes, "runs", lambda recorded, run_dir=None: False)  # and when it truly is gone
+        started = time.monotonic()
+        supervisor.kill()
+        supervisor.wait()
+        assert job.status()["reason"].startswith("lost: its supervisor"), job.status()
+        assert time.monotonic() - started < 5
+    finally:
+        monkeypatch.undo()
+        job = jobs.attach(run_dir)
+        job.cancel(wait=10)
+        supervisor.kill()
+        supervisor.wait()

@@ -23,7 +23,7 @@ from pathlib import Path
 from tutorial_lib.engine.config import ConfigError, TrainConfig, shorten
 from tutorial_lib.jobs import slurm
 from tutorial_lib.jobs.commands import sbatch_command, spec_torchrun_command
-from tutorial_lib.jobs.local import local_cancel, submit_local
+from tutorial_lib.jobs.local import local_cancel, submit_local, supervisor_errors
 from tutorial_lib.jobs.record import read_job_file
 from tutorial_lib.jobs.site import Site, load_site
 from tutorial_lib.jobs.slurm import slurm_available
@@ -31,7 +31,7 @@ from tutorial_lib.jobs.spec import JobError, JobSpec, check_flags, check_seconds
 from tutorial_lib.jobs.states import FINAL_STATES, STATES, public, read_state
 from tutorial_lib.jobs.watch import cluster_of, watcher
 from tutorial_lib.paths import not_a_file
-from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STATE_FILE, slurm_log
+from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STATE_FILE, SUPERVISOR_LOG, slurm_log
 from tutorial_lib.rundir.lock import RunDirError, RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import metrics_table, read_metrics
 from tutorial_lib.rundir.owned import clear_run_dir
@@ -147,8 +147,11 @@ class Job:
             return (f"{head} A node of the job was lost (Slurm: NODE_FAIL; nodes {status.get('nodes', '?')}); "
                     "the run directory keeps its last checkpoint. Fix: submit the job again with the same settings: "
                     "it resumes from that checkpoint.")
-        if str(status.get("reason", "")).startswith(("lost:", "damaged:")):
-            head += f" It was {status['reason']}."
+        if str(status.get("reason", "")).startswith(("lost:", "damaged:", "its supervisor failed:")):
+            head += f" It was {status['reason']}." if status["reason"].startswith(("lost", "damaged")) else \
+                f" {status['reason'][0].upper()}{status['reason'][1:]}."
+            errors = supervisor_errors(self.run_dir) if self.backend == "local" else ""
+            head += f"\nThe supervisor's own errors ({self.run_dir / SUPERVISOR_LOG}):\n{errors}" if errors else ""
         no_log = self.backend == "slurm" and not self.log_path.is_file()
         if no_log and status["state"] == "FAILED" and status.get("slurm_state", "FAILED") == "FAILED":
             return (f"{head} Slurm could not open its output file {self.log_path} (it does not exist), so the batch "

@@ -25,10 +25,14 @@ from tutorial_lib.jobs.record import launch_settings, write_job_file
 from tutorial_lib.jobs.spec import JobError, JobSpec
 from tutorial_lib.jobs.states import FINAL_STATES, Seen, load_state, read_state
 from tutorial_lib.rundir.layout import DONE_FILE, JOB_FILE, STATE_FILE, SUPERVISOR_LOG
+from tutorial_lib.rundir.lock import pid_alive
 from tutorial_lib.rundir.metrics import read_metrics
 
 PENDING_ID = "local-pending"  # the record's id while its supervisor is being started
 START_GRACE_S = 30.0  # how long a record may name no supervisor yet: the moment submit_local takes to start it
+# before a supervisor whose pid still runs is called lost, it is looked at again after these pauses: "lost" is
+# final, and one unproven look (seen once in CI, the supervisor running again a moment later) must not make it so
+RECHECK_PAUSES_S = (0.1, 0.3, 0.6)
 
 
 def submit_local(spec: JobSpec, after_run_dir: Path | None = None) -> str:
@@ -87,8 +91,34 @@ def last_event(run_dir: Path) -> str:
 
 def _ended(state: dict | None) -> Seen | None:
     if state is not None and state["state"] in FINAL_STATES:
-        return Seen(state["state"].lower(), "supervisor", exit_code=state.get("exit_code"))
+        reason = state.get("error")
+        return Seen(state["state"].lower(), "supervisor", exit_code=state.get("exit_code"),
+                    reason=f"its supervisor failed: {reason}" if isinstance(reason, str) and reason else "")
     return None
+
+
+def _runs_after_all(supervisor: dict | None, run_dir: Path) -> bool:
+    """Whether a supervisor that did not prove itself just now does so at one of a few short looks more; a pid
+    that no longer runs is not waited for."""
+    pid = supervisor.get("pid") if isinstance(supervisor, dict) else None
+    for pause in RECHECK_PAUSES_S:
+        if not (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and pid_alive(pid)):
+            return False
+        time.sleep(pause)
+        if processes.runs(supervisor, run_dir):
+            return True
+    return False
+
+
+def supervisor_errors(run_dir: Path, lines: int = 5) -> str:
+    """The last ``lines`` lines of the supervisor's own error output (``supervisor.log``), or ''."""
+    path = run_dir / SUPERVISOR_LOG
+    if os.path.islink(path) or not path.is_file():
+        return ""
+    with open(path, "rb") as handle:
+        handle.seek(max(0, path.stat().st_size - 8192))
+        text = handle.read().decode(errors="replace")
+    return "\n".join(text.strip().splitlines()[-lines:])
 
 
 def local_seen(run_dir: Path, record: dict) -> Seen:
@@ -113,6 +143,9 @@ def local_seen(run_dir: Path, record: dict) -> Seen:
                     "submit it again with the same settings to resume from its checkpoint")
     if supervisor is None and time.time() - float(record.get("submitted") or 0) < START_GRACE_S:
         return Seen("pending", "submitted")
+    if _runs_after_all(supervisor, run_dir):
+        state = read_state(run_dir)
+        return _ended(state) or Seen((state or {}).get("state", "PENDING").lower(), "supervisor")
     who = (f"its record names no supervisor ({JOB_FILE} id {record.get('id')})" if supervisor is None else
            f"its supervisor, recorded as {processes.proof_problem(supervisor)}, cannot be told from another program"
            if supervisor.get("start") is None else f"its supervisor (pid {supervisor['pid']}) is gone (killed, or "

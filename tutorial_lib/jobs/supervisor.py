@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import psutil
@@ -145,8 +146,26 @@ class Supervisor:
 
 
 def main() -> int:
-    """Entry point: ``python -m tutorial_lib.jobs.supervisor RUN_DIR``."""
-    return Supervisor(Path(sys.argv[1])).run()
+    """Entry point: ``python -m tutorial_lib.jobs.supervisor RUN_DIR``.
+
+    An error of the supervisor itself is recorded, not left for the watcher to find as a lost job: its agents are
+    killed, the state file says FAILED with the error's last line, and the traceback goes to stderr
+    (``supervisor.log``, which :meth:`tutorial_lib.jobs.Job.explain` shows)."""
+    run_dir = Path(sys.argv[1])
+    supervisor = None
+    try:
+        supervisor = Supervisor(run_dir)
+        return supervisor.run()
+    except Exception as exc:
+        traceback.print_exc()
+        if supervisor is not None:
+            supervisor._terminate(signal.SIGKILL)
+        error = (traceback.format_exception_only(exc)[-1].strip() or type(exc).__name__)[:500]
+        try:
+            write_state(run_dir, "FAILED", exit_code=None, ended=time.time(), error=error)
+        except OSError:
+            traceback.print_exc()
+        return 1
 
 
 if __name__ == "__main__":
