@@ -20,7 +20,7 @@ import re
 import time
 from pathlib import Path
 
-from tutorial_lib.engine.config import ConfigError, TrainConfig, shorten
+from tutorial_lib.engine.config import ConfigError, TrainConfig, check_is_config, shorten
 from tutorial_lib.jobs import slurm
 from tutorial_lib.jobs.commands import sbatch_command, spec_torchrun_command
 from tutorial_lib.jobs.local import local_cancel, submit_local, supervisor_errors
@@ -355,9 +355,7 @@ def _sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfi
     from tutorial_lib.engine.config import validate
     from tutorial_lib.jobs.spec import check_counts
 
-    if not isinstance(config, TrainConfig):
-        raise ConfigError("config: expected a TrainConfig. Fix: build one with "
-                          "tutorial_lib.engine.config.make_config().")
+    check_is_config(config)
     if isinstance(over, str) and over in RENAMED_ARGUMENTS:
         raise ConfigError(f"over: {over} was renamed {RENAMED_ARGUMENTS[over]}. Fix: over={RENAMED_ARGUMENTS[over]!r}.")
     fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"name"}  # the name is made from the value

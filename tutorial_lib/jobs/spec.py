@@ -12,7 +12,15 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tutorial_lib.engine.config import ConfigError, TrainConfig, shorten, to_cli_args, validate, validate_name
+from tutorial_lib.engine.config import (
+    ConfigError,
+    TrainConfig,
+    check_is_config,
+    shorten,
+    to_cli_args,
+    validate,
+    validate_name,
+)
 from tutorial_lib.jobs.site import Site, load_site
 from tutorial_lib.jobs.slurm_values import (
     check_sbatch_option,
@@ -146,9 +154,7 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
     gets ``site`` (a :class:`Site`, a ``site:`` mapping, a YAML file; None: :func:`load_site`'s default),
     whose partition, account and time apply where the arguments leave them out.
     """
-    if not isinstance(config, TrainConfig):
-        raise ConfigError("config: expected a TrainConfig. "
-                          "Fix: build one with tutorial_lib.engine.config.make_config().")
+    check_is_config(config)
     check_flags(check_data=check_data, on_cluster=on_cluster)
     config = absolute_config(config)
     gpus_elsewhere = True if on_cluster and config.device != "cpu" else None
