@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -89,12 +90,14 @@ def test_two_node_job_runs_on_two_nodes(tmp_path, shared_data, backend):
     assert "staged" in job.logs() and "removed the staged copy" in job.logs()
 
 
-def test_unusable_stage_to_fails_the_job_in_one_line_before_training(tmp_path, shared_data):
+def test_unusable_stage_to_is_refused_in_one_line_before_the_local_job_starts(tmp_path, shared_data):
+    """A local job's nodes are this machine: its stage_to is checked at submit, in the job's own words (r43g: the
+    job started, wrote its run directory, and only then failed)."""
     cfg = small_config(tmp_path, shared_data, "stage-absent", dataset="imagefolder", stage_to=str(tmp_path / "no"))
-    job = jobs.submit(cfg, nodes=1, ranks_per_node=1, backend="local", verbose=False)
-    assert job.wait(timeout=600, check=False) == "FAILED"
-    assert f"stage_to: {tmp_path / 'no'} is not a folder on node" in job.explain()
-    assert not (job.run_dir / CONFIG_FILE).exists() and not (tmp_path / "no").exists()
+    with pytest.raises(ConfigError, match=rf"^stage_to: {re.escape(str(tmp_path / 'no'))} is not a folder on node "
+                                          r"\S+\. Fix: create it first"):
+        jobs.submit(cfg, nodes=1, ranks_per_node=1, backend="local", verbose=False)
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "no").exists()
 
 
 def test_cancel_running_job(tmp_path, shared_data, backend):

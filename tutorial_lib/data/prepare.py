@@ -330,7 +330,10 @@ def prepare(source: str | os.PathLike, dest: str | os.PathLike, val_labels_file:
     found = detect(source, val_labels_file)
     dest = Path(dest).expanduser().absolute()
     try:
-        check_destination(dest, found)
+        check_destination(dest, found)  # refuses a DEST that cannot be followed (a link to itself)
+        # links are relative to where DEST really is: from a DEST under a linked folder (~/scratch -> /big/u) a
+        # link made from the unresolved path would climb out of the wrong folder and lead nowhere (r43g)
+        dest = dest.resolve()
         todo = plan(found, dest)
         dest.mkdir(parents=True, exist_ok=True)
         with locked(dest):

@@ -200,11 +200,10 @@ def copy_name(run: str, node: str) -> str:
     return "tutorial-stage-" + _UNSAFE.sub("_", f"{run}-{node}")[:120]
 
 
-def stage(source: str | os.PathLike, stage_to: str, run: str, node: str, environ=os.environ) -> Staged:
-    """Copy ``source`` to ``stage_to``'s folder for ``run`` on ``node`` (or reuse / resume ours); return it.
-
-    Raises StagingError before copying anything if ``stage_to`` is unusable: not a writable folder, inside
-    ``source``, too little free space for the data, or already holding a folder of that name that is not ours."""
+def check_stage_root(source: str | os.PathLike, stage_to: str, node: str, environ=os.environ) -> Path:
+    """``stage_to``'s folder on ``node`` (:func:`target_root`), checked: an existing folder there that this user may
+    write, outside ``source``; StagingError otherwise. A local job's nodes are this machine, so its submit calls this
+    before anything is written (r43g: the job started, wrote its run directory, and only then failed here)."""
     source = Path(source).absolute()
     root = target_root(stage_to, environ)
     if not root.is_dir():
@@ -213,6 +212,16 @@ def stage(source: str | os.PathLike, stage_to: str, run: str, node: str, environ
         _fail(f"{root} is not writable on node {node}", "use a folder you may write to ($TMPDIR on most sites)")
     if root.resolve().is_relative_to(source.resolve()):
         _fail(f"{root} is inside the data folder {source}", "stage to a folder outside the data (the node's $TMPDIR)")
+    return root
+
+
+def stage(source: str | os.PathLike, stage_to: str, run: str, node: str, environ=os.environ) -> Staged:
+    """Copy ``source`` to ``stage_to``'s folder for ``run`` on ``node`` (or reuse / resume ours); return it.
+
+    Raises StagingError before copying anything if ``stage_to`` is unusable: not a writable folder, inside
+    ``source``, too little free space for the data, or already holding a folder of that name that is not ours."""
+    source = Path(source).absolute()
+    root = check_stage_root(source, stage_to, node, environ)
     final = root / copy_name(run, node)
     partial = final.with_name(final.name + ".partial")
     present_at = {folder: _check_owned(folder, node) for folder in (final, partial)}  # owner first, then marker

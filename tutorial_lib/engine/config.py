@@ -333,12 +333,21 @@ def check_type(name: str, value) -> None:
               "line convert text for you)")
 
 
+def check_is_config(value) -> None:
+    """Refuse (ConfigError naming what was passed) a ``config`` that is not a TrainConfig: a dict, a profile's
+    name or None would otherwise fail at its first field with an AttributeError traceback (r43g)."""
+    if not isinstance(value, TrainConfig):
+        _fail("config", f"expected a TrainConfig, got {shorten(value)} ({type(value).__name__})",
+              "build one with tutorial_lib.engine.config.make_config(), e.g. make_config('smoke', name='run1')")
+
+
 def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | None = None) -> TrainConfig:
     """Check every field; raise ConfigError naming the first bad one and its fix.
 
     ``check_paths`` looks at the data directory (skip it when submitting a job whose data lives
     only on the cluster). ``cuda_available`` defaults to asking torch.
     """
+    check_is_config(cfg)
     for f in dataclasses.fields(TrainConfig):
         check_type(f.name, getattr(cfg, f.name))
     validate_name(cfg.name)

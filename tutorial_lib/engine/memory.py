@@ -2,7 +2,8 @@
 line with the estimate and the memory there is, instead of growing until the kernel's OOM killer ends the run.
 
 The estimate is a lower bound, so that it never refuses a run that fits: the weights and their gradients, the
-batch as float32 on the device, and the outputs of the model's convolutions and linear layers for the batch
+optimiser's momentum buffers (one more copy of the weights: SGD with momentum, LARS), the batch as float32 on the
+device, and the outputs of the model's convolutions and linear layers for the batch
 (autograd keeps at least those for the backward pass). Those outputs are counted by running the model on
 PyTorch's ``meta`` device, which computes shapes and allocates nothing (a model that will not run at that size
 there, such as a ViT at another image size, is counted without them). Available memory: ``psutil`` for the host,
@@ -12,6 +13,7 @@ there, such as a ViT at another image size, is counted without them). Available 
 from __future__ import annotations
 
 import functools
+import re
 import resource
 
 import psutil
@@ -21,6 +23,7 @@ from torch import nn
 from tutorial_lib.engine.errors import ConfigError
 
 AMP_BYTES = {"fp16": 2, "bf16": 2}  # bytes per activation under autocast; 4 otherwise
+MOMENTUM_BYTES = 4  # the optimiser's float32 momentum buffer, per weight
 
 
 def human_bytes(count: float) -> str:
@@ -78,10 +81,13 @@ def _layer_outputs(arch: str, num_classes: int, image_size: int, norm: str) -> t
 
 
 def training_bytes(arch: str, num_classes: int, image_size: int, batch_size: int, precision: str = "fp32",
-                   norm: str = "batch") -> dict[str, int]:
-    """A lower bound of the memory one rank's training step needs, by part (``total`` included)."""
+                   norm: str = "batch", momentum: bool = True) -> dict[str, int]:
+    """A lower bound of the memory one rank's training step needs, by part (``total`` included). ``momentum``: the
+    optimiser keeps a momentum buffer per weight (SGD with momentum > 0, LARS; r43g: convnext_large under a 6 GiB
+    limit passed an estimate without it and failed in the SGD step)."""
     outputs, parameters = _layer_outputs(arch, max(int(num_classes), 1), int(image_size), norm)
     parts = {"weights and gradients": 8 * parameters,
+             "optimizer state": MOMENTUM_BYTES * parameters if momentum else 0,
              "activations": batch_size * outputs * AMP_BYTES.get(precision, 4),
              "the batch": batch_size * 3 * image_size * image_size * 4}
     return {**parts, "total": sum(parts.values())}
@@ -105,22 +111,25 @@ def classifier_parameters(arch: str, num_classes: int) -> int:
 
 
 def check_step_fits(arch: str, num_classes: int, image_size: int, batch_size: int, device: torch.device | str,
-                    precision: str = "fp32", norm: str = "batch", share: int = 1, flags: bool = False) -> None:
+                    precision: str = "fp32", norm: str = "batch", share: int = 1, flags: bool = False,
+                    momentum: bool = True) -> None:
     """Refuse (ConfigError) a training step whose tensors cannot fit in the memory of ``device``, ``share`` steps
     of it at once (ranks sharing a host). The error names the field that makes it too big: ``num_classes`` where
-    the classifier's weights and gradients are the largest part, else ``image_size/batch_size``; as the command
-    line's flags (``--num-classes``) where ``flags``."""
+    the classifier's weights, gradients and momentum are the largest part, else ``image_size/batch_size``; as the
+    command line's flags (``--num-classes``) where ``flags``. ``momentum``: see :func:`training_bytes`."""
     def name(field: str) -> str:
         return f"--{field.replace('_', '-')}" if flags else field
 
-    parts = training_bytes(arch, num_classes, image_size, batch_size, precision, norm)
+    parts = training_bytes(arch, num_classes, image_size, batch_size, precision, norm, momentum)
     total = parts.pop("total") * share
-    classifier = 8 * classifier_parameters(arch, num_classes)
+    weights = classifier_parameters(arch, num_classes)
+    classifier = (8 + (MOMENTUM_BYTES if momentum else 0)) * weights
     on = f"{torch.device(device).type}{f', {share} ranks' if share > 1 else ''}"
-    rest = {**parts, "weights and gradients": parts["weights and gradients"] - classifier}
+    rest = {**parts, "weights and gradients": parts["weights and gradients"] - 8 * weights,
+            "optimizer state": parts["optimizer state"] - (MOMENTUM_BYTES * weights if momentum else 0)}
     if classifier >= max(rest.values()):  # the classifier's share outweighs every other part
         what = (f"{name('num_classes')}: a training step of {arch} with a classifier of {num_classes:,} classes "
-                f"(its weights and gradients alone: {human_bytes(classifier)}; {on})")
+                f"(its weights, gradients and optimizer state alone: {human_bytes(classifier)}; {on})")
         fix = f"pass a smaller {name('num_classes')} (ImageNet: 1000)"
     else:
         what = (f"{name('image_size')}/{name('batch_size')}: a training step of {arch} on batches of {batch_size} "
@@ -129,11 +138,43 @@ def check_step_fits(arch: str, num_classes: int, image_size: int, batch_size: in
     check_fits(total, available_bytes(device), what, fix, parts)
 
 
+def _keeps_momentum(cfg) -> bool:
+    return cfg.optimizer == "lars" or cfg.momentum > 0  # LARS keeps its buffer at momentum 0 too
+
+
 def check_training_fits(cfg, num_classes: int, device: torch.device, ranks_here: int = 1) -> None:
     """:func:`check_step_fits` for a training step of ``cfg`` on ``device`` (on the CPU: ``ranks_here`` ranks of
     this node share its memory)."""
     check_step_fits(cfg.arch, num_classes, cfg.image_size, cfg.batch_size, device, cfg.precision, cfg.norm,
-                    share=ranks_here if torch.device(device).type == "cpu" else 1)
+                    share=ranks_here if torch.device(device).type == "cpu" else 1, momentum=_keeps_momentum(cfg))
+
+
+class StepOutOfMemory(MemoryError):
+    """The training step ran out of memory although the estimate made before it fitted (one line: the fields, the
+    estimate and the fix)."""
+
+
+_CPU_ALLOCATOR_FAILURE = re.compile(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) bytes")
+
+
+def step_out_of_memory(cfg, exc: BaseException) -> StepOutOfMemory | None:
+    """The one-line error for torch's CPU allocator failing in a training step of ``cfg`` (a RuntimeError with a
+    traceback otherwise), or None when ``exc`` is something else. The estimate (:func:`training_bytes`) is a lower
+    bound, so a run close to the limit may pass it and still fail here: the line gives the estimate and the fix
+    (r43g: convnext_large under a 6 GiB address-space limit)."""
+    asked = _CPU_ALLOCATOR_FAILURE.search(str(exc)) if isinstance(exc, RuntimeError) else None
+    if asked is None:
+        return None
+    parts = training_bytes(cfg.arch, cfg.num_classes or 1000, cfg.image_size, cfg.batch_size, cfg.precision,
+                           cfg.norm, _keeps_momentum(cfg))
+    total = parts.pop("total")
+    shown = "; ".join(f"{name} {human_bytes(size)}" for name, size in parts.items() if size)
+    return StepOutOfMemory(
+        f"image_size/batch_size: a training step of {cfg.arch} on batches of {cfg.batch_size} images of "
+        f"{cfg.image_size}x{cfg.image_size} px ran out of memory here: {human_bytes(int(asked[1]))} more could not "
+        f"be allocated, beyond the estimate of at least {human_bytes(total)} ({shown}) that fitted at the start "
+        f"(the process itself and its data loading need more). Fix: pass a smaller --batch-size or --image-size, "
+        "a smaller --arch, or run where more memory is allowed (ulimit -v, the job's memory); then run again.")
 
 
 def check_training_memory(cfg, device: torch.device, info) -> None:

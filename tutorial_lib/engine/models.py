@@ -9,6 +9,11 @@ from torch import nn
 from torchvision import models as tv_models
 
 _RESNET_FAMILY = ("resnet", "resnext", "wide_resnet")
+# Models with auxiliary classifiers: in training mode torchvision's default returns a named tuple of logits that
+# no loss takes (r43g: `train --arch googlenet` failed with a TypeError), and inception_v3's aux head needs 139 px
+# or more ("Output size is too small" at 75 px). Built without them, they train on their main classifier, which is
+# what is evaluated; init_weights=True is torchvision's own initialisation (its default, which otherwise warns).
+_AUXILIARY_HEADS = ("googlenet", "inception_v3")
 
 
 @functools.lru_cache(maxsize=1)
@@ -25,11 +30,14 @@ def build_model(arch: str = "resnet50", num_classes: int = 1000, zero_init_resid
                 norm: str = "batch", channels_last: bool = False) -> nn.Module:
     """Build an untrained torchvision model (no weights are downloaded).
 
+    GoogLeNet and Inception v3 are built without their auxiliary classifiers (one output, plain logits).
     ``zero_init_residual`` starts the last BN gamma of every residual block at zero, so each block
     begins as the identity (Goyal et al. section 5.1). ``norm="group"`` swaps BatchNorm for GroupNorm
     in ResNets: its statistics are per image, so results do not depend on the per-worker batch.
     """
     kwargs: dict = {"weights": None, "num_classes": num_classes}
+    if arch in _AUXILIARY_HEADS:
+        kwargs.update(aux_logits=False, init_weights=True)
     if arch.startswith(_RESNET_FAMILY):
         kwargs["zero_init_residual"] = zero_init_residual
         if norm == "group":

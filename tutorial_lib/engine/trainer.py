@@ -35,7 +35,7 @@ from tutorial_lib.engine.evaluate import evaluate
 from tutorial_lib.engine.input.files import Batch, without_a_lone_image
 from tutorial_lib.engine.input.folders import DataError, prepare_dataset
 from tutorial_lib.engine.input.loaders import loaders_for
-from tutorial_lib.engine.memory import check_training_memory
+from tutorial_lib.engine.memory import StepOutOfMemory, check_training_memory, step_out_of_memory
 from tutorial_lib.engine.model_file import class_names, save_model
 from tutorial_lib.engine.models import count_parameters
 from tutorial_lib.engine.recipe import check_resume
@@ -379,6 +379,11 @@ def train(cfg: TrainConfig) -> dict:
     try:
         trainer.setup()
         return trainer.fit()
+    except RuntimeError as exc:  # torch's CPU allocator beyond the estimate: one line (CUDA's has its own class)
+        problem = step_out_of_memory(cfg, exc)
+        if problem is None:
+            raise
+        raise problem from None
     finally:
         trainer.close()
 
@@ -386,7 +391,8 @@ def train(cfg: TrainConfig) -> dict:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point. Exit status (:mod:`tutorial_lib.exits`): 0 finished, 75 stopped on request
     with a checkpoint (run again to resume), 2 refused (bad input, a run directory in use: one line), 3 the loss
-    became non-finite, 130 Ctrl-C, 1 anything else (a failed save: one line naming the file and the cause)."""
+    became non-finite, 130 Ctrl-C, 1 anything else (a failed save, or memory beyond the estimate: one line naming
+    the file or the fields and the cause)."""
     from tutorial_lib.rundir.lock import RunDirError, RunLockedError
 
     def run() -> int:
@@ -395,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
 
     return run_main(run, refused=(ConfigError, DataError, RunLockedError, RunDirError, file_index.IndexPlaceError,
                                   staging.StagingError),
-                    statuses={TrainingDiverged: EXIT_DIVERGED, SaveError: EXIT_ERROR,
+                    statuses={TrainingDiverged: EXIT_DIVERGED, SaveError: EXIT_ERROR, StepOutOfMemory: EXIT_ERROR,
                               torch.cuda.OutOfMemoryError: EXIT_ERROR})  # beyond the estimate: one line
 
 

@@ -20,7 +20,9 @@ import re
 import time
 from pathlib import Path
 
-from tutorial_lib.engine.config import ConfigError, TrainConfig, shorten
+from tutorial_lib.engine.config import ConfigError, TrainConfig, check_is_config, shorten
+from tutorial_lib.engine.validate import PATH_MAX
+from tutorial_lib.exits import one_line
 from tutorial_lib.jobs import slurm
 from tutorial_lib.jobs.commands import sbatch_command, spec_torchrun_command
 from tutorial_lib.jobs.local import local_cancel, submit_local, supervisor_errors
@@ -48,6 +50,14 @@ class Job:
     """Handle on a submitted training job: state, logs, metrics, wait and cancel."""
 
     def __init__(self, run_dir: str | os.PathLike):
+        try:
+            self._open(run_dir)
+        except JobError as exc:  # a long path in it is cut in the middle: the field and the fix stay (r43g)
+            raise JobError(one_line(str(exc))) from None
+        watcher().register(self)  # followed from now on: the next query of its cluster includes it
+
+    def _open(self, run_dir: str | os.PathLike) -> None:
+        """Read the job record of ``run_dir``; JobError naming run_dir and the fix where it holds none."""
         if not isinstance(run_dir, (str, os.PathLike)) or not str(run_dir):
             raise JobError(f"run_dir: expected the path of a job's run directory, got {shorten(run_dir)} "
                            f"({type(run_dir).__name__}). Fix: pass output_root/name of a submitted job, e.g. "
@@ -55,6 +65,9 @@ class Job:
         if "\x00" in os.fspath(run_dir):  # no path holds a NUL byte (Python: "embedded null byte")
             raise JobError(f"run_dir: {shorten(os.fspath(run_dir))} contains a NUL byte, which no path can hold. Fix: "
                            "pass output_root/name of a submitted job, e.g. jobs.attach('runs/ddp2').")
+        if isinstance(os.fspath(run_dir), str) and len(os.fspath(run_dir)) > PATH_MAX:
+            raise JobError(f"run_dir: {shorten(os.fspath(run_dir))} is longer than any path can be ({PATH_MAX} "
+                           "characters). Fix: pass output_root/name of a submitted job, e.g. jobs.attach('runs/ddp2').")
         try:
             self.run_dir = Path(run_dir).expanduser().resolve()
         except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13
@@ -69,7 +82,6 @@ class Job:
         self.id: str = str(self.record["id"])
         self.backend: str = self.record["backend"]
         self.name: str = self.record["name"]
-        watcher().register(self)  # followed from now on: the next query of its cluster includes it
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, backend={self.backend!r}, state={self.state!r}, run_dir='{self.run_dir}')"
@@ -226,7 +238,7 @@ def attach(run_dir: str | os.PathLike) -> Job:
 def choose_backend(backend: str = "auto", verbose: bool = True) -> str:
     """Resolve ``auto`` to ``slurm`` or ``local``, saying which and why; check an explicit ``slurm``."""
     if backend not in ("auto", "local", "slurm"):
-        raise JobError(f"backend: unknown backend {backend!r}. Fix: use 'auto', 'local' or 'slurm'.")
+        raise JobError(f"backend: unknown backend {shorten(backend)}. Fix: use 'auto', 'local' or 'slurm'.")
     if backend == "local":
         return "local"
     ok, why = slurm.slurm_available()
@@ -355,9 +367,7 @@ def _sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfi
     from tutorial_lib.engine.config import validate
     from tutorial_lib.jobs.spec import check_counts
 
-    if not isinstance(config, TrainConfig):
-        raise ConfigError("config: expected a TrainConfig. Fix: build one with "
-                          "tutorial_lib.engine.config.make_config().")
+    check_is_config(config)
     if isinstance(over, str) and over in RENAMED_ARGUMENTS:
         raise ConfigError(f"over: {over} was renamed {RENAMED_ARGUMENTS[over]}. Fix: over={RENAMED_ARGUMENTS[over]!r}.")
     fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"name"}  # the name is made from the value

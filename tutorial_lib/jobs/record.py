@@ -115,9 +115,17 @@ def python_of(launch: Launch) -> str:
 def write_job_file(run_dir: Path, record: dict) -> None:
     """Store the job record (id, backend, settings...) atomically, so attach() and the launchers find it."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".{JOB_FILE}.tmp"
-    tmp.write_text(json.dumps(record, indent=2, default=str))
-    tmp.replace(run_dir / JOB_FILE)
+    replace_file(run_dir / JOB_FILE, json.dumps(record, indent=2, default=str))
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed over it: a reader sees the old or the new file,
+    never half of one, and a link found at ``path`` (a user's file linked into the run directory) is replaced, its
+    target left as it was (r43g: job.sbatch written in place overwrote a linked user file with the batch script)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)  # our own leftover of a write that was killed (or a link planted under that name)
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 def read_job_file(run_dir: Path) -> dict:

@@ -10,7 +10,7 @@ import subprocess
 import time
 
 from tutorial_lib.jobs.commands import batch_script, job_env, sbatch_command
-from tutorial_lib.jobs.record import launch_settings, write_job_file
+from tutorial_lib.jobs.record import launch_settings, replace_file, write_job_file
 from tutorial_lib.jobs.spec import JobError, JobSpec
 from tutorial_lib.jobs.watch import slurm_env
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_SCRIPT
@@ -108,7 +108,7 @@ def submit_slurm(spec: JobSpec, after_slurm_id: str | None = None) -> str:
     record = {"backend": "slurm", "name": spec.config.name, "spec": spec.to_dict(),
               "launch": dataclasses.asdict(launch_settings(spec)), "command": command,
               "slurm_conf": os.environ.get("SLURM_CONF"), "submitted": time.time()}
-    script.write_text(batch_script(spec))
+    replace_file(script, batch_script(spec))  # a link there is replaced, never written through
     write_job_file(spec.run_dir, {**record, "id": PENDING_ID})
     try:
         output = run_command(command, "sbatch", env={**os.environ, **job_env(spec)})

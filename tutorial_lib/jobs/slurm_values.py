@@ -29,28 +29,31 @@ SBATCH_ALLOWED = ("--begin", "--comment", "--constraint", "--contiguous", "--cor
                   "--mem-per-gpu", "--mincpus", "--nice", "--nodelist", "--oversubscribe", "--power", "--prefer",
                   "--priority", "--qos", "--reservation", "--signal", "--sockets-per-node", "--spread-job",
                   "--switches", "--thread-spec", "--threads-per-core", "--time-min", "--tmp", "--wckey")
+SBATCH_TIMES = ("--time-min",)  # allowed options whose value is a Slurm time (--time itself is set here)
 # What tutorial_lib.jobs and train.sbatch set themselves (named in messages, and never passed on).
 SBATCH_SET_HERE = ("--parsable", "--job-name", "--nodes", "--ntasks-per-node", "--time", "--chdir", "--output",
                    "--export", "--partition", "--account", "--gpus-per-node", "--dependency", "--open-mode",
                    "--requeue")
 
 
-def check_time(value: str | int) -> str:
+def check_time(value: str | int, what: str = "time") -> str:
     """A Slurm time limit in one of Slurm's forms (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS), each
     field after the first within its range (hours < 24 after days, minutes and seconds < 60): Slurm would add up
-    the rest silently, so the limit would not be the one written."""
+    the rest silently, so the limit would not be the one written. ``what`` names the field in the message (an
+    sbatch option's value: ``sbatch_options: --time-min=...``)."""
     text = str(value).strip(" ")
     fields = _TIME.fullmatch(text) if not isinstance(value, bool) else None
     if fields is None:
-        raise ConfigError(f"time: {shorten(value)} is not a Slurm time limit. Fix: use minutes (30), "
+        raise ConfigError(f"{what}: {shorten(value)} is not a Slurm time limit. Fix: use minutes (30), "
                           "HH:MM:SS (01:30:00) or D-HH:MM:SS (1-00:00:00).")
     over = next(((name, limit) for name, limit in _FIELD_LIMITS
                  if fields[name] is not None and int(fields[name]) >= limit), None)
     if over is not None:
         unit = {"hours": "hours"}.get(over[0], "minutes" if over[0] in ("minutes", "m") else "seconds")
         read = format_time(_seconds(fields))
-        raise ConfigError(f"time: {shorten(value)} has {unit} {int(fields[over[0]])}, not below {over[1]}: Slurm "
-                          f"would add it up and run the job for {read}. Fix: write the limit you mean with each field "
+        meaning = "run the job for" if what == "time" else "read it as"
+        raise ConfigError(f"{what}: {shorten(value)} has {unit} {int(fields[over[0]])}, not below {over[1]}: Slurm "
+                          f"would add it up and {meaning} {read}. Fix: write the limit you mean with each field "
                           f"in range, e.g. {read} (D-HH:MM:SS).")
     return text
 
@@ -141,6 +144,8 @@ def check_sbatch_option(option: str) -> str:
                               f"--signal=B:USR1@<seconds>, {MIN_SIGNAL_LEAD_S} to {MAX_SIGNAL_LEAD_S} (sbatch's "
                               "range; at 0 the warning comes with the kill, too late to checkpoint). "
                               "Fix: e.g. '--signal=B:USR1@300' (or leave it out: 120 s).")
+        if name in SBATCH_TIMES:  # read as Slurm reads a time, like the site's and the job's time (r43g)
+            check_time(option.partition("=")[2], f"sbatch_options: {name}")
         return option
     meant = [full for full in SBATCH_SET_HERE + SBATCH_ALLOWED if full.startswith(name)]
     if name in SBATCH_SET_HERE or any(full in SBATCH_SET_HERE for full in meant):

@@ -8,11 +8,20 @@ validation is an inert literal.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tutorial_lib.engine.config import ConfigError, TrainConfig, shorten, to_cli_args, validate, validate_name
+from tutorial_lib.engine.config import (
+    ConfigError,
+    TrainConfig,
+    check_is_config,
+    shorten,
+    to_cli_args,
+    validate,
+    validate_name,
+)
 from tutorial_lib.jobs.site import Site, load_site
 from tutorial_lib.jobs.slurm_values import (
     check_sbatch_option,
@@ -146,9 +155,7 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
     gets ``site`` (a :class:`Site`, a ``site:`` mapping, a YAML file; None: :func:`load_site`'s default),
     whose partition, account and time apply where the arguments leave them out.
     """
-    if not isinstance(config, TrainConfig):
-        raise ConfigError("config: expected a TrainConfig. "
-                          "Fix: build one with tutorial_lib.engine.config.make_config().")
+    check_is_config(config)
     check_flags(check_data=check_data, on_cluster=on_cluster)
     config = absolute_config(config)
     gpus_elsewhere = True if on_cluster and config.device != "cpu" else None
@@ -174,6 +181,8 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
                                                   else [sbatch_options])]
     if not on_cluster and module == "tutorial_lib.train":  # the local backend's nodes are this machine
         check_fits_here(config, nodes * ranks_per_node)
+        if config.stage_to:
+            check_stage_here(config)
     site = load_site(site) if on_cluster else Site()
     partition, account = site.resolve(partition, account)
     time, time_note = job_time(time, site.time)
@@ -197,6 +206,18 @@ def check_fits_here(config: TrainConfig, ranks: int) -> None:
     on_gpu = config.device != "cpu" and torch.cuda.is_available()
     check_training_fits(config, config.num_classes or 1000, torch.device("cuda" if on_gpu else "cpu"),
                         ranks_here=ranks)
+
+
+def check_stage_here(config: TrainConfig) -> None:
+    """A local job's ``stage_to`` checked on this machine, its nodes' (the job's own check, in the same words,
+    before the run directory is written); a Slurm job's nodes check theirs."""
+    from tutorial_lib.data.staging import StagingError, check_stage_root
+    from tutorial_lib.jobs.staged import node_label
+
+    try:
+        check_stage_root(config.data_dir, config.stage_to, node_label(os.environ))
+    except StagingError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def absolute_config(config: TrainConfig) -> TrainConfig:

@@ -11,7 +11,15 @@ from pathlib import Path
 
 from tutorial_lib.paths import not_a_file
 from tutorial_lib.rundir.job_exits import has_ended
-from tutorial_lib.rundir.layout import CHECKPOINT_FILE, INDEX_FILE, LOCK_FILE, METRICS_FILE, MODEL_FILE
+from tutorial_lib.rundir.layout import (
+    CHECKPOINT_FILE,
+    INDEX_FILE,
+    JOB_LOG,
+    LOCK_FILE,
+    METRICS_FILE,
+    MODEL_FILE,
+    SUPERVISOR_LOG,
+)
 from tutorial_lib.rundir.owned import RunDirError, usable_run_dir
 
 __all__ = ["RunDirError", "RunLock", "RunLockedError", "pid_alive", "prepare_run_dir", "process_start", "same_process"]
@@ -34,8 +42,8 @@ def prepare_run_dir(run_dir: str | os.PathLike, create: bool = True) -> Path:
             odd = _not_a_file(run_dir)
             if odd is not None:
                 raise RunDirError(f"output_root: {odd} in the run directory exists but is not a regular file of "
-                                  "its own; the trainer reads and writes it as one, so nothing was started. Fix: "
-                                  "move it away, or choose another run name.")
+                                  "its own; the trainer or its job reads and writes it as one, so nothing was "
+                                  "started. Fix: move it away, or choose another run name.")
             if not usable_run_dir(run_dir):
                 problem = ("already holds files that are not a training run's (no config.json, job.json or "
                            "metrics.jsonl written by this project); nothing in it was touched")
@@ -53,11 +61,11 @@ def prepare_run_dir(run_dir: str | os.PathLike, create: bool = True) -> Path:
 
 def _not_a_file(run_dir: Path) -> str | None:
     """The first of the files the trainer reads back or writes in place (checkpoint, model, metrics, the lock,
-    the file index) that exists in ``run_dir`` but is not a regular file, or is a symbolic link (the project
-    never makes one there, and writing in place would write through it into another file), described
-    (``'.../checkpoint.pt' (a named pipe)``); None if there is none (:func:`tutorial_lib.paths.not_a_file`:
-    nothing is opened)."""
-    for name in (CHECKPOINT_FILE, MODEL_FILE, METRICS_FILE, LOCK_FILE, INDEX_FILE):
+    the file index, a local job's logs) that exists in ``run_dir`` but is not a regular file, or is a symbolic
+    link (the project never makes one there, and writing in place would write through it into another file),
+    described (``'.../checkpoint.pt' (a named pipe)``); None if there is none
+    (:func:`tutorial_lib.paths.not_a_file`: nothing is opened)."""
+    for name in (CHECKPOINT_FILE, MODEL_FILE, METRICS_FILE, LOCK_FILE, INDEX_FILE, JOB_LOG, SUPERVISOR_LOG):
         path = run_dir / name
         kind = not_a_file(path) or (f"a symbolic link to {os.readlink(path)!r}" if path.is_symlink() else None)
         if kind is None and name in WRITTEN_IN_PLACE:
@@ -68,8 +76,9 @@ def _not_a_file(run_dir: Path) -> str | None:
 
 
 # Written in place (appended, or rewritten through the same inode), so another name of the same file would
-# change too; the others are replaced by a rename, which leaves a hard-linked copy (``cp -al``) as it was.
-WRITTEN_IN_PLACE = (METRICS_FILE, LOCK_FILE)
+# change too; the others are replaced by a rename, which leaves a hard-linked copy (``cp -al``) as it was. A local
+# job's supervisor appends to job.log and supervisor.log (r43g: a job.log linked to a user's file got the job's log).
+WRITTEN_IN_PLACE = (METRICS_FILE, LOCK_FILE, JOB_LOG, SUPERVISOR_LOG)
 
 
 def _hard_link(path: Path) -> str | None:

@@ -102,9 +102,9 @@ _CONTENT = {
     PREFLIGHT_FILE: lambda p: _has(p, {"rank", "world", "node", "python"}, first_line=True),
     STOP_FILE: None, JOB_LOG: None, SUPERVISOR_LOG: None,
 }
-_TEMP_FILES = re.compile(  # left by a save that was killed: checkpoint.pt, config.json, DONE, job_state.json, job.json
+_TEMP_FILES = re.compile(  # left by a killed save: checkpoint.pt, config.json, DONE, job_state.json, job.json, ...
     rf"\.(({re.escape(CHECKPOINT_FILE)}|{re.escape(MODEL_FILE)}|{re.escape(CONFIG_FILE)}|{DONE_FILE})\.[^/]+|"
-    rf"{re.escape(STATE_FILE)}|{re.escape(JOB_FILE)}|{re.escape(INDEX_FILE)})\.tmp")
+    rf"{re.escape(STATE_FILE)}|{re.escape(JOB_FILE)}|{re.escape(JOB_SCRIPT)}|{re.escape(INDEX_FILE)})\.tmp")
 _SLURM_LOGS = re.compile(r"slurm-\d+\.out")
 
 
