@@ -44,6 +44,8 @@ REQUIRE_ENV = "TUTORIAL_REQUIRE_BROWSER"
 
 # A ceiling for every wait below: each ends at its event (seconds on a quiet machine); reaching it is a failure.
 CEILING_S = 600
+KERNELS_SETTLED_S = 5  # a page is ready once the server's kernels have not changed for this long
+RUN_ALL_LOST_S = 5  # the parameters cell ran and no other cell is queued for this long: Run All again
 # nbval's small 05, its main job kept at 2 epochs of 8 steps: it must run through several redraws of the live
 # figure (refresh 2 s) on a quiet machine too. Watched up to the ceiling.
 PARAMS_05 = {**load_test_parameters()["05_multi_node_slurm"], "max_steps_per_epoch": 8,
@@ -124,6 +126,16 @@ def _get(url: str, token: str | None = None) -> int:
         return error.code
     except urllib.error.URLError:  # not listening (yet)
         return 0
+
+
+def _kernel_ids(base: str, token: str) -> frozenset | None:
+    """The ids of the kernels the server runs now (None when it does not answer)."""
+    request = urllib.request.Request(f"{base}/api/kernels", headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return frozenset(kernel["id"] for kernel in json.loads(response.read()))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
 
 
 @pytest.fixture(scope="module")
@@ -213,11 +225,18 @@ class Page:
         self.page.wait_for_function(  # every cell rendered, its code shown
             f"n => {{ const e = [...document.querySelectorAll('{NOTEBOOK} .jp-CodeCell .jp-InputArea-editor')];"
             " return e.length === n && e.every(x => x.innerText.trim()); }", arg=code_cells, timeout=CEILING_S * 1000)
-        deadline = time.monotonic() + CEILING_S
-        while not self.page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count():
+        deadline, kernels, settled_at = time.monotonic() + CEILING_S, None, time.monotonic()
+        # Idle, and the server's kernels unchanged for KERNELS_SETTLED_S: JupyterLab may still replace the
+        # session's kernel after the page first shows idle (seen in CI: a second kernel started, the first shut
+        # down 0.2 s after the page connected to it, and the cells Run All had sent to it were lost)
+        while not (self.page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count()
+                   and time.monotonic() - settled_at >= KERNELS_SETTLED_S):
             # JupyterLab asks for a kernel when it cannot decide in time (slow kernelspecs): answer as a student
             # would, with the proposed one (the notebook's own, python3)
             self.accept_kernel_dialog()
+            now = _kernel_ids(base, token)
+            if now != kernels:
+                kernels, settled_at = now, time.monotonic()
             if time.monotonic() > deadline:
                 self.page.screenshot(path=str(OUT / f"{path.stem}_no_kernel.png"))
                 pytest.fail(f"the kernel of {path.name} did not become idle in {CEILING_S} s")
@@ -250,14 +269,20 @@ class Page:
 
     def run_all(self) -> None:
         """Run > Run All Cells, from the menu bar; returns once the first cell has started."""
-        for _ in range(2):  # a click while the page is still settling can be lost: check, try once more
+        for _ in range(3):  # a click while the page is still settling can be lost: check, try again
             self.click_menu("Run", "Run All Cells")
-            clicked_at = time.monotonic()
+            clicked_at, unqueued_since = time.monotonic(), None
             while time.monotonic() < clicked_at + CEILING_S:
                 prompts = [cell["prompt"].strip() for cell in self.cells()]
                 if prompts[0][1:-2].isdigit():  # the parameters cell: done at once when it runs
-                    return
-                if all(prompt in ("[ ]:", "") for prompt in prompts) and time.monotonic() > clicked_at + 60:
+                    if len(prompts) == 1 or any(prompt not in ("[ ]:", "") for prompt in prompts[1:]):
+                        return  # the others are queued ("[*]:") or ran
+                    # the others' requests were lost (their kernel replaced under them): Run All again, as a
+                    # student would; the parameters cell may run twice
+                    unqueued_since = unqueued_since or time.monotonic()
+                    if time.monotonic() - unqueued_since > RUN_ALL_LOST_S:
+                        break
+                elif all(prompt in ("[ ]:", "") for prompt in prompts) and time.monotonic() > clicked_at + 60:
                     break  # no cell queued ("[*]:", shown by the page itself, at once) a minute after the click
                 time.sleep(0.5)
         pytest.fail("Run > Run All Cells did not start the notebook")
