@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from tutorial_lib.data.staging import climbs_out
 from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
 from tutorial_lib.engine.memory import AMP_BYTES, available_bytes, check_fits, check_step_fits
 from tutorial_lib.engine.validate import check_not_system_folder, check_path_text
@@ -26,6 +27,7 @@ FAKE_PIXEL_BYTES = 16  # the generator's coordinate grid alone: two int64 per pi
 DEVICES = ("auto", "cpu", "cuda")
 MAX_FILES = 2_000_000  # a generated set's files, at most: more than ImageNet's 1.33 million training images
 COUNT_LIMIT = 2**31 - 1  # the trainer's largest count (engine/validate.py), images per epoch included
+MIN_SCAN_RANKS = 16  # scan's --ranks may always be this many (at most 2 per CPU beyond)
 MAX_WORKERS = 1024  # loader processes or threads: the trainer's own limit (engine/validate.py INT_LIMITS)
 # the minimum of each count flag: (flag, minimum); a flag left at None (its device default) is not checked
 _COUNTS = {"rounds": 1, "classes": 1, "per_class": 1, "val_per_class": 1, "repeats": 1, "ranks": 1,
@@ -161,7 +163,7 @@ def _check_set_size(values: dict) -> None:
 
 
 _WORK_FOLDERS = {"staging": "stage_to", "extract": "work_dir"}  # an existing folder that the command writes in
-_PATH_FLAGS = ("out", "work_dir", "stage_to", "data_dir")  # the folders and files a command writes
+_PATH_FLAGS = ("out", "work_dir", "stage_to", "data_dir", "tree")  # the folders and files a command writes
 
 
 def _check_path_flags(values: dict) -> None:
@@ -197,7 +199,19 @@ def _check_places(values: dict) -> None:
         if (not given or not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK)
                 or system_folder(folder) is not None):  # root may "write" /proc, but nothing can be made there
             _refuse(name, given, "an existing folder you can write (its temporary folder is made in it), e.g. /tmp")
+    if values.get("command") == "scan":
+        tree = Path(values["tree"])
+        if tree.exists() and not tree.is_dir():
+            _refuse("tree", values["tree"], "a folder (the tree of empty files is made in it, or reused), not a file")
+        most = max(MIN_SCAN_RANKS, 2 * (os.cpu_count() or 1))
+        if values["ranks"] > most:
+            _refuse("ranks", values["ranks"], f"a whole number from 1 to {most}: each rank is a process started on "
+                    f"this machine (at most 2 per CPU, or {MIN_SCAN_RANKS})")
     if values.get("command") == "staging" and values.get("stage_to"):
+        left = climbs_out(values["stage_to"])
+        if left is not None:  # the stage itself refuses it, but only after the data set is generated
+            _refuse("stage_to", values["stage_to"], f"a folder inside {shorten(left)}, without '..' (e.g. "
+                    f"{shorten(left.rstrip('/') + '/stage')})")
         target, data = Path(values["stage_to"]).absolute().resolve(), Path(values["data_dir"]).absolute().resolve()
         if target == data or data in target.parents or target in data.parents:
             _refuse("stage_to", values["stage_to"], f"a folder outside --data-dir {shorten(values['data_dir'])} and "

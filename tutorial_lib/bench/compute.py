@@ -101,10 +101,10 @@ def train_flops_per_image(arch: str, image_size: int, num_classes: int = 1000) -
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    from tutorial_lib.engine.models import build_model
+    from tutorial_lib.engine.models import meta_model
 
+    model = meta_model(arch, num_classes)
     with torch.device("meta"):
-        model = build_model(arch, num_classes)
         images = torch.randn(2, 3, image_size, image_size)
         targets = torch.randint(0, num_classes, (2,))
     with FlopCounterMode(display=False) as counter:

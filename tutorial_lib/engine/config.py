@@ -290,6 +290,9 @@ def make_config(profile: str | None = None, yaml_path: str | None = None, **over
     The result is not yet validated against the machine; call :func:`validate`.
     """
     _check_keys(overrides, "overrides")
+    if yaml_path is not None and not isinstance(yaml_path, (str, os.PathLike)):
+        raise ConfigError(f"yaml_path: expected the path of a YAML config file, got {shorten(yaml_path)} "
+                          f"({type(yaml_path).__name__}). Fix: pass a path such as 'my_run.yaml', or None.")
     file_values = load_yaml(yaml_path) if yaml_path is not None else {}
     given = [p for p in (profile, file_values.get("profile"), overrides.get("profile")) if p is not None]
     profile = given[0] if given else "smoke"  # '' is no profile: refused below, never read as "the default"
@@ -302,7 +305,21 @@ def make_config(profile: str | None = None, yaml_path: str | None = None, **over
     for key in PATH_FIELDS:  # "~/runs" from a flag, a YAML file or a notebook means the home folder
         if isinstance(coerced.get(key), str):
             coerced[key] = user_path(coerced[key])
+            _check_no_variable(key, coerced[key])
     return TrainConfig(**coerced)
+
+
+_SHELL_VARIABLE = re.compile(r"\$(\w+|\{[^}]*\})")
+
+
+def _check_no_variable(key: str, path: str) -> None:
+    """Refuse a path that names a shell variable (``$HOME/runs`` from a YAML file or a notebook): nothing expands
+    it here, and a folder named ``$HOME`` would appear in the working directory (r43k)."""
+    found = _SHELL_VARIABLE.search(path)
+    if found:
+        _fail(key, f"{shorten(path)} names the shell variable {found[0]}, which is not expanded in a config "
+                   f"file, a notebook parameter or a quoted flag", f"write the folder out, e.g. "
+                   f"{shorten(os.path.expandvars(path))}, or start it with ~ for the home folder")
 
 
 def validate_name(value: str, what: str = "name") -> str:

@@ -57,10 +57,9 @@ def address_space_left() -> int:
 def _layer_outputs(arch: str, num_classes: int, image_size: int, norm: str) -> tuple[int, int]:
     """(elements output by the convolutions and linear layers for one image, parameters) of ``arch`` at
     ``image_size``, computed on the meta device; no outputs counted if the model does not run at that size."""
-    from tutorial_lib.engine.models import build_model
+    from tutorial_lib.engine.models import meta_model
 
-    with torch.device("meta"):
-        model = build_model(arch, num_classes, norm=norm)
+    model = meta_model(arch, num_classes, norm)
     total = 0
 
     def count(_module, _inputs, output) -> None:

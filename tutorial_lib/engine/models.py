@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from unittest import mock
 
 import torch
 from torch import nn
@@ -48,25 +49,37 @@ def build_model(arch: str = "resnet50", num_classes: int = 1000, zero_init_resid
     return model
 
 
+def meta_model(arch: str, num_classes: int, norm: str = "batch") -> nn.Module:
+    """``arch`` built on PyTorch's ``meta`` device: shapes only, nothing allocated (the pre-checks and estimates).
+
+    RegNet computes its block widths with tensors it reads back (``.tolist()``), which the meta device cannot
+    (r43g, r43k: every regnet failed every pre-check); that computation, a few numbers, runs on the CPU here and
+    the model on meta. No torchvision option does this, hence the patch, which lasts for this one build."""
+    from torchvision.models import regnet
+
+    widths_of = regnet.BlockParams.from_init_params.__func__
+
+    def widths_on_cpu(cls, *args, **kwargs):
+        with torch.device("cpu"):
+            return widths_of(cls, *args, **kwargs)
+
+    with mock.patch.object(regnet.BlockParams, "from_init_params", classmethod(widths_on_cpu)), \
+            torch.device("meta"):
+        return build_model(arch, num_classes, norm=norm)
+
+
 @functools.lru_cache(maxsize=32)
 def has_batch_norm(arch: str, norm: str = "batch") -> bool:
     """Whether ``arch`` (built with ``norm``) has BatchNorm layers, which cannot train on a batch of one image;
     found on the meta device (nothing allocated)."""
-    with torch.device("meta"):
-        model = build_model(arch, 10, norm=norm)
-    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in meta_model(arch, 10, norm).modules())
 
 
 @functools.lru_cache(maxsize=64)
 def runs_at(arch: str, image_size: int) -> bool:
     """Whether ``arch`` takes ``image_size`` px images: its layers leave at least one pixel (alexnet's pooling
-    does not at 16 px). Found by a forward pass on the meta device, which computes shapes and allocates nothing;
-    a model that cannot be built or run there (regnet's init copies data: r43g) is not refused by this check."""
-    try:
-        with torch.device("meta"):
-            model = build_model(arch, 10)
-    except NotImplementedError:
-        return True
+    does not at 16 px). Found by a forward pass on the meta device, which computes shapes and allocates nothing."""
+    model = meta_model(arch, 10)
     try:
         with torch.no_grad():
             model.eval()(torch.empty(1, 3, image_size, image_size, device="meta"))
@@ -84,9 +97,7 @@ def smallest_image_size(arch: str) -> int:
 def fixed_image_size(arch: str) -> int | None:
     """The one image size ``arch`` accepts (a vision transformer's, e.g. 224 for vit_b_16), None where any size
     goes; found on the meta device (nothing allocated)."""
-    with torch.device("meta"):
-        model = build_model(arch, 10)
-    size = getattr(model, "image_size", None)
+    size = getattr(meta_model(arch, 10), "image_size", None)
     return size if isinstance(size, int) else None
 
 

@@ -46,6 +46,12 @@ RENAMED_ARGUMENTS = {"gpus_per_node": "ranks_per_node"}
 _MISSING_PROGRAM = re.compile(r"(?:execve\(\)|line \d+): (\S+?): No such file or directory")
 
 
+def _path_text(value) -> str:
+    """A path or record value for a message: whole up to 1,000 characters, cut beyond (a damaged record's id can be
+    5,000: r43k)."""
+    return str(value) if len(str(value)) <= 1000 else shorten(str(value), 300)
+
+
 class Job:
     """Handle on a submitted training job: state, logs, metrics, wait and cancel."""
 
@@ -148,8 +154,11 @@ class Job:
         causes = [line for line in self.logs().splitlines() if line.startswith(("error:", "Traceback"))
                   or "Error:" in line.split(" ", 1)[0]][:3]
         cause = "".join(f"\n  {line}" for line in causes)
-        head = (f"job {self.id} ({self.name}, {self.backend}) ended {status['state']} with exit code "
-                f"{status.get('exit_code')}.")
+        head = (f"job {_path_text(self.id)} ({_path_text(self.name)}, {self.backend}) ended {status['state']} with "
+                f"exit code {status.get('exit_code')}.")
+        if self.backend == "slurm" and not str(self.id).isdigit():  # no log can exist: sbatch gave no job id
+            return (f"{head} Its record has no Slurm job id, so no job ran: {status.get('reason')}. Fix: submit the "
+                    "job again with the same settings (fresh=True if its run directory is damaged).")
         missing = _MISSING_PROGRAM.search(self.logs()) if self.backend == "slurm" else None
         if missing and status["state"] != "COMPLETED":
             return (f"{head} The compute nodes have no {missing.group(1)}: the Python command the job runs does not "
@@ -164,17 +173,17 @@ class Job:
                 f" {status['reason'][0].upper()}{status['reason'][1:]}."
             errors = supervisor_errors(self.run_dir) if self.backend == "local" else ""
             head += f"\nThe supervisor's own errors ({self.run_dir / SUPERVISOR_LOG}):\n{errors}" if errors else ""
-        no_log = self.backend == "slurm" and not self.log_path.is_file()
+        no_log = self.backend == "slurm" and not self._has_log()
         if no_log and status["state"] == "FAILED" and status.get("slurm_state", "FAILED") == "FAILED":
-            return (f"{head} Slurm could not open its output file {self.log_path} (it does not exist), so the batch "
-                    "script never ran and the exit code says nothing. Fix: make output_root a folder that the "
-                    "compute nodes can reach and write, without '%' or '\\' in its path, and submit again.")
+            return (f"{head} Slurm could not open its output file {_path_text(self.log_path)} (it does not exist), "
+                    "so the batch script never ran and the exit code says nothing. Fix: make output_root a folder that "
+                    "the compute nodes can reach and write, without '%' or '\\' in its path, and submit again.")
         last = next((e for e in reversed(self.events()) if e["event"] in ("start", "resume", "stop", "end")), {})
         if last.get("event") == "stop" and status["state"] != "COMPLETED":  # exit 75 (README: Exit statuses)
             head += (f" The run was stopped before its end ({last.get('reason')}) with a checkpoint saved. Fix: "
                      "submit it again with the same settings to resume.")
         return (f"{head}{' First error lines:' + cause if cause else ''}\n"
-                f"Last lines of {self.log_path}:\n{self.logs(tail=20)}")
+                f"Last lines of {_path_text(self.log_path)}:\n{self.logs(tail=20)}")
 
     # ----------------------------------------------------------- observation
     @property
@@ -182,12 +191,20 @@ class Job:
         """The job's combined stdout/stderr log."""
         return self.run_dir / JOB_LOG if self.backend == "local" else slurm_log(self.run_dir, self.id)
 
+    def _has_log(self) -> bool:
+        """Whether the log is a file; False where its path cannot be looked at (a damaged record's 5,000-character
+        Slurm id makes a name too long: r43k)."""
+        try:
+            return self.log_path.is_file()
+        except OSError:
+            return False
+
     def logs(self, tail: int | None = None) -> str:
         """The job's log text (the last ``tail`` lines if given)."""
         if tail is not None and (not isinstance(tail, int) or isinstance(tail, bool) or tail < 0):
             raise ConfigError(f"tail: expected a whole number of lines >= 0 or None, got {shorten(tail)}. Fix: e.g. "
                            "job.logs(tail=20).")
-        if not self.log_path.is_file():
+        if not self._has_log():
             return ""
         with open(self.log_path, errors="replace", newline="") as handle:
             # a progress bar redraws one line with carriage returns: keep what a terminal would show

@@ -124,10 +124,12 @@ def run(config, nodes: int = 1, ranks_per_node: int = 1, backend: str = "auto", 
     (at most ``timeout`` s) and return its :class:`Report`. Refused settings are checks that fail,
     not exceptions; a bad value of the arguments themselves still raises ConfigError."""
     from tutorial_lib import jobs
+    from tutorial_lib.engine.config import check_is_config
     from tutorial_lib.jobs.site import load_site
     from tutorial_lib.jobs.slurm_values import format_time, time_limit_seconds, warning_lead_seconds
     from tutorial_lib.jobs.spec import absolute_config, check_seconds
 
+    check_is_config(config)
     check_seconds("timeout", timeout, allow_none=False, positive=True)  # before anything is submitted
     config = dataclasses.replace(config, name=f"{config.name}-preflight")
     out = absolute_config(config).run_dir / RESULTS

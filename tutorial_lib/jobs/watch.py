@@ -27,6 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tutorial_lib.engine.errors import shorten
 from tutorial_lib.jobs.local import local_seen
 from tutorial_lib.jobs.states import Seen, from_slurm
 from tutorial_lib.rundir.job_exits import last_exit
@@ -165,7 +166,7 @@ class Watcher:
             return entry.seen
         if not str(job.id).isdigit():
             return self._set(entry, Seen("failed", "run directory", reason=f"its record has no Slurm job id "
-                                         f"({job.id!r}): sbatch never answered"))
+                                         f"({shorten(job.id)}): sbatch never answered"))
         ended = run_dir_seen(job)
         if ended is not None:
             return self._set(entry, ended)
