@@ -102,3 +102,23 @@ def test_train_with_a_config_file_naming_a_shell_variable_exits_2_and_makes_noth
     status, err = _main(main, ["--config", str(tmp_path / "c.yaml"), "--name", "r", "--progress", "off"])
     assert status == 2 and _one_line(err, "output_root")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
+def test_a_non_finite_validation_loss_says_whether_the_weights_or_only_the_outputs_are_not_finite(runs, tmp_path):
+    """mnasnet1_0 at 16 px after one step: its weights and BatchNorm statistics are finite but its outputs on the
+    validation images overflow. Before, the line said "the weights are no longer finite" whatever they were."""
+    from tests.test_contract_cases import TINY, write_image_tree
+    from tutorial_lib.engine import models
+    from tutorial_lib.engine.trainer import main
+    from tutorial_lib.exits import EXIT_DIVERGED
+
+    write_image_tree(tmp_path / "data", {"train": {"a": 4, "b": 4, "c": 4}, "val": {"a": 1, "b": 1, "c": 1}})
+    status, err = _main(main, runs.flags("mnas", **{**TINY, "arch": "mnasnet1_0", "image_size": 16, "batch_size": 4,
+                                                    "epochs": 1, "max_steps_per_epoch": 1,
+                                                    "data_dir": str(tmp_path / "data")}))
+    assert status == EXIT_DIVERGED and "the weights are finite but the model's outputs on the validation images are " \
+        "not" in _one_line(err, "validation loss is nan"), err[-2000:]
+    model = models.build_model("resnet18", 3)
+    assert models.state_is_finite(model)
+    next(model.buffers()).fill_(float("inf"))  # a BatchNorm running mean
+    assert not models.state_is_finite(model)

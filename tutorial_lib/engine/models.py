@@ -101,6 +101,11 @@ def fixed_image_size(arch: str) -> int | None:
     return size if isinstance(size, int) else None
 
 
+def state_is_finite(model: nn.Module) -> bool:
+    """Whether every floating-point weight and buffer (BatchNorm's running statistics) of ``model`` is finite."""
+    return all(bool(torch.isfinite(t).all()) for t in (*model.parameters(), *model.buffers()) if t.is_floating_point())
+
+
 def count_parameters(model: nn.Module) -> int:
     """Number of trainable parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -37,7 +37,7 @@ from tutorial_lib.engine.input.folders import DataError, prepare_dataset
 from tutorial_lib.engine.input.loaders import loaders_for
 from tutorial_lib.engine.memory import StepOutOfMemory, check_training_memory, step_out_of_memory
 from tutorial_lib.engine.model_file import class_names, save_model
-from tutorial_lib.engine.models import count_parameters
+from tutorial_lib.engine.models import count_parameters, state_is_finite
 from tutorial_lib.engine.recipe import check_resume
 from tutorial_lib.engine.rng import rng_state, seed_epoch, set_rng_state
 from tutorial_lib.engine.step import TrainStep
@@ -313,12 +313,16 @@ class Trainer:
                 return self._stopped(started)
             summary.update(evaluate(self.eval_model, self.loaders.val, self.device, self.info,
                                     cfg.channels_last, self.step.autocast, self.stop.progress))
-            if not math.isfinite(summary["val_loss"]):  # the weights diverged in the epoch's last steps
+            if not math.isfinite(summary["val_loss"]):  # diverged in the epoch's last steps
+                # which it is, read from the model: r43k saw finite weights whose eval outputs overflowed
+                what = ("the weights are no longer finite" if not state_is_finite(self.eval_model) else
+                        "the weights are finite but the model's outputs on the validation images are not (they "
+                        "overflow)")
                 self._fail(TrainingDiverged(
                     f"validation loss is {summary['val_loss']} after epoch {progress.epoch + 1} (step "
-                    f"{progress.global_step}): the weights are no longer finite; stopped without saving them, the "
-                    f"last checkpoint is kept. Fix: lower base_lr (now {cfg.base_lr:g}) or lengthen warmup_epochs, "
-                    "then start again with another name or fresh"))
+                    f"{progress.global_step}): {what}; stopped without saving them, the last checkpoint is kept. "
+                    f"Fix: lower base_lr (now {cfg.base_lr:g}) or lengthen warmup_epochs, then start again with "
+                    "another name or fresh"))
             self.stop.progress()
             progress.epoch += 1
             progress.step_in_epoch, progress.epoch_tally = 0, None
