@@ -122,3 +122,35 @@ def test_a_non_finite_validation_loss_says_whether_the_weights_or_only_the_outpu
     assert models.state_is_finite(model)
     next(model.buffers()).fill_(float("inf"))  # a BatchNorm running mean
     assert not models.state_is_finite(model)
+
+
+@pytest.mark.parametrize("value, named", [(100_000, r"image_size: one digit image of 100000 px needs at least "),
+                                          (0, r"image_size: 0 is not a size in pixels"),
+                                          ("32", r"image_size: '32' is not a size in pixels")])
+def test_the_digits_export_names_an_image_size_it_cannot_make_before_writing(value, named, tmp_path):
+    """Before: ``course --only 00 -p image_size 100000`` died in PIL's resize with an empty MemoryError, the line
+    naming only the cell; a string or 0 failed the same way further in."""
+    from tutorial_lib.engine.errors import OneLineError
+    from tutorial_lib.engine.input.folders import export_digits
+
+    with pytest.raises(OneLineError, match=rf"^{named}.* Fix: ") as raised:
+        export_digits(tmp_path / "digits", value)
+    assert "\n" not in str(raised.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("site_options, options", [(["--time-min=2:00:00"], []), ([], ["--time-min=1-00:00:00"])])
+def test_a_time_min_longer_than_the_time_limit_is_refused_before_sbatch(site_options, options):
+    """Before: ``--time-min=2:00:00`` with ``time: 1:00:00`` was passed on, and sbatch refused the job ("Invalid
+    time-min specification") after the run folder was made."""
+    from tutorial_lib.jobs.site import Site
+    from tutorial_lib.jobs.spec import make_spec
+
+    site = {"partition": "compute", "time": "01:00:00", "sbatch_options": site_options}
+    match = r"sbatch_options: --time-min=\S+ is longer than the job's time limit .* Fix: "
+    if site_options:
+        with pytest.raises(ConfigError, match=rf"^site\.{match}"):
+            Site.from_dict(site)
+        return
+    with pytest.raises(ConfigError, match=rf"^{match}"):
+        make_spec(make_config("smoke"), on_cluster=True, check_data=False, site=site, sbatch_options=options)

@@ -89,7 +89,8 @@ def check_time_against_warning(time: str, sbatch_options) -> None:
     """Refuse a Slurm time limit that leaves the job less time before its warning than the warning's lead
     (``--signal=B:USR1@<lead>`` may come at most halfway through the limit): a warning at once or a few seconds
     in makes the job checkpoint, requeue and start again until it finishes in several times the time (seen: 3
-    requeues; 1:00:00 with a lead of 3590 s would be warned 10 s after it starts)."""
+    requeues; 1:00:00 with a lead of 3590 s would be warned 10 s after it starts). A ``--time-min`` among the
+    options must not be longer than the limit."""
     limit, lead = time_limit_seconds(time), warning_lead_seconds(sbatch_options)
     if limit < 2 * lead:
         ran = f"after {limit - lead} s" if limit > lead else "at once"
@@ -98,6 +99,12 @@ def check_time_against_warning(time: str, sbatch_options) -> None:
                           "and requeues; the warning may come at most halfway through the limit. Fix: a longer time "
                           f"limit, e.g. '{time_for_warning(lead)}' (at least twice the warning's {lead} s), or a "
                           f"shorter warning in sbatch_options ('--signal=B:USR1@{limit // 2}').")
+    for option in sbatch_options:
+        name, _, value = option.partition("=")
+        if name == "--time-min" and time_limit_seconds(value) > limit:
+            raise ConfigError(f"sbatch_options: --time-min={value} is longer than the job's time limit {time} "
+                              "(Slurm refuses the job at submission). Fix: a --time-min at most the time limit, "
+                              f"e.g. '--time-min={time}', or a longer time.")
 
 
 def time_for_warning(lead: int) -> str:

@@ -16,6 +16,7 @@ from tutorial_lib.data import PREPARE_COMMAND
 from tutorial_lib.data.file_index import class_folders
 from tutorial_lib.data.links import moved_source
 from tutorial_lib.engine.errors import OneLineError
+from tutorial_lib.engine.memory import available_bytes, check_fits
 from tutorial_lib.rundir.owned import describe, foreign_tree_files
 
 _DIGITS_MARKER = "digits_export.json"
@@ -36,6 +37,11 @@ def export_digits(root: str | os.PathLike, image_size: int = 32, val_fraction: f
     (the tree is written to a temporary folder and renamed into place).
     """
     root = Path(root)
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
+        raise DataError(f"image_size: {image_size!r:.40} is not a size in pixels. Fix: a whole number, e.g. 32.")
+    # the grey image and its RGB copy in memory at once (r43k: 100,000 px died in PIL with an empty MemoryError)
+    check_fits(4 * image_size * image_size, available_bytes(), f"image_size: one digit image of {image_size} px",
+               "a smaller image_size, e.g. 32 (the scans are 8x8 pixels)")
     settings = {"image_size": image_size, "val_fraction": val_fraction, "seed": seed, "version": 1}
     marker = root / _DIGITS_MARKER
     if foreign_tree_files(root, _DIGITS_MARKER) is not None and json.loads(marker.read_text()) == settings:
