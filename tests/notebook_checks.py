@@ -34,6 +34,13 @@ MARK = "# NBVAL_CHECK_OUTPUT"
 # executed notebooks of `make tutorial` point to); conftest.py deletes the checkpoints they leave.
 TEST_OUTPUT_ROOT = "build/test-runs"
 SITE_ENV = "TUTORIAL_SITE"  # tutorial_lib.jobs.site.SITE_ENV (this script runs without the package imported)
+# The notebook that tests/test_browser.py runs whole, in JupyterLab, on the same test parameters: where the browser
+# test runs, nbval does not run it again (its three Slurm jobs, twice), and the browser test checks its marked cells
+# with check_marked_outputs. Where no browser is, nbval runs it.
+BROWSER_NOTEBOOK = "05_multi_node_slurm"
+CHROMIUM = os.environ.get("TUTORIAL_CHROMIUM", "/usr/bin/chromium")
+REQUIRE_BROWSER_ENV = "TUTORIAL_REQUIRE_BROWSER"  # CI: the browser test fails, not skips, without a browser
+SANITIZE = Path(__file__).with_name("nbval_sanitize.cfg")  # nbval's --nbval-sanitize-with file (make test)
 
 
 def site_parameter() -> dict | None:
@@ -91,6 +98,59 @@ def record(executed_dir: Path) -> dict:
     return expected
 
 
+def browser_missing() -> str | None:
+    """What tests/test_browser.py lacks to run here (Chromium, Playwright), or None."""
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} is missing (Debian/Ubuntu: apt-get install chromium; or set TUTORIAL_CHROMIUM)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is missing (pip install -e '.[test]')"
+    return None
+
+
+def browser_runs_notebook() -> bool:
+    """True where tests/test_browser.py runs :data:`BROWSER_NOTEBOOK` (or must, and fails without a browser)."""
+    return os.environ.get(REQUIRE_BROWSER_ENV) == "1" or browser_missing() is None
+
+
+def _sanitized(outputs: list[dict]) -> list[dict]:
+    """``outputs`` as nbval compares them under :data:`SANITIZE`: text only, consecutive streams of one name
+    joined (a browser's saved notebook and nbclient split them differently), each text with the patterns
+    replaced."""
+    import configparser
+    import re
+
+    parser = configparser.ConfigParser()
+    parser.read(SANITIZE)
+    patterns = [(re.compile(parser[name]["regex"]), parser[name]["replace"]) for name in parser.sections()]
+
+    def clean(text) -> str:
+        text = "".join(text) if isinstance(text, list) else text
+        for pattern, replace in patterns:
+            text = pattern.sub(replace, text)
+        return text
+
+    joined: list[dict] = []
+    for output in _text_only(outputs):
+        if joined and output["output_type"] == "stream" and joined[-1].get("name") == output["name"]:
+            joined[-1]["text"] += "".join(output["text"])
+        else:
+            joined.append({**output, "text": "".join(output["text"])} if "text" in output else output)
+    return [{"output_type": o["output_type"], "name": o.get("name"), "text": clean(o["text"])} if "text" in o else
+            {"output_type": o["output_type"], "data": {k: clean(v) for k, v in o["data"].items()}} for o in joined]
+
+
+def check_marked_outputs(notebook: dict, name: str) -> list[str]:
+    """The marked cells of an executed ``notebook`` (file name ``name``) whose outputs differ from
+    notebook_expected.json's, as nbval's ``--nbval-lax`` with :data:`SANITIZE` would find them: one line each."""
+    expected = json.loads(EXPECTED.read_text()).get(name, {})
+    return [f"{name}: {_source(cell).splitlines()[1:2]}: got {_sanitized(cell.get('outputs', []))!r:.600}, "
+            f"expected {_sanitized(expected.get(_key(cell), []))!r:.600}"
+            for cell in marked_cells(notebook)
+            if _sanitized(cell.get("outputs", [])) != _sanitized(expected.get(_key(cell), []))]
+
+
 def _assignments(notebook: dict) -> tuple[dict, dict]:
     """The parameters cell and its ``{name: ast.Assign}``."""
     cell = next(c for c in notebook["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
@@ -128,15 +188,21 @@ def load_test_parameters(path: Path = TEST_PARAMS) -> dict[str, dict]:
     return data
 
 
-def prepare(out_dir: Path) -> list[Path]:
+def prepare(out_dir: Path, browser: bool | None = None) -> list[Path]:
     """Write copies of the notebooks with the expected outputs of marked cells put back, their runs sent
-    to :data:`TEST_OUTPUT_ROOT` and their parameters set from :data:`TEST_PARAMS`."""
+    to :data:`TEST_OUTPUT_ROOT` and their parameters set from :data:`TEST_PARAMS`; all but
+    :data:`BROWSER_NOTEBOOK` where ``browser`` (None: :func:`browser_runs_notebook`)."""
     expected = json.loads(EXPECTED.read_text())
     params = load_test_parameters()
     site = site_parameter()
     out_dir.mkdir(parents=True, exist_ok=True)
     written, missing = [], []
+    skip = {BROWSER_NOTEBOOK} if (browser_runs_notebook() if browser is None else browser) else set()
+    for stale in (out_dir / f"{stem}.ipynb" for stem in skip):
+        stale.unlink(missing_ok=True)  # a copy from a run without a browser: nbval would run it
     for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        if path.stem in skip:
+            continue
         notebook = json.loads(path.read_text())
         if "output_root" in _assignments(notebook)[1]:  # a notebook that starts no job declares none
             set_parameters(notebook, {"output_root": TEST_OUTPUT_ROOT}, "make test: its own runs, not the course's",
@@ -169,4 +235,5 @@ if __name__ == "__main__":
     if action == "record":
         print(f"recorded {sum(len(v) for v in record(folder).values())} checked cells into {EXPECTED}")
     else:
-        print(f"prepared {len(prepare(folder))} notebooks in {folder}")
+        print(f"prepared {len(prepare(folder))} notebooks in {folder}"
+              + (f" ({BROWSER_NOTEBOOK} is run by tests/test_browser.py)" if browser_runs_notebook() else ""))

@@ -6,7 +6,8 @@ One JupyterLab server (127.0.0.1, a random token) serves copies of two notebooks
 * notebook 05 on nbval's test parameters (tests/nbval_params.yaml, by papermill's parameter injection) plus one
   extra cell that watches a long job with ``await monitor.watch_async(...)``: Run All Cells from the menu; the
   live figure must change while the job runs, the final state must be shown, the extra cell's Cancel button is
-  clicked and must end in CANCELLED;
+  clicked and must end in CANCELLED; its ``# NBVAL_CHECK_OUTPUT`` cells are checked as nbval checks them, since
+  ``make test`` leaves 05 to this test where it runs (tests/notebook_checks.py, ``BROWSER_NOTEBOOK``);
 * the first cells of notebook 04, up to its LR-schedule sliders (its training sweeps are left to nbval):
   moving each slider must redraw the figure, and the slider labels must not be cut.
 
@@ -35,12 +36,17 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from notebook_checks import load_test_parameters
+from notebook_checks import (
+    BROWSER_NOTEBOOK,
+    CHROMIUM,
+    REQUIRE_BROWSER_ENV,
+    browser_missing,
+    check_marked_outputs,
+    load_test_parameters,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OUT = REPO_ROOT / "build" / "browser"
-CHROMIUM = os.environ.get("TUTORIAL_CHROMIUM", "/usr/bin/chromium")
-REQUIRE_ENV = "TUTORIAL_REQUIRE_BROWSER"
 
 # A ceiling for every wait below: each ends at its event (seconds on a quiet machine); reaching it is a failure.
 CEILING_S = 600
@@ -48,7 +54,7 @@ KERNELS_SETTLED_S = 5  # a page is ready once the server's kernels have not chan
 RUN_ALL_LOST_S = 5  # the parameters cell ran and no other cell is queued for this long: Run All again
 # nbval's small 05, its main job kept at 2 epochs of 8 steps: it must run through several redraws of the live
 # figure (refresh 2 s) on a quiet machine too. Watched up to the ceiling.
-PARAMS_05 = {**load_test_parameters()["05_multi_node_slurm"], "max_steps_per_epoch": 8,
+PARAMS_05 = {**load_test_parameters()[BROWSER_NOTEBOOK], "max_steps_per_epoch": 8,
              "output_root": "build/browser/runs", "watch_timeout": CEILING_S}
 CANCEL_CELL = """\
 # Added by tests/test_browser.py: a long job watched with its Cancel button (the test clicks it).
@@ -86,22 +92,12 @@ CELLS_JS = f"""() => [...document.querySelectorAll('{NOTEBOOK} .jp-CodeCell')].m
 }}))"""
 
 
-def _missing() -> str | None:
-    if not Path(CHROMIUM).exists():
-        return f"{CHROMIUM} is missing (Debian/Ubuntu: apt-get install chromium; or set TUTORIAL_CHROMIUM)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "the playwright package is missing (pip install -e '.[test]')"
-    return None
-
-
 @pytest.fixture(scope="module")
 def browser():
-    missing = _missing()
+    missing = browser_missing()
     if missing:
-        if os.environ.get(REQUIRE_ENV) == "1":
-            pytest.fail(f"{REQUIRE_ENV}=1 but {missing}")
+        if os.environ.get(REQUIRE_BROWSER_ENV) == "1":
+            pytest.fail(f"{REQUIRE_BROWSER_ENV}=1 but {missing}")
         pytest.skip(missing)
     from playwright.sync_api import sync_playwright
 
@@ -186,10 +182,10 @@ def _write_notebooks() -> dict[str, Path]:
     if OUT.exists():
         shutil.rmtree(OUT)  # only this test writes here: screenshots, notebooks and runs of the last run
     OUT.mkdir(parents=True)
-    nb05 = parameterize_notebook(load_notebook_node(str(REPO_ROOT / "notebooks" / "05_multi_node_slurm.ipynb")),
+    nb05 = parameterize_notebook(load_notebook_node(str(REPO_ROOT / "notebooks" / f"{BROWSER_NOTEBOOK}.ipynb")),
                                  PARAMS_05)
     nb05.cells += [nbformat.v4.new_code_cell(CANCEL_CELL), nbformat.v4.new_code_cell(INTERRUPT_CELL)]
-    paths = {"05": OUT / "05_multi_node_slurm.ipynb", "04": OUT / "04_sliders.ipynb"}
+    paths = {"05": OUT / f"{BROWSER_NOTEBOOK}.ipynb", "04": OUT / "04_sliders.ipynb"}
     for key, nb in (("05", nb05), ("04", _sliders_notebook())):
         nbformat.write(nb, paths[key])
     return paths
@@ -413,6 +409,7 @@ def test_notebook_05_live_figure_and_cancel_button(browser, lab):
         page.shoot(None, "05_page_end.png")
         nb = page.save_and_read()
         assert not _error_outputs(nb)
+        assert not check_marked_outputs(nb, f"{BROWSER_NOTEBOOK}.ipynb")  # nbval leaves this notebook to this test
         assert all(c["prompt"].strip().startswith("[") for c in cells)
         assert not page.errors, page.errors
         page.page.close()

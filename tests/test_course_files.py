@@ -59,7 +59,7 @@ def test_make_test_sends_the_notebooks_runs_away_from_the_course(tmp_path):
     sys.path.insert(0, str(REPO_ROOT / "tests"))
     import notebook_checks
 
-    copies = notebook_checks.prepare(tmp_path)
+    copies = notebook_checks.prepare(tmp_path, browser=False)
     assert len(copies) == len(NOTEBOOKS)
     redirected = []
     for copy in copies:
@@ -105,7 +105,7 @@ def test_make_test_runs_the_notebooks_on_their_test_parameters(tmp_path):
 
     params = notebook_checks.load_test_parameters()
     assert {"01_mixed_precision", "03_ddp_one_node", "04_large_batches", "05_multi_node_slurm"} <= set(params)
-    for copy in notebook_checks.prepare(tmp_path):
+    for copy in notebook_checks.prepare(tmp_path, browser=False):
         copied = _parameter_values(copy)
         original = _parameter_values(REPO_ROOT / "notebooks" / copy.name)
         assert copied.keys() == original.keys(), copy.name
@@ -114,6 +114,32 @@ def test_make_test_runs_the_notebooks_on_their_test_parameters(tmp_path):
     notebook = json.loads(NOTEBOOKS[3].read_text())
     with pytest.raises(SystemExit, match="'epoch'.*Fix: use a name"):
         notebook_checks.set_parameters(notebook, {"epoch": 1}, "test", "nbval_params.yaml, 03")
+
+
+def test_where_the_browser_test_runs_05_nbval_does_not_and_its_checked_cells_are_compared_there(tmp_path):
+    """tests/test_browser.py runs 05 whole on the same parameters: nbval gets no copy of it (a stale one is
+    removed), and check_marked_outputs compares its marked cells as nbval would (streams joined, sanitized)."""
+    sys.path.insert(0, str(REPO_ROOT / "tests"))
+    import notebook_checks
+
+    name = f"{notebook_checks.BROWSER_NOTEBOOK}.ipynb"
+    notebook_checks.prepare(tmp_path, browser=False)
+    assert (tmp_path / name).exists()
+    copies = notebook_checks.prepare(tmp_path, browser=True)
+    assert len(copies) == len(NOTEBOOKS) - 1 and not (tmp_path / name).exists()
+    notebook = json.loads((REPO_ROOT / "notebooks" / name).read_text())
+    expected = json.loads(notebook_checks.EXPECTED.read_text())[name]
+    ports = notebook_checks.marked_cells(notebook)[-1]
+    for cell in notebook_checks.marked_cells(notebook):
+        cell["outputs"] = expected[notebook_checks._key(cell)]
+    assert notebook_checks.check_marked_outputs(notebook, name) == []
+    text = "".join(ports["outputs"][0]["text"])
+    ports["outputs"] = [dict(ports["outputs"][0], text=text[:30]), dict(ports["outputs"][0], text=text[30:])]
+    assert notebook_checks.check_marked_outputs(notebook, name) == []  # one stream, saved in two parts
+    ports["outputs"] = [dict(ports["outputs"][0], text=text.replace("24711", "24712"))]
+    assert len(notebook_checks.check_marked_outputs(notebook, name)) == 1
+    ports["outputs"] = []
+    assert len(notebook_checks.check_marked_outputs(notebook, name)) == 1
 
 
 def _parameter_values(path: Path) -> dict:
@@ -133,12 +159,13 @@ def test_under_tutorial_site_the_copies_get_its_site_block_as_a_parameter(tmp_pa
     ci_site = REPO_ROOT / "notebooks" / "params" / "ci-site.yaml"
     block = yaml.safe_load(ci_site.read_text())["site"]
     monkeypatch.setenv("TUTORIAL_SITE", str(ci_site))
-    given = {copy.stem for copy in notebook_checks.prepare(tmp_path / "site")
+    given = {copy.stem for copy in notebook_checks.prepare(tmp_path / "site", browser=False)
              if _parameter_values(copy).get("site") == block}
     declaring = {path.stem for path in NOTEBOOKS if "site" in _parameter_values(path)}
     assert given == declaring and {"05_multi_node_slurm", "06_scaling_study"} <= given
     monkeypatch.delenv("TUTORIAL_SITE")
-    assert all(_parameter_values(copy).get("site") is None for copy in notebook_checks.prepare(tmp_path / "none"))
+    unset = notebook_checks.prepare(tmp_path / "none", browser=False)
+    assert all(_parameter_values(copy).get("site") is None for copy in unset)
     (tmp_path / "nosite.yaml").write_text("epochs: 1\n")
     monkeypatch.setenv("TUTORIAL_SITE", str(tmp_path / "nosite.yaml"))
     with pytest.raises(SystemExit, match="TUTORIAL_SITE=.*holds no site: block. Fix"):
