@@ -105,6 +105,7 @@ def test_a_real_data_set_is_never_replaced(tmp_path, fake_set):
     (real / "val" / "n01").mkdir(parents=True)
     keep = real / "train" / "n01" / "a.JPEG"
     keep.write_bytes((fake_set / "train" / "n00000000" / "n00000000_0.JPEG").read_bytes())
+    (real / "val" / "n01" / "b.JPEG").write_bytes(keep.read_bytes())
     with pytest.raises(DataError, match="refusing"):
         bench_data.make_fake_imagenet(real, classes=1, per_class=1, size=(32, 32))
     assert bench_data.prepare_fake_imagenet(real, classes=1, per_class=1, size=(32, 32)) == real

@@ -196,6 +196,7 @@ def test_data_dir_not_in_imagefolder_layout(tmp_path):
 def test_valid_imagefolder_layout_is_accepted(tmp_path):
     for split in ("train", "val"):
         (tmp_path / split / "cat").mkdir(parents=True)
+        (tmp_path / split / "cat" / "1.JPEG").write_bytes(b"")  # the layout is checked, not the image (the loader)
     cfg = validate(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path)), cuda_available=False)
     assert cfg.data_dir == str(tmp_path)
 

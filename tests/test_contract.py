@@ -407,6 +407,7 @@ def test_every_site_field_keeps_the_contract_through_make_spec_and_the_preflight
     site = {"partition": "compute", "time": "04:00:00", key: value}
     monkeypatch.setattr(jobs, "choose_backend", lambda backend, verbose=True: "slurm")
     monkeypatch.setattr(jobs.slurm, "submit_slurm", lambda *a, **k: (_ for _ in ()).throw(jobs.JobError("stub")))
+    monkeypatch.setattr(jobs.slurm, "partition_cpus", lambda partition: None)  # no cluster's sinfo asked
     with _sandbox() as box:
         cfg = make_config("smoke", name="site", output_root=str(box.dest))
         try:

@@ -115,6 +115,7 @@ def test_attach_refuses_what_is_no_run_directory_in_one_line(tmp_path, run_dir):
 @pytest.mark.parametrize(("method", "arguments", "field"), [
     ("logs", {"tail": "x"}, "tail"), ("logs", {"tail": -1}, "tail"), ("wait", {"timeout": "10"}, "timeout"),
     ("wait", {"timeout": float("nan")}, "timeout"), ("cancel", {"wait": "10"}, "wait"),
+    ("wait", {"check": "no", "timeout": 1}, "check"),  # r43m: 'no' was read as True
 ])
 def test_job_methods_refuse_arguments_of_the_wrong_kind_naming_them(tmp_path, method, arguments, field):
     """``Job.logs(tail='x')`` and ``Job.wait(timeout='10')`` ended in TypeError."""

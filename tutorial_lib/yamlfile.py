@@ -2,7 +2,8 @@
 
 Plain ``yaml.safe_load`` keeps the last of two equal keys without a word (``epochs: 1`` then ``epochs: 90``
 trains 90 epochs). :func:`read_yaml` refuses it naming the key and both lines, and turns every YAML error
-(a bad indentation, a ``!!python/object`` tag, a torn file) into one line naming the file. No torch here.
+(a bad indentation, a ``!!python/object`` tag, a torn file) into one line naming the file. A YAML 1.1 base-60
+number (``1:00:00``) is kept as the text written, as YAML 1.2 reads it. No torch here.
 """
 
 from __future__ import annotations
@@ -35,7 +36,19 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+    def construct_yaml_int(self, node):
+        """An integer, but YAML 1.1's base 60 (``1:00:00`` read as 3600) kept as the text written, as YAML 1.2
+        reads it: a site's unquoted ``time: 1:00:00`` reached sbatch as 3,600 minutes (r43m)."""
+        return self.construct_scalar(node) if ":" in node.value else super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node):
+        """A float, but base 60 (``1:30.5``) kept as the text written (see :meth:`construct_yaml_int`)."""
+        return self.construct_scalar(node) if ":" in node.value else super().construct_yaml_float(node)
+
+
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _UniqueKeyLoader.construct_mapping)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", _UniqueKeyLoader.construct_yaml_float)
 
 
 def parse_yaml(text: str, where: str):

@@ -18,7 +18,7 @@ import torch
 
 from tutorial_lib.data.staging import climbs_out
 from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
-from tutorial_lib.engine.memory import AMP_BYTES, available_bytes, check_fits, check_step_fits
+from tutorial_lib.engine.memory import AMP_BYTES, available_bytes, check_fits, check_step_fits, human_bytes
 from tutorial_lib.engine.validate import check_not_system_folder, check_path_text
 from tutorial_lib.paths import STAGING_RAM_DISK, not_a_file, system_folder, user_path
 
@@ -73,9 +73,9 @@ def check_arguments(args) -> None:
         _refuse("read_workers", values["read_workers"], f"a whole number from 0 to {MAX_WORKERS}")
     _check_names(values)
     _check_set_size(values)
+    _check_path_flags(values)  # the paths' text first: a name too long is named before any file is looked at
     _check_places(values)
     _check_files(values)
-    _check_path_flags(values)
     _check_launch(values)
     _check_duration(values)
     _check_memory(args, values)
@@ -145,8 +145,11 @@ def _command_limits(command: str | None) -> dict[str, int]:
 
 def _check_set_size(values: dict) -> None:
     """The files a generated set would have (classes x images per class, with the defaults of the flags left
-    out: at most ImageNet's 1,000 classes and 1,300 images each), refused above :data:`MAX_FILES` with the
-    estimate, before anything is made."""
+    out: at most ImageNet's 1,000 classes and 1,300 images each; shards' ``--jpeg-images``), refused above
+    :data:`MAX_FILES` with the estimate, before anything is made."""
+    jpeg_images = values.get("jpeg_images")  # shards' jpeg set (r43m: 99,999,999,999 ran out of memory, unnamed)
+    if isinstance(jpeg_images, int) and jpeg_images > MAX_FILES:
+        _refuse("jpeg_images", jpeg_images, f"a set of at most {MAX_FILES:,} JPEGs")
     per_class = [values.get(name) for name in ("per_class", "train_per_class", "val_per_class")]
     given = [n for n in per_class if isinstance(n, int)]
     if not given:
@@ -229,6 +232,8 @@ def _check_memory(args, values: dict) -> None:
                    f"--jpeg-size: generating one {size[0]}x{size[1]} image", "pass a smaller --jpeg-size, e.g. "
                    "500x375 (ImageNet's typical size)")
     command = values.get("command")
+    if command == "allreduce" and values.get("sizes"):
+        _check_allreduce_memory(values["sizes"], values.get("device") or "auto")
     if command not in ("train", "e2e", "data", "loader"):
         return
     from tutorial_lib.bench.compute import defaults, resolve_device
@@ -361,3 +366,17 @@ def _check_launch(values: dict) -> None:
             _refuse("matmul_tflops", values["matmul_tflops"], "leave it out (an isolated sweep passes it to a child "
                     "measuring one setting); or give one each of --arch, --precision, --channels-last, --compile and "
                     "--batch-size")
+
+
+def _check_allreduce_memory(sizes: list[int], device: str) -> None:
+    """The all-reduce's tensors (one per size, all made before the rounds) against the memory of this rank's
+    device, shared on a host's CPU by torchrun's local ranks (r43m: ``--sizes 100G`` failed in each rank's
+    allocator with a traceback)."""
+    from tutorial_lib.bench.compute import resolve_device
+
+    resolved = resolve_device(device)
+    share = max(1, int(os.environ.get("LOCAL_WORLD_SIZE") or 1)) if resolved.type == "cpu" else 1
+    check_fits(sum(sizes) * share, available_bytes(resolved),
+               f"--sizes: the all-reduce's tensors ({human_bytes(sum(sizes))} on each of {share} rank(s) of this "
+               f"{resolved.type})", "pass smaller --sizes, e.g. 4K,1M,64M")
+

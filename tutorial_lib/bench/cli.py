@@ -23,6 +23,7 @@ from tutorial_lib.bench.data import (
 from tutorial_lib.bench.records import append_records, describe, markdown_tables, read_records
 from tutorial_lib.engine.config import parse_bool
 from tutorial_lib.engine.device import environment_facts
+from tutorial_lib.engine.input.folders import check_imagefolder
 
 USAGE = """examples:
     python -m tutorial_lib.bench train --precision fp32,bf16 --channels-last off,on --out results/train.jsonl
@@ -248,7 +249,8 @@ def add_data_arguments(sub, common) -> None:
 def _ensure_data(args, d: dict) -> None:
     root = Path(args.data_dir)
     if root.is_dir() and not (root / FAKE_MARKER).is_file() and any(root.iterdir()):
-        return  # a real data set: use it as it is
+        check_imagefolder(root)  # a real data set, used as it is: its layout and an image in it (r43m: none hung)
+        return
     make_fake_imagenet(root, args.classes or d["classes"], args.per_class or d["per_class"], args.jpeg_size)
 
 
@@ -326,11 +328,15 @@ def run_command(args) -> int:
         print(text)
         return 0
     if args.command == "runs":
-        from tutorial_lib.bench.runs import compare_to, trainer_record
+        from tutorial_lib.bench.runs import RunSummaryError, compare_to, trainer_record
 
         records = [trainer_record(run, args.skip_steps) for run in args.run_dirs]
         if args.reference:
-            records = compare_to(records, trainer_record(args.reference, args.skip_steps))
+            try:
+                reference = trainer_record(args.reference, args.skip_steps)
+            except RunSummaryError as error:  # r43m: the line named the path, not the flag
+                raise RunSummaryError(f"--reference: {error}") from None
+            records = compare_to(records, reference)
         _emit(records, args)
         return 0
     if args.command == "prepare":

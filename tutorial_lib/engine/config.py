@@ -388,7 +388,9 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     if fixed_image_size(cfg.arch) not in (None, cfg.image_size):  # an AssertionError at the first step otherwise
         _fail("image_size", f"{cfg.image_size} px, and {cfg.arch} takes only {fixed_image_size(cfg.arch)} px images",
               f"pass --image-size {fixed_image_size(cfg.arch)}, or another --arch (e.g. resnet18)")
-    if not runs_at(cfg.arch, cfg.image_size):  # "Output size is too small" at the first step otherwise
+    # "Output size is too small" at the first step otherwise; a size above the usual ones that does not run on the
+    # meta device overflows its shapes (r43m: 10^9 px was called too small) and gets the memory estimate below
+    if cfg.image_size <= 299 and not runs_at(cfg.arch, cfg.image_size):
         _fail("image_size", f"{cfg.image_size} px is too small for {cfg.arch}: its layers shrink it below one pixel",
               f"pass --image-size {smallest_image_size(cfg.arch)} or more, or another --arch (e.g. resnet18 takes "
               "16 px)")

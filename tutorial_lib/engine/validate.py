@@ -171,6 +171,7 @@ def path_setting(name: str):
 
 
 PATH_MAX = 4096  # Linux's longest path (PATH_MAX); a longer setting can never name a folder
+NAME_MAX = 255  # bytes in one file or folder name (Linux's NAME_MAX, every common file system)
 
 
 def check_path_text(name: str, value: str) -> None:
@@ -180,6 +181,10 @@ def check_path_text(name: str, value: str) -> None:
     if len(value) > PATH_MAX:
         fail(name, f"{shorten(value)} is longer than any path can be ({PATH_MAX} characters)",
              "pass a shorter path")
+    longest = max(len(part.encode(errors="surrogateescape")) for part in value.split("/"))
+    if longest > NAME_MAX:  # r43m: the file system's "File name too long" named the path, not the setting
+        fail(name, f"{shorten(value)} has a name of {longest} bytes, and a file or folder name holds at most "
+             f"{NAME_MAX}", "pass a path with shorter names")
     odd = next((c for c in value if not c.isprintable()), None)
     if odd is not None:
         fail(name, f"{shorten(value)} contains the control character {odd!r}", "pass a path without one")

@@ -133,6 +133,7 @@ class Job:
         """
         check_seconds("timeout", timeout)
         check_seconds("poll", poll, allow_none=False)
+        check_flags(check=check)  # check="no" would be true (r43m)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             status = self.status()
@@ -302,6 +303,8 @@ def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend
     chosen = choose_backend(backend, verbose)
     spec = make_spec(config, nodes, ranks_per_node, time, partition, account, sbatch_options, max_restarts,
                      check_data, on_cluster=chosen == "slurm", module=module, module_args=module_args, site=site)
+    if chosen == "slurm":
+        slurm.check_node_cpus(spec)  # before the run directory is made (r43m: an empty one was left)
     _take_run_dir(spec.run_dir, fresh)
     if chosen == "slurm":
         job_id = slurm.submit_slurm(spec, after.id if after is not None and after.backend == "slurm" else None)

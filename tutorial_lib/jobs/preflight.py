@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import socket
 import sys
@@ -26,6 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from tutorial_lib import compat, exits
+from tutorial_lib.engine.errors import OneLineError
 from tutorial_lib.rundir.layout import PREFLIGHT_FILE as RESULTS
 
 PREFLIGHT_TIME = "00:05:00"  # the pre-flight job's time limit (the site's, where that is shorter)
@@ -68,15 +70,47 @@ def _append(out: Path, facts: dict) -> None:
         handle.write(json.dumps(facts) + "\n")
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m tutorial_lib.jobs.preflight --out FILE``: run on every rank by the pre-flight job."""
+class RankProgramError(OneLineError):
+    """The pre-flight's rank program was started other than by the pre-flight job."""
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (argparse names ``--timeout`` when this raises)."""
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds, e.g. 120")
+    return value
+
+
+def _check_started_right(out: Path) -> None:
+    """Refuse, before anything is written or started, a run outside torchrun (torch would say only "RANK
+    expected") and an ``--out`` that is not the pre-flight's own results file in an existing folder: the rank
+    program appends to it, and a user's file must never be appended to (r43m)."""
+    if not all(os.environ.get(name) for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
+        raise RankProgramError("error: python -m tutorial_lib.jobs.preflight is the pre-flight job's program for "
+                               "each rank, run by torchrun. Fix: run the pre-flight with preflight.run(config, ...) "
+                               "(the notebooks' pre-flight cell), not this module by hand.")
+    if out.name != RESULTS or not out.parent.is_dir() or out.is_symlink() or out.exists() and not out.is_file():
+        raise RankProgramError(f"error: --out: {str(out)[:200]!r} is not a {RESULTS} file in an existing folder (the "
+                               "pre-flight writes its results there, in the job's run directory). Fix: let "
+                               "preflight.run() start this program.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tutorial_lib.jobs.preflight --out RUN_DIR/preflight.jsonl``: run on every rank by the
+    pre-flight job."""
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.jobs.preflight")
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--timeout", type=_seconds, default=120.0)
     parser.add_argument("--gpu", action="store_true", help="all-reduce over NCCL on each rank's GPU")
-    args = parser.parse_args(argv)
-    rank_facts(args.out, args.timeout, args.gpu)
-    exits.finish(exits.EXIT_OK)  # the rank left its gloo group without tearing it down: end without finalizing
+
+    def body() -> int:
+        args = parser.parse_args(argv)
+        _check_started_right(args.out)
+        rank_facts(args.out, args.timeout, args.gpu)
+        return exits.finish(exits.EXIT_OK)  # the rank left its gloo group without tearing it down: no finalizing
+
+    return exits.run_main(body, refused=(RankProgramError,))
 
 
 # ------------------------------------------------------------------ the report
@@ -201,4 +235,4 @@ def _first_error(job) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

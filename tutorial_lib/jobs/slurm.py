@@ -100,8 +100,7 @@ def submit_slurm(spec: JobSpec, after_slurm_id: str | None = None) -> str:
 
     The record (with every setting the job's nodes read, :mod:`tutorial_lib.jobs.record`) is written before
     sbatch, as the job may start at once; sbatch's id is added when it answers. A refusal leaves the run
-    directory as it was."""
-    check_node_cpus(spec)
+    directory as it was. ``submit`` has checked the nodes' CPUs (:func:`check_node_cpus`) first."""
     command = sbatch_command(spec, after_slurm_id)
     script, record_path = spec.run_dir / JOB_SCRIPT, spec.run_dir / JOB_FILE
     earlier = record_path.read_bytes() if record_path.is_file() else None

@@ -15,6 +15,7 @@ from PIL import Image
 from tutorial_lib.data import PREPARE_COMMAND
 from tutorial_lib.data.file_index import class_folders
 from tutorial_lib.data.links import moved_source
+from tutorial_lib.data.names import is_image
 from tutorial_lib.engine.errors import OneLineError
 from tutorial_lib.engine.memory import available_bytes, check_fits
 from tutorial_lib.rundir.owned import describe, foreign_tree_files
@@ -141,7 +142,19 @@ def check_imagefolder(data_dir: str | os.PathLike) -> Path:
         if not classes:
             raise DataError(f"data_dir: {split_dir} has no class folders. Fix: {PREPARE_FIX} (it sorts a flat "
                             f"val/ by its ground truth), or put each class's images in {split_dir}/<class>/.")
+        if not any(_holds_an_image(split_dir / name) for name in classes):  # r43m: a loader's order never filled
+            raise DataError(f"data_dir: the {len(classes)} class folder(s) of {split_dir} hold no image. Fix: "
+                            f"{PREPARE_FIX}, or put each class's images in {split_dir}/<class>/.")
     return root
+
+
+def _holds_an_image(folder: Path) -> bool:
+    """Whether ``folder`` holds an image file directly (the scan stops at the first one)."""
+    try:
+        with os.scandir(folder) as entries:
+            return any(is_image(entry.name) for entry in entries if not entry.is_dir())
+    except OSError:  # unreadable: the loader names it when it gets there
+        return True
 
 
 def prepare_dataset(cfg) -> None:
