@@ -87,11 +87,11 @@ def _check_started_right(out: Path) -> None:
     expected") and an ``--out`` that is not the pre-flight's own results file in an existing folder: the rank
     program appends to it, and a user's file must never be appended to (r43m)."""
     if not all(os.environ.get(name) for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
-        raise RankProgramError("error: python -m tutorial_lib.jobs.preflight is the pre-flight job's program for "
+        raise RankProgramError("python -m tutorial_lib.jobs.preflight is the pre-flight job's program for "
                                "each rank, run by torchrun. Fix: run the pre-flight with preflight.run(config, ...) "
                                "(the notebooks' pre-flight cell), not this module by hand.")
     if out.name != RESULTS or not out.parent.is_dir() or out.is_symlink() or out.exists() and not out.is_file():
-        raise RankProgramError(f"error: --out: {str(out)[:200]!r} is not a {RESULTS} file in an existing folder (the "
+        raise RankProgramError(f"--out: {str(out)[:200]!r} is not a {RESULTS} file in an existing folder (the "
                                "pre-flight writes its results there, in the job's run directory). Fix: let "
                                "preflight.run() start this program.")
 
