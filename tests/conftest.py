@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -90,6 +91,21 @@ def subprocess_env() -> dict:
     return env
 
 
+def command_in_process(main, args: list[str]) -> subprocess.CompletedProcess:
+    """A command's ``main(ARGS)`` in this process: its exit status, stdout and stderr as ``subprocess.run`` gives
+    them for ``python -m <command> ARGS``, without the child's ~6 s of CPU to import torch and torchvision. The
+    signal handlers a command installs are restored; an exception that escapes is a traceback, and fails the test."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM)}
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = main(list(args))
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
+
+
 class Runs:
     """Build and launch small training runs whose run directories live under ``output_root``."""
 
@@ -134,6 +150,14 @@ class Runs:
         finally:
             for sig, handler in saved.items():
                 signal.signal(sig, handler)
+
+    @staticmethod
+    def main(args: list[str]) -> subprocess.CompletedProcess:
+        """The trainer's command line ``ARGS`` in this process (:func:`command_in_process`), for refusals and other
+        short ends: what :meth:`module` gives, without a child that imports torch again."""
+        from tutorial_lib.engine.trainer import main
+
+        return command_in_process(main, args)
 
     @staticmethod
     def module(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:

@@ -99,7 +99,7 @@ def test_train_and_val_with_different_class_folders_are_refused(runs, bad_tree, 
     tree = tmp_path / "tree"
     shutil.copytree(bad_tree, tree, symlinks=True)
     shutil.rmtree(tree / "val" / "1")  # labels of val/2 and val/3 would shift by one
-    result = runs.module(runs.flags("mismatch", data_dir=str(tree), epochs=1, **TINY))
+    result = runs.main(runs.flags("mismatch", data_dir=str(tree), epochs=1, **TINY))
     assert result.returncode == 2
     assert "different class folders" in result.stderr and "only in train: ['1']" in result.stderr
     assert "Fix" in result.stderr and "Traceback" not in result.stderr

@@ -233,7 +233,7 @@ def test_warmup_longer_than_training():
 
 def test_bad_command_line_exits_2_without_a_run_directory(runs):
     output_root = runs.output_root / "cli"
-    result = runs.module(["--batch-size", "-4", "--output-root", str(output_root), "--name", "bad"])
+    result = runs.main(["--batch-size", "-4", "--output-root", str(output_root), "--name", "bad"])
     assert result.returncode == 2, result.stderr
     assert "batch_size" in result.stderr and "Fix" in result.stderr
     assert "Traceback" not in result.stderr

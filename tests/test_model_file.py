@@ -14,8 +14,9 @@ import pytest
 import torch
 import torchvision
 
-from tests.conftest import subprocess_env
+from tests.conftest import command_in_process, subprocess_env
 from tutorial_lib import REPO_ROOT, free_port
+from tutorial_lib.engine import model_file
 from tutorial_lib.engine.model_file import evaluate_run
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, METRICS_FILE, MODEL_FILE
 
@@ -64,9 +65,7 @@ def test_evaluate_reports_the_runs_own_top1_in_one_process_and_under_torchrun(fi
 
 def test_evaluate_refuses_a_data_set_with_other_classes(finished, tmp_path):
     (tmp_path / "val" / "n01440764").mkdir(parents=True)
-    result = subprocess.run([sys.executable, "-m", "tutorial_lib.evaluate", str(finished[1]), "--data-dir",
-                             str(tmp_path)], env=subprocess_env(), cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=600)
+    result = command_in_process(model_file.main, [str(finished[1]), "--data-dir", str(tmp_path)])
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: --data-dir:") and "not the 10 classes" in result.stderr
 
@@ -113,7 +112,7 @@ def test_a_crafted_pickle_checkpoint_is_refused_and_runs_nothing(runs, tmp_path)
     (run_dir / METRICS_FILE).write_text(started)
     with open(run_dir / CHECKPOINT_FILE, "wb") as handle:
         pickle.dump({"model": _Planted(marker)}, handle, protocol=2)
-    result = runs.module(runs.flags("crafted", **TINY))
+    result = runs.main(runs.flags("crafted", **TINY))
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: checkpoint:")
     assert "posix.mkdir" in result.stderr and "nothing was loaded or run" in result.stderr
@@ -121,7 +120,5 @@ def test_a_crafted_pickle_checkpoint_is_refused_and_runs_nothing(runs, tmp_path)
     assert (run_dir / METRICS_FILE).read_text() == started and not (run_dir / CONFIG_FILE).exists()
     with open(run_dir / MODEL_FILE, "wb") as handle:  # the same through `python -m tutorial_lib.evaluate`
         pickle.dump({"format": 1, "state_dict": _Planted(marker)}, handle)
-    done = subprocess.run([sys.executable, "-m", "tutorial_lib.evaluate", str(run_dir), "--data-dir",
-                           str(runs.data_dir)], env=subprocess_env(), cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=600)
+    done = command_in_process(model_file.main, [str(run_dir), "--data-dir", str(runs.data_dir)])
     assert done.returncode == 2 and done.stderr.startswith("error: checkpoint:") and not marker.exists()

@@ -153,7 +153,7 @@ def test_a_run_directory_on_a_read_only_file_system_is_one_line_and_nothing_chan
     assert runs.in_process(runs.config("ro", stop_after_epochs=1, **SMALL))["status"] == "stopped"
     before = _files(own_disk / "ro")
     subprocess.run(["mount", "-o", "remount,ro", str(own_disk)], check=True)
-    refused = runs.module(runs.flags("ro", **SMALL))
+    refused = runs.main(runs.flags("ro", **SMALL))
     assert refused.returncode == 1, refused.stderr[-2000:]
     assert "Traceback" not in refused.stderr
     line = refused.stderr.strip().splitlines()[-1]

@@ -63,7 +63,7 @@ def test_digits_export_refuses_a_folder_it_did_not_write(runs, tmp_path):
     """`--profile smoke --data-dir /path/to/imagenet` without `--dataset imagefolder` deleted the folder."""
     imagenet = tmp_path / "imagenet"
     files = _precious_tree(imagenet)
-    result = runs.module(["--profile", "smoke", "--data-dir", str(imagenet), "--output-root",
+    result = runs.main(["--profile", "smoke", "--data-dir", str(imagenet), "--output-root",
                           str(runs.output_root), "--name", "forgot-dataset", "--progress", "false"])
     error = _one_line_error(result, "data_dir")
     assert "--dataset imagefolder" in error
@@ -113,7 +113,7 @@ def test_fresh_submit_never_removes_a_folder_that_is_not_a_run_directory(tmp_pat
 
 def test_trainer_never_writes_into_a_folder_that_is_not_a_run_directory(runs):
     files = _precious_tree(runs.run_dir("thesis"))
-    result = runs.module(runs.flags("thesis", **TINY))
+    result = runs.main(runs.flags("thesis", **TINY))
     _one_line_error(result, "output_root")
     assert _unchanged(runs.run_dir("thesis"), files)
 
@@ -317,7 +317,7 @@ UNUSABLE = ["run directory is a file", "output_root is a file", "/proc/x"]
 @pytest.mark.parametrize("case", UNUSABLE)
 def test_an_unusable_run_directory_is_a_one_line_error_from_the_trainer(runs, tmp_path, case):
     root = _unusable(tmp_path, case)
-    result = runs.module(runs.flags("run", output_root=str(root), **TINY))
+    result = runs.main(runs.flags("run", output_root=str(root), **TINY))
     _one_line_error(result, "output_root")
 
 

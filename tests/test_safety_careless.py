@@ -231,7 +231,7 @@ def test_a_resume_refuses_a_change_of_every_field_but_where_how_long_and_how_fas
 def test_a_resume_refused_on_the_command_line_is_one_line(finished, runs):
     run_dir = _copy_run(finished, runs, "other-arch")
     before = _files(run_dir)
-    result = runs.module(runs.flags("other-arch", **{**TINY, "arch": "resnet34"}))
+    result = runs.main(runs.flags("other-arch", **{**TINY, "arch": "resnet34"}))
     error = _one_line_error(result, 2, "resume:")
     assert "arch 'resnet18' -> 'resnet34'" in error
     assert _files(run_dir) == before
