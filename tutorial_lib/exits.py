@@ -18,6 +18,8 @@ import sys
 import traceback
 from collections.abc import Callable
 
+from tutorial_lib.paths import path_text_problem
+
 EXIT_OK = 0  # done
 EXIT_ERROR = 1  # the environment failed while working (disk full, quota, read-only, I/O error), or a bug
 EXIT_REFUSED = 2  # bad input: a value, a path, a file, a folder in use; nothing was done (or nothing more)
@@ -90,6 +92,20 @@ def describe_os_error(exc: OSError) -> tuple[int, str]:
     fix = _FIXES.get(exc.errno, "check that path and the machine, then run again")
     status = EXIT_ERROR if exc.errno in _ENVIRONMENT_ERRNOS else EXIT_REFUSED
     return status, f"{where}{cause}{code}. Fix: {fix}."
+
+
+def check_path_arguments(read: dict[str, object] | None = None, written: dict[str, object] | None = None) -> None:
+    """Refuse a command's path argument that no file system call can take (:func:`tutorial_lib.paths.
+    path_text_problem`; a control character only in the ``written`` ones), naming its flag or metavar: the
+    OSError the file system would give names the path but not which argument (r43n: ``prepare SOURCE DEST``).
+    Raises ``SystemExit("FLAG: ...")``, one line and :data:`EXIT_REFUSED` under :func:`run_main`."""
+    for paths, is_written in ((read or {}, False), (written or {}, True)):
+        for flag, value in paths.items():
+            if not isinstance(value, str):  # an optional argument left out
+                continue
+            problem = path_text_problem(value, written=is_written)
+            if problem is not None:
+                raise SystemExit(f"error: {flag}: {_short_repr(value)} {problem[0]}. Fix: {problem[1]}.")
 
 
 def _print(message: str) -> None:

@@ -56,3 +56,25 @@ def not_a_file(path: str | os.PathLike) -> str | None:
     if stat.S_ISREG(mode):
         return None
     return next((what for test, what in _KINDS if test(mode)), "not a file")
+
+
+PATH_MAX = 4096  # Linux's longest path (PATH_MAX); a longer value can never name a file or folder
+NAME_MAX = 255  # bytes in one file or folder name (Linux's NAME_MAX, every common file system)
+
+
+def path_text_problem(value: str, written: bool = True) -> tuple[str, str] | None:
+    """What is wrong with ``value`` as a path, found in its text before any file system call: (the problem, the
+    fix), or None. Longer than any path, or a name over NAME_MAX bytes (the file system would only say "File name
+    too long", naming the path but not the setting or flag); where the project writes there (``written``), a
+    control character too (a newline makes a folder no one can type, and splits the lines that name it)."""
+    if len(value) > PATH_MAX:
+        return f"is longer than any path can be ({PATH_MAX} characters)", "pass a shorter path"
+    longest = max(len(part.encode(errors="surrogateescape")) for part in value.split("/"))
+    if longest > NAME_MAX:
+        return (f"has a name of {longest} bytes, and a file or folder name holds at most {NAME_MAX}",
+                "pass a path with shorter names")
+    odd = next((c for c in value if not c.isprintable()), None) if written else None
+    if odd is not None:
+        return f"contains the control character {odd!r}", "pass a path without one"
+    return None
+

@@ -20,6 +20,7 @@ from tutorial_lib.data.staging import climbs_out
 from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
 from tutorial_lib.engine.memory import AMP_BYTES, available_bytes, check_fits, check_step_fits, human_bytes
 from tutorial_lib.engine.validate import check_not_system_folder, check_path_text
+from tutorial_lib.exits import check_path_arguments
 from tutorial_lib.paths import STAGING_RAM_DISK, not_a_file, system_folder, user_path
 
 JPEG_MAX_SIDE = 65_500  # libjpeg (PIL) writes no JPEG with a longer side
@@ -183,6 +184,9 @@ def _check_path_flags(values: dict) -> None:
         check_not_system_folder(f"--{name.replace('_', '-')}", values[name], "pass a folder (or file) of your own, "
                                 "e.g. under /tmp or your home", allowed=(STAGING_RAM_DISK,) if name == "stage_to"
                                 else ())
+    for metavar, name in (("RUN_DIR", "run_dirs"), ("FILE", "files")):  # the files `runs` and `table` read
+        for given in values.get(name) or ():
+            check_path_arguments({metavar: given})
     work = values.get("work_dir")
     if values.get("command") in ("scale", "shards") and isinstance(work, str) and work:
         path = Path(work).absolute()

@@ -229,7 +229,10 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--only", nargs="*", help="notebook number prefixes to run, e.g. 00 03")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="folder for executed notebooks")
     args = parser.parse_args(argv)
+    from tutorial_lib.exits import check_path_arguments
     from tutorial_lib.yamlfile import YamlFileError, parse_yaml
+
+    check_path_arguments({"--params": args.params}, {"--out": args.out})
 
     params = load_params(args.params) if args.params else {}
     check_parameter_names(params, args.params or "parameters")

@@ -8,7 +8,7 @@ import sys
 
 from tutorial_lib.data.layouts import PrepareError, detect
 from tutorial_lib.data.prepare import prepare
-from tutorial_lib.exits import run_main
+from tutorial_lib.exits import check_path_arguments, run_main
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +39,12 @@ def _main(argv: list[str] | None) -> int:
     show = commands.add_parser("detect", help="say which form SOURCE holds")
     show.add_argument("source", metavar="SOURCE")
     args = parser.parse_args(argv)
+    if args.command == "prepare":
+        check_path_arguments({"SOURCE": args.source, "--val-labels": args.val_labels}, {"DEST": args.dest})
+    elif args.command == "pack":
+        check_path_arguments({"PREPARED": args.prepared}, {"SHARDS": args.shards})
+    else:
+        check_path_arguments({"SOURCE": args.source})
     if args.command == "detect":
         found = detect(args.source)
         print(f"{found.form}: train {found.train}, val {found.val}, labels {found.labels}")

@@ -39,6 +39,7 @@ from tutorial_lib.data.extract import (
     member_ranges,
     why,
 )
+from tutorial_lib.data.file_index import class_folders
 from tutorial_lib.data.layouts import FULL_SET, PrepareError, Source, detect, val_labels
 from tutorial_lib.data.links import HUBS, MARK, make_link
 from tutorial_lib.data.names import is_class_folder, is_image, is_system_file
@@ -276,15 +277,18 @@ def _extract_val(found: Source, dest: Path, todo: dict, show: bool) -> None:
 
 
 def _count(split: Path, known: dict[str, int] | None = None) -> tuple[dict[str, int], int]:
-    """Images per class folder of ``split`` as they are on disk now (links followed), and system files seen;
-    the folders in ``known`` (counted on disk by this run's extraction) are not listed again."""
-    counts, skipped, known = {}, 0, known or {}
-    for name in sorted(os.listdir(split)):
-        if is_system_file(name) or (not is_class_folder(name) and (split / name).is_dir()):  # .ipynb_checkpoints
-            skipped += 1
-        elif name in known:
+    """Images per class folder of ``split`` as they are on disk now (links followed), and the system files and
+    folders that are no class seen (hidden ones, and links that lead out of a class: the readers' own rule,
+    :func:`tutorial_lib.data.file_index.class_folders`, which names them in a warning); the folders in ``known``
+    (counted on disk by this run's extraction) are not listed again."""
+    classes, not_classes = class_folders(split)  # r43n: a class linked to $HOME was counted, and said nothing
+    skipped, known = len(not_classes), known or {}
+    skipped += sum(is_system_file(name) for name in os.listdir(split) if not (split / name).is_dir())
+    counts = {}
+    for name in classes:
+        if name in known:
             counts[name] = known[name]
-        elif (split / name).is_dir():
+        else:
             images, junk = _list_images(split / name)
             counts[name], skipped = len(images), skipped + junk
     return counts, skipped

@@ -264,6 +264,8 @@ def load_yaml(path: str | os.PathLike) -> dict:
     """Read a YAML mapping of config fields; errors name the file."""
     if not os.fspath(path):  # Path('') is the working directory: an empty --config is no file
         raise ConfigError("config: an empty path was given. Fix: pass the path of a YAML file, or leave --config out.")
+    if isinstance(os.fspath(path), str):  # r43n: is_file() raised "File name too long" for a long name
+        check_path_text("config", os.fspath(path))
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config: file {shorten(str(path))} does not exist. Fix: pass the path of a YAML file.")

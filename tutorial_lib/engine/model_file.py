@@ -34,7 +34,7 @@ from tutorial_lib.engine.input.shards import CountingShards, read_pack
 from tutorial_lib.engine.memory import available_bytes, check_fits
 from tutorial_lib.engine.models import build_model
 from tutorial_lib.engine.validate import INT_LIMITS
-from tutorial_lib.exits import run_main
+from tutorial_lib.exits import check_path_arguments, run_main
 from tutorial_lib.paths import user_path
 from tutorial_lib.rundir.checkpoint import CheckpointError, load_weights_only, save_atomic
 from tutorial_lib.rundir.layout import MODEL_FILE
@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _evaluate_and_print(args) -> int:
+    check_path_arguments({"RUN_DIR": args.run_dir})  # --data-dir: named by evaluate_run
     result = evaluate_run(args.run_dir, args.data_dir, args.batch_size, args.workers, args.device)
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"{result['arch']} from {result['run_dir']}: top-1 {result['top1']:.2f}%  top-5 {result['top5']:.2f}%  "

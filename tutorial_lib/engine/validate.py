@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from tutorial_lib.engine.errors import ConfigError, fail, shorten
-from tutorial_lib.paths import STAGING_RAM_DISK, in_system_folder
+from tutorial_lib.paths import STAGING_RAM_DISK, in_system_folder, path_text_problem
 
 MAX_BASE_LR = 1e6
 # float fields: (low, low included, high, high included, an example for the fix). None: no bound.
@@ -170,23 +170,12 @@ def path_setting(name: str):
                           "folder, not a link that points at itself.") from None
 
 
-PATH_MAX = 4096  # Linux's longest path (PATH_MAX); a longer setting can never name a folder
-NAME_MAX = 255  # bytes in one file or folder name (Linux's NAME_MAX, every common file system)
-
-
 def check_path_text(name: str, value: str) -> None:
-    """Refuse a path setting longer than any path can be (the file system would only say "File name too long"),
-    one with a control character (a newline makes a folder no one can type), or an empty output_root (the run
-    would land in the working directory), naming the setting."""
-    if len(value) > PATH_MAX:
-        fail(name, f"{shorten(value)} is longer than any path can be ({PATH_MAX} characters)",
-             "pass a shorter path")
-    longest = max(len(part.encode(errors="surrogateescape")) for part in value.split("/"))
-    if longest > NAME_MAX:  # r43m: the file system's "File name too long" named the path, not the setting
-        fail(name, f"{shorten(value)} has a name of {longest} bytes, and a file or folder name holds at most "
-             f"{NAME_MAX}", "pass a path with shorter names")
-    odd = next((c for c in value if not c.isprintable()), None)
-    if odd is not None:
-        fail(name, f"{shorten(value)} contains the control character {odd!r}", "pass a path without one")
+    """Refuse a path setting longer than any path can be, with a name over NAME_MAX bytes or a control character
+    (:func:`tutorial_lib.paths.path_text_problem`), or an empty output_root (the run would land in the working
+    directory), naming the setting."""
+    problem = path_text_problem(value)
+    if problem is not None:  # r43m: the file system's "File name too long" named the path, not the setting
+        fail(name, f"{shorten(value)} {problem[0]}", problem[1])
     if name == "output_root" and not value.strip():
         fail(name, "is empty, which would put the run into the working directory", "pass e.g. --output-root runs")

@@ -15,13 +15,13 @@ watcher (:mod:`tutorial_lib.jobs.watch`), which asks Slurm once per interval for
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import re
 import time
 from pathlib import Path
 
 from tutorial_lib.engine.config import ConfigError, TrainConfig, check_is_config, shorten
-from tutorial_lib.engine.validate import PATH_MAX
 from tutorial_lib.exits import one_line
 from tutorial_lib.jobs import slurm
 from tutorial_lib.jobs.commands import sbatch_command, spec_torchrun_command
@@ -29,10 +29,11 @@ from tutorial_lib.jobs.local import local_cancel, submit_local, supervisor_error
 from tutorial_lib.jobs.record import read_job_file
 from tutorial_lib.jobs.site import Site, load_site
 from tutorial_lib.jobs.slurm import slurm_available
+from tutorial_lib.jobs.slurm_values import is_job_id
 from tutorial_lib.jobs.spec import JobError, JobSpec, check_flags, check_seconds, make_spec
 from tutorial_lib.jobs.states import FINAL_STATES, STATES, public, read_state
 from tutorial_lib.jobs.watch import cluster_of, watcher
-from tutorial_lib.paths import not_a_file
+from tutorial_lib.paths import PATH_MAX, not_a_file
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STATE_FILE, SUPERVISOR_LOG, slurm_log
 from tutorial_lib.rundir.lock import RunDirError, RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import metrics_table, read_metrics
@@ -157,7 +158,7 @@ class Job:
         cause = "".join(f"\n  {line}" for line in causes)
         head = (f"job {_path_text(self.id)} ({_path_text(self.name)}, {self.backend}) ended {status['state']} with "
                 f"exit code {status.get('exit_code')}.")
-        if self.backend == "slurm" and not str(self.id).isdigit():  # no log can exist: sbatch gave no job id
+        if self.backend == "slurm" and not is_job_id(self.id):  # no log can exist: sbatch gave no job id
             return (f"{head} Its record has no Slurm job id, so no job ran: {status.get('reason')}. Fix: submit the "
                     "job again with the same settings (fresh=True if its run directory is damaged).")
         missing = _MISSING_PROGRAM.search(self.logs()) if self.backend == "slurm" else None
@@ -365,6 +366,14 @@ def sweep(config: TrainConfig, over: str, values, sequential: bool = True, **sub
     """
     check_flags(sequential=sequential)
     planned = _sweep_plan(config, over, values)
+    # every job's spec too (the memory estimate of a local job, the nodes' CPUs): r43n, values=[16, 100000] ran
+    # the first job before the second was refused
+    chosen = choose_backend(submit_args.get("backend", "auto"), verbose=False)
+    spec_args = {key: value for key, value in submit_args.items() if key in _SPEC_ARGUMENTS}
+    for job_config, job_args in planned:
+        spec = make_spec(job_config, **{**spec_args, **job_args}, on_cluster=chosen == "slurm")
+        if chosen == "slurm":
+            slurm.check_node_cpus(spec)
     jobs: list[Job] = []
     for job_config, job_args in planned:
         job_args = {**submit_args, **job_args}
@@ -374,6 +383,7 @@ def sweep(config: TrainConfig, over: str, values, sequential: bool = True, **sub
     return jobs
 
 
+_SPEC_ARGUMENTS = set(inspect.signature(make_spec).parameters) - {"config", "on_cluster"}  # what submit passes on
 SWEEP_PATH_FIELDS = ("output_root", "data_dir", "stage_to", "index_dir")  # refused as a sweep's `over`
 # The most jobs one sweep submits. The course's sweeps have 2-6 values and a scaling study a few more; 64 jobs
 # already hold a cluster's queue for days. 10,000 values ran minutes of checks, then submitted 10,000 jobs (r43f):

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from tutorial_lib.engine.config import ConfigError, shorten
+from tutorial_lib.engine.validate import check_path_text
 from tutorial_lib.jobs.slurm_values import check_sbatch_option, check_time, check_time_against_warning, check_word
 
 SITE_ENV = "TUTORIAL_SITE"  # a YAML file whose `site:` block every Slurm job gets when none is passed
@@ -209,6 +210,8 @@ def load_site(source=None) -> Site:
     from tutorial_lib.yamlfile import YamlFileError, read_yaml
 
     where = f"{SITE_ENV}={shorten(str(path))}" if source is None else shorten(str(path))
+    if isinstance(os.fspath(path), str):  # r43n: is_file() raised "File name too long" for a long name
+        check_path_text(SITE_ENV if source is None else "site", os.fspath(path))
     if not Path(path).is_file():
         raise ConfigError(f"site: {where} names no file. Fix: point it at a YAML file with a site: block.")
     try:

@@ -11,6 +11,7 @@ import time
 
 from tutorial_lib.jobs.commands import batch_script, job_env, sbatch_command
 from tutorial_lib.jobs.record import launch_settings, replace_file, write_job_file
+from tutorial_lib.jobs.slurm_values import is_job_id
 from tutorial_lib.jobs.spec import JobError, JobSpec
 from tutorial_lib.jobs.watch import slurm_env
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_SCRIPT
@@ -112,7 +113,7 @@ def submit_slurm(spec: JobSpec, after_slurm_id: str | None = None) -> str:
     try:
         output = run_command(command, "sbatch", env={**os.environ, **job_env(spec)})
         job_id = output.strip().split(";")[0]
-        if not job_id.isdigit():
+        if not is_job_id(job_id):
             raise JobError(f"sbatch answered {output.strip()!r}, not a job id")
     except JobError as exc:
         script.unlink()  # the run directory stays as it was: nothing was submitted

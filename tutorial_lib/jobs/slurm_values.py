@@ -165,3 +165,11 @@ def check_sbatch_option(option: str) -> str:
         problem = f"{name} is not among the sbatch options passed on"
         fix = f"use one of tutorial_lib.jobs.slurm_values.SBATCH_ALLOWED, e.g. {', '.join(SBATCH_ALLOWED[15:22])}"
     raise ConfigError(f"sbatch_options: {problem}. Fix: {fix}.")
+
+
+def is_job_id(value) -> bool:
+    """Whether ``value`` is a Slurm job id as sbatch prints one: a number of at most 10 ASCII digits (Slurm's ids
+    are 32-bit). Anything else in a record (its pending placeholder, a changed or damaged one: 5,000 digits made
+    ``int()`` raise) means no job of this record ran on the cluster."""
+    return re.fullmatch(r"[0-9]{1,10}", str(value)) is not None
+

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tutorial_lib.engine.errors import shorten
 from tutorial_lib.jobs.local import local_seen
+from tutorial_lib.jobs.slurm_values import is_job_id
 from tutorial_lib.jobs.states import Seen, from_slurm
 from tutorial_lib.rundir.job_exits import last_exit
 from tutorial_lib.rundir.layout import DONE_FILE, slurm_log
@@ -164,7 +165,7 @@ class Watcher:
             return self._set(entry, local_seen(Path(job.run_dir), job.record))
         if entry.seen is not None and entry.seen.final:
             return entry.seen
-        if not str(job.id).isdigit():
+        if not is_job_id(job.id):  # r43n: an id of 5,000 digits reached int() below
             return self._set(entry, Seen("failed", "run directory", reason=f"its record has no Slurm job id "
                                          f"({shorten(job.id)}): sbatch never answered"))
         ended = run_dir_seen(job)
