@@ -13,17 +13,16 @@ from tutorial_lib.bench.comm import measure_allreduce, parse_size
 from tutorial_lib.bench.compute import defaults, matmul_peak, measure_training, resolve_device, sweep_training
 from tutorial_lib.bench.data import (
     DEFAULT_FAKE_DIR,
-    FAKE_MARKER,
     make_fake_imagenet,
     measure_e2e,
     measure_gpu_pipeline,
     measure_loader,
     prepare_fake_imagenet,
+    real_data_set,
 )
 from tutorial_lib.bench.records import append_records, describe, markdown_tables, read_records
 from tutorial_lib.engine.config import parse_bool
 from tutorial_lib.engine.device import environment_facts
-from tutorial_lib.engine.input.folders import check_imagefolder
 
 USAGE = """examples:
     python -m tutorial_lib.bench train --precision fp32,bf16 --channels-last off,on --out results/train.jsonl
@@ -247,11 +246,9 @@ def add_data_arguments(sub, common) -> None:
 
 
 def _ensure_data(args, d: dict) -> None:
-    root = Path(args.data_dir)
-    if root.is_dir() and not (root / FAKE_MARKER).is_file() and any(root.iterdir()):
-        check_imagefolder(root)  # a real data set, used as it is: its layout and an image in it (r43m: none hung)
+    if real_data_set(args.data_dir) is not None:  # used as it is: its layout and a readable image checked (r43m, r43n)
         return
-    make_fake_imagenet(root, args.classes or d["classes"], args.per_class or d["per_class"], args.jpeg_size)
+    make_fake_imagenet(args.data_dir, args.classes or d["classes"], args.per_class or d["per_class"], args.jpeg_size)
 
 
 def run_data_command(args, device: torch.device, emit) -> None:

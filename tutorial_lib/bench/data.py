@@ -29,6 +29,7 @@ from tutorial_lib.bench.fake_imagenet import (  # noqa: F401  (re-exported for n
     dataset_summary,
     make_fake_imagenet,
     prepare_fake_imagenet,
+    real_data_set,
     split_dir,
 )
 from tutorial_lib.bench.timing import torch_threads
@@ -73,26 +74,32 @@ def decode_cost(data_dir: str | os.PathLike, image_size: int, images: int = 32, 
             store(merged, key, Spread.of([r[key] for r in rounds]))
         return {**merged, "repeats": repeats}
     from tutorial_lib.engine.input.cpu import train_transform
-    from tutorial_lib.engine.input.files import decode_image
+    from tutorial_lib.engine.input.files import UNREADABLE, decode_image, open_regular_file
 
     dataset_dir = split_dir(data_dir)
     paths = sorted(dataset_dir.rglob("*"))
     paths = [p for p in paths if p.suffix.lower() in (".jpeg", ".jpg", ".png")][:images]
     transform = train_transform(image_size)
     read = decode = augment = 0.0
+    timed = 0
     with torch_threads(WORKER_THREADS) as threads:
         for path in paths:
             t0 = time.perf_counter()
-            data = path.read_bytes()
-            t1 = time.perf_counter()
-            image = decode_image(data)
+            try:  # an unreadable image is skipped and counted, as the loader does (r43n: OSError, unnamed)
+                with open_regular_file(path) as handle:
+                    data = handle.read()
+                t1 = time.perf_counter()
+                image = decode_image(data)
+            except UNREADABLE:
+                continue
             t2 = time.perf_counter()
             transform(image)
             t3 = time.perf_counter()
-            read, decode, augment = read + t1 - t0, decode + t2 - t1, augment + t3 - t2
-    n = max(1, len(paths))
+            read, decode, augment, timed = read + t1 - t0, decode + t2 - t1, augment + t3 - t2, timed + 1
+    n = max(1, timed)
     return {"read_ms_per_image": 1000 * read / n, "decode_ms_per_image": 1000 * decode / n,
-            "augment_ms_per_image": 1000 * augment / n, "cost_sample_images": len(paths), "torch_threads": threads}
+            "augment_ms_per_image": 1000 * augment / n, "cost_sample_images": timed,
+            "cost_skipped_images": len(paths) - timed, "torch_threads": threads}
 
 
 def measure_loader(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, workers: int = 0, batch_size: int = 8,
@@ -229,6 +236,7 @@ def measure_e2e(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, arch: str | None
     The timed steps go on past ``steps`` until ``min_time`` seconds have passed. ``input_pipeline``
     None takes the profile's (``gpu``: decode and augment on the device, as the trainer does).
     """
+    from tutorial_lib.engine.input.files import without_a_lone_image
     from tutorial_lib.engine.input.loaders import loaders_for
     from tutorial_lib.engine.step import TrainStep
 
@@ -255,25 +263,37 @@ def measure_e2e(data_dir: str | os.PathLike = DEFAULT_FAKE_DIR, arch: str | None
     loaders = loaders_for(cfg, 0, 1, device)
     step = TrainStep(cfg, loaders.num_classes, device, steps_per_epoch=len(loaders.train))
 
-    stream, wait, images = _endless(loaders), 0.0, 0
+    # unreadable images are skipped and counted, and a lone readable one too (BatchNorm), as the trainer does
+    endless, wait, images, skipped = _endless(loaders), 0.0, 0, 0
+    stream = (without_a_lone_image(batch) if step.needs_two_images else batch for batch in endless)
     for _ in range(s["warmup"]):
-        loss = step(next(stream))
+        step(next(stream))
     synchronize(device)
-    started, done = time.perf_counter(), 0
+    started, done, last = time.perf_counter(), 0, None
     while done < s["steps"] or time.perf_counter() - started < min_time:
         done += 1
         t0 = time.perf_counter()
         batch = next(stream)
         wait += time.perf_counter() - t0
-        loss = step(batch)
-        images += len(batch.targets)
-    float(loss)  # waits for the last step, as the trainer's loss logging does
+        loss = step(batch)  # None: no readable image in the batch, the step skipped
+        last = last if loss is None else loss
+        trained = 0 if loss is None else len(batch.targets)
+        images, skipped = images + trained, skipped + batch.skipped + len(batch.targets) - trained
+    if last is None:  # r43n: float(None) was a TypeError traceback
+        from tutorial_lib.engine.input.folders import DataError
+
+        raise DataError(f"--data-dir: no image of the {done} timed steps could be read and trained on ({skipped} "
+                        f"skipped as unreadable; see the warnings), so there is nothing to measure. Fix: check the "
+                        f"files under {split_dir(data_dir)} (replace or delete the unreadable ones).")
+    float(last)  # waits for the last step, as the trainer's loss logging does
     synchronize(device)
     elapsed = time.perf_counter() - started
     stream.close()
+    endless.close()
     record.update(status="ok", images_per_sec=images / elapsed, data_wait_fraction=wait / elapsed,
-                  step_time_ms=1000 * elapsed / done, timed_steps=done, train_images=loaders.train_images,
-                  num_classes=loaders.num_classes, timer="time.perf_counter (one synchronisation at the end)")
+                  skipped_images=skipped, step_time_ms=1000 * elapsed / done, timed_steps=done,
+                  train_images=loaders.train_images, num_classes=loaders.num_classes,
+                  timer="time.perf_counter (one synchronisation at the end)")
     del step, loaders, batch
     release_memory(device)
     if reference:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -147,6 +148,26 @@ def compare_recipes(data_dir, workers: list[int], batch_size: int = 32, image_si
     return records
 
 
+def _readable_jpeg(path: Path) -> bytes | None:
+    """The bytes of ``path`` if both decoders compared read them (r43n: an empty file was a ValueError traceback of
+    torch.frombuffer), else None (a warning names it, as the pipelines' skipping does)."""
+    from PIL import Image
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    from tutorial_lib.engine.input.files import UNREADABLE, open_regular_file
+
+    try:
+        with open_regular_file(path) as handle:
+            data = handle.read()
+        Image.open(io.BytesIO(data)).convert("RGB")
+        decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+    except (*UNREADABLE, RuntimeError) as exc:
+        print(f"warning: skipping unreadable image {path} in the decoder comparison: {exc}", file=sys.stderr,
+              flush=True)
+        return None
+    return data
+
+
 def compare_decoders(data_dir, images: int = 64, repeats: int = 7) -> dict:
     """Milliseconds per image to decode the same JPEG files to RGB arrays with PIL and with
     torchvision's ``decode_jpeg`` (one thread each, interleaved rounds; files read beforehand)."""
@@ -155,7 +176,11 @@ def compare_decoders(data_dir, images: int = 64, repeats: int = 7) -> dict:
     from torchvision.io import ImageReadMode, decode_jpeg
 
     paths = sorted((Path(data_dir) / "train").rglob("*.JPEG"))[:images]
-    blobs = [p.read_bytes() for p in paths]
+    blobs = [blob for blob in map(_readable_jpeg, paths) if blob is not None]  # the others skipped and counted
+    if not blobs:
+        return {"kind": "decode", "status": "skipped", "reason": f"none of the {len(paths)} JPEG files compared could "
+                "be decoded by both decoders", "skipped_images": len(paths), "data_dir": str(data_dir),
+                "env": environment_facts("cpu"), "timestamp": time.time()}
     tensors = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
 
     def timed(decode):
@@ -174,7 +199,8 @@ def compare_decoders(data_dir, images: int = 64, repeats: int = 7) -> dict:
         spreads = interleave({"pil": timed(pil), "torchvision": timed(tv)}, repeats)
     finally:
         torch.set_num_threads(threads)
-    record = {"kind": "decode", "status": "ok", "images": len(blobs), "repeats": repeats, "data_dir": str(data_dir),
+    record = {"kind": "decode", "status": "ok", "images": len(blobs), "skipped_images": len(paths) - len(blobs),
+              "repeats": repeats, "data_dir": str(data_dir),
               "mean_file_kb": sum(map(len, blobs)) / 1e3 / max(1, len(blobs)), "load_average": os.getloadavg(),
               "env": environment_facts("cpu"), "timestamp": time.time()}
     for name, spread in spreads.items():
