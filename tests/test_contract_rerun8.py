@@ -45,13 +45,15 @@ def test_the_preflight_of_what_is_not_a_config_is_one_line():
         preflight.run(None, backend="slurm", site={"partition": "compute", "time": "1:00:00"})
 
 
-def test_a_slurm_record_with_a_5000_character_id_is_explained_in_lines_of_bounded_length(tmp_path):
-    """Before: ``OSError: File name too long`` from the log's path (the id fills in its name)."""
+@pytest.mark.parametrize("job_id", ["x" * 5000, "5" * 5000])
+def test_a_slurm_record_with_a_5000_character_id_is_explained_in_lines_of_bounded_length(tmp_path, job_id):
+    """Before: ``OSError: File name too long`` from the log's path (the id fills in its name); an id of 5,000 digits
+    (the eighth re-run, r43n) ``ValueError: Exceeds the limit (4300 digits)`` from ``int()`` in the watcher."""
     from tutorial_lib import jobs
 
     run_dir = tmp_path / "r"
     run_dir.mkdir()
-    (run_dir / "job.json").write_text(json.dumps({"backend": "slurm", "id": "x" * 5000, "name": "r"}))
+    (run_dir / "job.json").write_text(json.dumps({"backend": "slurm", "id": job_id, "name": "r"}))
     job = jobs.attach(run_dir)
     assert job.state == "FAILED" and job.logs() == ""
     explained = job.explain()
