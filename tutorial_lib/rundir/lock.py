@@ -118,11 +118,14 @@ def process_start(pid: int) -> int | None:
         return None
 
 
+PID_MAX = 4_194_304  # Linux's largest pid_max (2**22): a larger number is no process
+
+
 def same_process(pid: int, start: int | None) -> bool:
     """True if ``pid`` runs and is the process recorded with ``start`` (see :func:`process_start`).
 
     ``start`` None (a record written before start times were kept) falls back to the pid alone."""
-    if not pid or not pid_alive(int(pid)):
+    if not 0 < int(pid) <= PID_MAX or not pid_alive(int(pid)):  # r43p: os.kill(10**29, 0) raised OverflowError
         return False
     return start is None or process_start(int(pid)) in (None, start)
 
@@ -147,14 +150,14 @@ class RunLock:
     def _live_holder(self, text: str) -> dict | None:
         try:
             record = json.loads(text)
-        except json.JSONDecodeError:
-            return None  # a torn lock file cannot belong to a live writer that finished writing it
+            pid = int(record.get("pid") or 0) if isinstance(record, dict) else 0
+        except (ValueError, TypeError, OverflowError):  # torn; a number past Python's 4,300 digits, 1e999, [1] (r43p)
+            return None  # a torn or damaged lock file cannot belong to a live writer (it writes the fields itself)
         if not isinstance(record, dict):
             return None
         if record.get("slurm_job_id") and record["slurm_job_id"] == self.owner["slurm_job_id"]:
             return None
-        if record.get("host") == self.owner["host"] and not same_process(int(record.get("pid") or 0),
-                                                                         record.get("pid_start")):
+        if record.get("host") == self.owner["host"] and not same_process(pid, record.get("pid_start")):
             return None  # its process is gone (or the pid now belongs to another program)
         if record.get("slurm_job_id") and has_ended(self.path.parent, record["slurm_job_id"]):
             return None  # its Slurm job has ended, wherever it ran (rundir.job_exits: its batch script's last line,
