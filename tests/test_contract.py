@@ -464,7 +464,7 @@ def test_sweep_checks_every_value_before_submitting_any(over, values, monkeypatc
     from tutorial_lib.engine.config import ConfigError, make_config
 
     submitted = []
-    monkeypatch.setattr(jobs, "submit", lambda config, **kwargs: submitted.append((config, kwargs)))
+    monkeypatch.setattr(jobs, "_launch", lambda spec, *args: submitted.append((spec.config, args)))
     with _sandbox() as box:
         cfg = make_config("smoke", name="sw", output_root=str(box.dest))
         try:

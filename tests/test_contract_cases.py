@@ -146,7 +146,7 @@ def test_sweep_checks_every_value_before_the_first_job(over, values, field, tmp_
     from tutorial_lib import jobs
 
     submitted = []
-    monkeypatch.setattr(jobs, "submit", lambda config, **kwargs: submitted.append(config))
+    monkeypatch.setattr(jobs, "_launch", lambda spec, *args: submitted.append(spec.config))
     cfg = make_config("smoke", name="sw", output_root=str(tmp_path))
     with pytest.raises(ConfigError, match=rf"^{field}: .*Fix: "):
         jobs.sweep(cfg, over=over, values=values, backend="local")

@@ -220,7 +220,7 @@ def test_a_sweep_over_a_value_given_twice_is_refused_before_the_first_job(monkey
     """``sweep(cfg, over='arch', values=['resnet18', 'resnet18'])`` submitted the first job, then failed with
     "already has a live job"."""
     submitted = []
-    monkeypatch.setattr(jobs, "submit", lambda *a, **k: submitted.append(a))
+    monkeypatch.setattr(jobs, "_launch", lambda *a, **k: submitted.append(a))
     with pytest.raises(ConfigError, match=r"^values: 'resnet18' is given twice.*Fix: give each value once"):
         jobs.sweep(make_config("smoke", dataset="synthetic"), over="arch", values=["resnet18", "resnet18"])
     assert submitted == []

@@ -37,7 +37,7 @@ def test_a_sweep_longer_than_the_cap_is_refused_before_any_value_is_checked(tmp_
     from tutorial_lib.engine import config as config_module
 
     submitted = []
-    monkeypatch.setattr(jobs, "submit", lambda c, **kw: submitted.append(c))
+    monkeypatch.setattr(jobs, "_launch", lambda spec, *a: submitted.append(spec.config))
 
     def no_check(*args, **kwargs):
         raise AssertionError("a value was checked before the length was")

@@ -18,6 +18,7 @@ import torch
 
 from tutorial_lib.data.staging import climbs_out
 from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
+from tutorial_lib.engine.device import MIN_LOCAL_RANKS, most_local_ranks
 from tutorial_lib.engine.memory import AMP_BYTES, available_bytes, check_fits, check_step_fits, human_bytes
 from tutorial_lib.engine.validate import check_not_system_folder, check_path_text
 from tutorial_lib.exits import check_path_arguments
@@ -28,7 +29,6 @@ FAKE_PIXEL_BYTES = 16  # the generator's coordinate grid alone: two int64 per pi
 DEVICES = ("auto", "cpu", "cuda")
 MAX_FILES = 2_000_000  # a generated set's files, at most: more than ImageNet's 1.33 million training images
 COUNT_LIMIT = 2**31 - 1  # the trainer's largest count (engine/validate.py), images per epoch included
-MIN_SCAN_RANKS = 16  # scan's --ranks may always be this many (at most 2 per CPU beyond)
 MAX_WORKERS = 1024  # loader processes or threads: the trainer's own limit (engine/validate.py INT_LIMITS)
 # the minimum of each count flag: (flag, minimum); a flag left at None (its device default) is not checked
 _COUNTS = {"rounds": 1, "classes": 1, "per_class": 1, "val_per_class": 1, "repeats": 1, "ranks": 1,
@@ -219,10 +219,10 @@ def _check_places(values: dict) -> None:
         tree = Path(values["tree"])
         if tree.exists() and not tree.is_dir():
             _refuse("tree", values["tree"], "a folder (the tree of empty files is made in it, or reused), not a file")
-        most = max(MIN_SCAN_RANKS, 2 * (os.cpu_count() or 1))
+        most = most_local_ranks()
         if values["ranks"] > most:
             _refuse("ranks", values["ranks"], f"a whole number from 1 to {most}: each rank is a process started on "
-                    f"this machine (at most 2 per CPU, or {MIN_SCAN_RANKS})")
+                    f"this machine (at most 2 per CPU, or {MIN_LOCAL_RANKS})")
     if values.get("command") == "staging" and values.get("stage_to"):
         left = climbs_out(values["stage_to"])
         if left is not None:  # the stage itself refuses it, but only after the data set is generated

@@ -117,55 +117,15 @@ def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: i
 def real_data_set(root: str | os.PathLike) -> Path | None:
     """``root`` checked, if it holds a data set that was not generated here (used as it is): its layout and an image
     in each split (:func:`tutorial_lib.engine.input.folders.check_imagefolder`), and a readable image in its training
-    split (:func:`check_readable`). None where the benchmark generates its set there (absent, empty, or ours)."""
+    split (:func:`tutorial_lib.engine.input.folders.check_readable`). None where the benchmark generates its set there
+    (absent, empty, or ours)."""
     root = Path(root)
     if not (root.is_dir() and not (root / FAKE_MARKER).is_file() and any(root.iterdir())):
         return None
-    from tutorial_lib.engine.input.folders import check_imagefolder
+    from tutorial_lib.engine.input.folders import check_imagefolder, check_readable
 
-    return check_readable(check_imagefolder(root))
-
-
-READABLE_TRIES = 64  # image files read, at most, to find a readable one (a real ImageNet: its first one)
-
-
-def check_readable(root: Path, split: str = "train", tries: int = READABLE_TRIES) -> Path:
-    """``root``, or DataError naming --data-dir when no image of ``root/split`` that was tried could be read (r43n:
-    a split of 0-byte JPEGs ended in tracebacks of the decoders, or a line naming no path). Files are read and decoded
-    as the pipelines do (:func:`tutorial_lib.engine.input.files.decode_image`) until the first one that reads: a few
-    from each class folder, the folders in a seeded random order, at most ``tries`` in all, so a real set costs one
-    read and a set with some unreadable images (skipped and counted by the benchmarks) passes."""
-    from tutorial_lib.data.file_index import class_folders
-    from tutorial_lib.data.names import is_image
-    from tutorial_lib.engine.input.files import UNREADABLE, decode_image, open_regular_file
-    from tutorial_lib.engine.input.folders import DataError
-
-    folder = root / split
-    classes = class_folders(folder, warn=False)[0]
-    order = torch.randperm(len(classes), generator=torch.Generator().manual_seed(0)).tolist()
-    per_class = max(1, math.ceil(tries / max(1, len(classes))))
-    tried, first = 0, None
-    for index in order:
-        try:
-            with os.scandir(folder / classes[index]) as entries:
-                names = sorted(e.name for e in entries if is_image(e.name) and not e.is_dir())[:per_class]
-        except OSError:
-            continue
-        for name in names[:tries - tried]:
-            tried += 1
-            try:
-                with open_regular_file(folder / classes[index] / name) as handle:
-                    decode_image(handle.read())
-                return root
-            except UNREADABLE as exc:
-                first = first or f"{folder / classes[index] / name}: {exc}"
-        if tried >= tries:
-            break
-    if tried == 0:  # no image file could be listed: check_imagefolder found one, so the folders are unreadable
-        return root
-    raise DataError(f"--data-dir: none of the {tried} image file(s) tried in {folder} could be read (first: "
-                    f"{first}), so there is nothing to measure. Fix: check the files under {folder} (replace or "
-                    "delete the unreadable ones), or pass a new folder to --data-dir to measure a generated set.")
+    return check_readable(check_imagefolder(root), "train", flag="--data-dir",
+                          fix="or pass a new folder to --data-dir to measure a generated set")
 
 
 def dataset_summary(data_dir: str | os.PathLike) -> dict:

@@ -429,11 +429,13 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
             check_class_count(cfg, classes, f"the shards of {cfg.data_dir}")
     elif check_paths and cfg.dataset == "imagefolder":
         from tutorial_lib.data.file_index import class_folders
-        from tutorial_lib.engine.input.folders import DataError, check_imagefolder
+        from tutorial_lib.engine.input.folders import DataError, check_imagefolder, check_readable
 
         with path_setting("data_dir"):
             try:
                 root = check_imagefolder(cfg.data_dir)
+                for split in ("train", "val"):  # r43p: a split of unreadable files, refused at epoch 1 before
+                    check_readable(root, split)
             except DataError as exc:
                 raise ConfigError(str(exc)) from None
             classes = len(class_folders(root / "train", warn=False)[0])

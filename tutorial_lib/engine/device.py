@@ -46,6 +46,15 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+MIN_LOCAL_RANKS = 16  # a job may always start this many ranks on one machine, whatever its CPU count
+
+
+def most_local_ranks() -> int:
+    """The most rank processes one job may start on this machine: two per usable CPU core, or 16. The course
+    oversubscribes a laptop on purpose (2-4 CPU ranks); 100 ranks on 2 cores ran at a load of 95 (r43p)."""
+    return max(MIN_LOCAL_RANKS, 2 * usable_cpus())
+
+
 def loader_workers(setting: int | str, ranks_sharing: int = 1) -> int:
     """DataLoader workers for this rank: ``setting`` itself, or for ``"auto"`` min(8, its share of the CPUs - 1),
     at least 0 (one CPU stays with the training process). The share is the CPUs this process may use (its

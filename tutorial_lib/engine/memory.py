@@ -126,7 +126,13 @@ def check_step_fits(arch: str, num_classes: int, image_size: int, batch_size: in
     on = f"{torch.device(device).type}{f', {share} ranks' if share > 1 else ''}"
     rest = {**parts, "weights and gradients": parts["weights and gradients"] - 8 * weights,
             "optimizer state": parts["optimizer state"] - (MOMENTUM_BYTES * weights if momentum else 0)}
-    if classifier >= max(rest.values()):  # the classifier's share outweighs every other part
+    available = available_bytes(device)
+    if total > available and share > 1 and total // share <= available:  # one rank's step fits: the ranks do not
+        what = (f"ranks_per_node: {share} ranks sharing this machine, each a training step of {arch} on batches of "
+                f"{batch_size} images of {image_size}x{image_size} px ({precision}, {torch.device(device).type}),")
+        fix = (f"start at most {max(available // (total // share), 1)} rank(s) here (fewer ranks_per_node or nodes), "
+               f"or pass a smaller {name('image_size')} or {name('batch_size')}")
+    elif classifier >= max(rest.values()):  # the classifier's share outweighs every other part
         what = (f"{name('num_classes')}: a training step of {arch} with a classifier of {num_classes:,} classes "
                 f"(its weights, gradients and optimizer state alone: {human_bytes(classifier)}; {on})")
         fix = f"pass a smaller {name('num_classes')} (ImageNet: 1000)"
@@ -134,7 +140,7 @@ def check_step_fits(arch: str, num_classes: int, image_size: int, batch_size: in
         what = (f"{name('image_size')}/{name('batch_size')}: a training step of {arch} on batches of {batch_size} "
                 f"images of {image_size}x{image_size} px ({precision}, {on})")
         fix = f"pass a smaller {name('image_size')} (ImageNet: 224) or {name('batch_size')}"
-    check_fits(total, available_bytes(device), what, fix, parts)
+    check_fits(total, available, what, fix, parts)
 
 
 def _keeps_momentum(cfg) -> bool:

@@ -14,14 +14,13 @@ watcher (:mod:`tutorial_lib.jobs.watch`), which asks Slurm once per interval for
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
 import re
 import time
 from pathlib import Path
 
-from tutorial_lib.engine.config import ConfigError, TrainConfig, check_is_config, shorten
+from tutorial_lib.engine.config import ConfigError, TrainConfig, shorten
 from tutorial_lib.exits import one_line
 from tutorial_lib.jobs import slurm
 from tutorial_lib.jobs.commands import sbatch_command, spec_torchrun_command
@@ -32,16 +31,16 @@ from tutorial_lib.jobs.slurm import slurm_available
 from tutorial_lib.jobs.slurm_values import is_job_id
 from tutorial_lib.jobs.spec import JobError, JobSpec, check_flags, check_seconds, make_spec
 from tutorial_lib.jobs.states import FINAL_STATES, STATES, public, read_state
+from tutorial_lib.jobs.sweep_plan import RENAMED_ARGUMENTS, sweep_plan
 from tutorial_lib.jobs.watch import cluster_of, watcher
 from tutorial_lib.paths import PATH_MAX, not_a_file
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STATE_FILE, SUPERVISOR_LOG, slurm_log
 from tutorial_lib.rundir.lock import RunDirError, RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import metrics_table, read_metrics
-from tutorial_lib.rundir.owned import clear_run_dir
+from tutorial_lib.rundir.owned import clear_run_dir, clearable_files
 
 __all__ = ["FINAL_STATES", "STATES", "Job", "JobError", "JobSpec", "Site", "attach", "choose_backend", "load_site",
            "sbatch_command", "slurm_available", "spec_torchrun_command", "submit", "sweep"]
-RENAMED_ARGUMENTS = {"gpus_per_node": "ranks_per_node"}
 # slurmstepd's words when a task's program is not there (e.g. a virtualenv only the login node has)
 # srun's words for a program missing on a node, and bash's in the batch script (train.sbatch's port helper)
 _MISSING_PROGRAM = re.compile(r"(?:execve\(\)|line \d+): (\S+?): No such file or directory")
@@ -297,15 +296,31 @@ def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend
     """
     _refuse_unknown_arguments(renamed)
     check_flags(fresh=fresh, verbose=verbose)
+    _check_after(after)
+    chosen = choose_backend(backend, verbose)
+    spec = _checked_spec(chosen, config, nodes=nodes, ranks_per_node=ranks_per_node, time=time, partition=partition,
+                         account=account, sbatch_options=sbatch_options, max_restarts=max_restarts,
+                         check_data=check_data, module=module, module_args=module_args, site=site)
+    return _launch(spec, chosen, fresh, after, verbose)
+
+
+def _check_after(after) -> None:
     if after is not None and not isinstance(after, Job):
         raise ConfigError(f"after: expected a Job (what submit() returns) or None, got {shorten(after)} "
                           f"({type(after).__name__}). Fix: pass the Job itself, e.g. after=first_job, or "
                           "jobs.attach(run_dir) for one submitted earlier.")
-    chosen = choose_backend(backend, verbose)
-    spec = make_spec(config, nodes, ranks_per_node, time, partition, account, sbatch_options, max_restarts,
-                     check_data, on_cluster=chosen == "slurm", module=module, module_args=module_args, site=site)
+
+
+def _checked_spec(chosen: str, config: TrainConfig, **spec_args) -> JobSpec:
+    """:func:`make_spec` for the ``chosen`` backend, and on Slurm the nodes' CPUs: everything but the run directory."""
+    spec = make_spec(config, **spec_args, on_cluster=chosen == "slurm")
     if chosen == "slurm":
         slurm.check_node_cpus(spec)  # before the run directory is made (r43m: an empty one was left)
+    return spec
+
+
+def _launch(spec: JobSpec, chosen: str, fresh: bool, after: Job | None, verbose: bool) -> Job:
+    """Take the run directory of a checked ``spec`` and hand the job to the ``chosen`` backend."""
     _take_run_dir(spec.run_dir, fresh)
     if chosen == "slurm":
         job_id = slurm.submit_slurm(spec, after.id if after is not None and after.backend == "slurm" else None)
@@ -314,8 +329,8 @@ def submit(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, backend
     job = Job(spec.run_dir)
     watcher().submitted(job)
     if verbose:
-        print(f"submitted {job.name}: job {job_id} on {chosen}, {nodes} node(s) x {ranks_per_node} rank(s), "
-              f"run directory {spec.run_dir}; {spec.time_note}")
+        print(f"submitted {job.name}: job {job_id} on {chosen}, {spec.nodes} node(s) x {spec.ranks_per_node} "
+              f"rank(s), run directory {spec.run_dir}; {spec.time_note}")
     return job
 
 
@@ -328,9 +343,9 @@ def _refuse_unknown_arguments(renamed: dict) -> None:
         raise TypeError(f"submit() got an unexpected keyword argument {next(iter(renamed))!r}")
 
 
-def _take_run_dir(run_dir: Path, fresh: bool) -> None:
-    """Make ``run_dir`` ready for a new job: usable, no live trainer or job in it, emptied of the project's
-    files first with ``fresh``; its RunDirError becomes the ConfigError that submit raises for bad input."""
+def _check_run_dir(run_dir: Path, fresh: bool) -> None:
+    """Refuse (ConfigError, JobError) a ``run_dir`` that a new job cannot take, writing nothing: not a usable
+    folder, a live trainer or job in it, or with ``fresh`` a file there that the project did not write."""
     _run_dir_step(prepare_run_dir, run_dir, False)
     RunLock(run_dir).check()
     if (run_dir / JOB_FILE).exists():
@@ -341,6 +356,14 @@ def _take_run_dir(run_dir: Path, fresh: bool) -> None:
         if previous is not None and not previous.done():
             raise JobError(f"run directory {run_dir} already has a live job {previous.id} "
                            f"({previous.state}). Fix: wait for it or cancel it, or choose another name.")
+    if fresh:
+        _run_dir_step(clearable_files, run_dir)
+
+
+def _take_run_dir(run_dir: Path, fresh: bool) -> None:
+    """Make ``run_dir`` ready for a new job (:func:`_check_run_dir`), emptied of the project's files first with
+    ``fresh``; its RunDirError becomes the ConfigError that submit raises for bad input."""
+    _check_run_dir(run_dir, fresh)
     if fresh:  # only the files this project wrote; refused, naming them, while anything else is there
         removed = _run_dir_step(clear_run_dir, run_dir)
         if removed:  # never silently: a notebook run outside the course replaces the course's run of that name
@@ -362,69 +385,38 @@ def sweep(config: TrainConfig, over: str, values, sequential: bool = True, **sub
 
     Run names get a suffix such as ``-nodes2`` or ``-batch_size256``. With ``sequential`` each job
     starts when the previous one has ended, so throughput measurements do not share the machine.
-    Every value is checked before the first job is submitted (a bad one: ConfigError naming it).
+    ``submit_args`` are :func:`submit`'s. Every job is checked before the first is submitted, its run directory
+    too (a bad value or an unusable run directory: one ConfigError or JobError naming it, nothing submitted).
     """
     check_flags(sequential=sequential)
-    planned = _sweep_plan(config, over, values)
-    # every job's spec too (the memory estimate of a local job, the nodes' CPUs): r43n, values=[16, 100000] ran
-    # the first job before the second was refused
-    chosen = choose_backend(submit_args.get("backend", "auto"), verbose=False)
-    spec_args = {key: value for key, value in submit_args.items() if key in _SPEC_ARGUMENTS}
-    for job_config, job_args in planned:
-        spec = make_spec(job_config, **{**spec_args, **job_args}, on_cluster=chosen == "slurm")
-        if chosen == "slurm":
-            slurm.check_node_cpus(spec)
+    planned = sweep_plan(config, over, values)
+    arguments = _submit_arguments(config, submit_args)
+    chosen = choose_backend(arguments.pop("backend"), arguments["verbose"])
+    fresh, after, verbose = arguments.pop("fresh"), arguments.pop("after"), arguments.pop("verbose")
+    # r43n: values=[16, 100000] ran the first job before the second was refused; r43p: so did a later job's run
+    # directory holding a user's file. Every spec and run directory is checked first, then each is launched.
+    specs = [_checked_spec(chosen, job_config, **{**arguments, **job_args}) for job_config, job_args in planned]
+    for spec in specs:
+        _check_run_dir(spec.run_dir, fresh)
     jobs: list[Job] = []
-    for job_config, job_args in planned:
-        job_args = {**submit_args, **job_args}
-        if sequential and jobs:
-            job_args["after"] = jobs[-1]
-        jobs.append(submit(job_config, **job_args))
+    for spec in specs:
+        jobs.append(_launch(spec, chosen, fresh, jobs[-1] if sequential and jobs else after, verbose))
     return jobs
 
 
-_SPEC_ARGUMENTS = set(inspect.signature(make_spec).parameters) - {"config", "on_cluster"}  # what submit passes on
-SWEEP_PATH_FIELDS = ("output_root", "data_dir", "stage_to", "index_dir")  # refused as a sweep's `over`
-# The most jobs one sweep submits. The course's sweeps have 2-6 values and a scaling study a few more; 64 jobs
-# already hold a cluster's queue for days. 10,000 values ran minutes of checks, then submitted 10,000 jobs (r43f):
-# a longer list is a mistake (range(10000) for range(10)), refused in one line before any check or submit.
-MAX_SWEEP_VALUES = 64
+def _submit_arguments(config: TrainConfig, submit_args: dict) -> dict:
+    """A sweep's ``submit_args`` checked as :func:`submit` checks its own, with submit's defaults filled in."""
+    if "config" in submit_args:
+        raise TypeError("sweep() got multiple values for argument 'config'")
+    renamed = {key: value for key, value in submit_args.items() if key not in _SUBMIT_PARAMETERS}
+    _refuse_unknown_arguments(renamed)
+    bound = inspect.signature(submit).bind_partial(config, **submit_args)
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    del arguments["config"], arguments["renamed"]
+    check_flags(fresh=arguments["fresh"], verbose=arguments["verbose"])
+    _check_after(arguments["after"])
+    return arguments
 
 
-def _sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfig, dict]]:
-    """The (config, submit arguments) of each job of a sweep, every value checked (ConfigError naming ``over``
-    or ``values`` and the fix)."""
-    from tutorial_lib.engine.config import validate
-    from tutorial_lib.jobs.spec import check_counts
-
-    check_is_config(config)
-    if isinstance(over, str) and over in RENAMED_ARGUMENTS:
-        raise ConfigError(f"over: {over} was renamed {RENAMED_ARGUMENTS[over]}. Fix: over={RENAMED_ARGUMENTS[over]!r}.")
-    fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"name"}  # the name is made from the value
-    if not isinstance(over, str) or over not in fields | {"nodes", "ranks_per_node"}:
-        raise ConfigError(f"over: cannot sweep {shorten(over)}. Fix: use 'nodes', 'ranks_per_node' or a TrainConfig "
-                          "field other than name (each job's name is made from it).")
-    if over in SWEEP_PATH_FIELDS:  # a path cannot be a run name's suffix (/tmp/x would make 'x-output_root/tmp/x')
-        raise ConfigError(f"over: {over} is a path, and a sweep names each job after its value. Fix: build one "
-                          f"config per {over} (dataclasses.replace(config, {over}=..., name=...)) and submit each.")
-    if isinstance(values, (str, bytes, dict)) or not isinstance(values, (list, tuple, range)) or not values:
-        raise ConfigError(f"values: expected a non-empty list of values for {over}, got {shorten(values)}. "
-                          f"Fix: e.g. values=[1, 2] (one job per value).")
-    if len(values) > MAX_SWEEP_VALUES:
-        raise ConfigError(f"values: {len(values):,} values would submit {len(values):,} jobs, and a sweep submits at "
-                          f"most {MAX_SWEEP_VALUES}. Fix: give at most {MAX_SWEEP_VALUES} values (e.g. values=[1, 2, "
-                          "4, 8]), or split the sweep and submit each part after the last has ended.")
-    planned = []
-    for value in values:
-        name = f"{config.name}-{over}{value}"
-        if any(job_config.name == name for job_config, _ in planned):  # the second would find the first's job
-            raise ConfigError(f"values: {shorten(value)} is given twice, and each value is one job of its own "
-                              f"name ({name}). Fix: give each value once, e.g. values={list(dict.fromkeys(values))}.")
-        if over in ("nodes", "ranks_per_node"):
-            check_counts(**{over: value})
-            planned.append((dataclasses.replace(config, name=name), {over: value}))
-        else:
-            job_config = dataclasses.replace(config, name=name, **{over: value})
-            validate(job_config, check_paths=False, cuda_available=True)  # the data and GPUs: at submit
-            planned.append((job_config, {}))
-    return planned
+_SUBMIT_PARAMETERS = set(inspect.signature(submit).parameters) - {"renamed"}

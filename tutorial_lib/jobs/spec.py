@@ -179,7 +179,9 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
                           "sbatch_options=['--constraint=a100'].")
     options = [check_sbatch_option(o) for o in (list(sbatch_options) if not isinstance(sbatch_options, str)
                                                   else [sbatch_options])]
-    if not on_cluster and module == "tutorial_lib.train":  # the local backend's nodes are this machine
+    if not on_cluster:  # the local backend's nodes are this machine: each rank is a process here
+        check_local_ranks(nodes, ranks_per_node)
+    if not on_cluster and module == "tutorial_lib.train":
         check_fits_here(config, nodes * ranks_per_node)
         if config.stage_to:
             check_stage_here(config)
@@ -193,6 +195,22 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
                    sbatch_options=options, max_restarts=max_restarts, module=module,
                    module_args=list(module_args) if module_args is not None else None,
                    python=site.python or sys.executable, site=site)
+
+
+def check_local_ranks(nodes: int, ranks_per_node: int) -> None:
+    """Refuse a local job that would start more rank processes than this machine takes
+    (:func:`tutorial_lib.engine.device.most_local_ranks`), naming the count: ``ranks_per_node=100`` on 2 cores was
+    accepted and ran at a load of 95 (r43p)."""
+    from tutorial_lib.engine.device import MIN_LOCAL_RANKS, most_local_ranks, usable_cpus
+
+    most = most_local_ranks()
+    if nodes * ranks_per_node > most:
+        field = "ranks_per_node" if nodes == 1 else "nodes/ranks_per_node"
+        raise ConfigError(f"{field}: a local job of {nodes} node(s) x {ranks_per_node} rank(s) would start "
+                          f"{nodes * ranks_per_node:,} processes on this machine, which has {usable_cpus()} CPU "
+                          f"core(s) and takes at most {most} (two per core, or {MIN_LOCAL_RANKS}). Fix: pass fewer "
+                          f"ranks_per_node{' or nodes' if nodes > 1 else ''} (nodes x ranks_per_node <= {most}), or "
+                          "submit to a cluster (backend='slurm').")
 
 
 def check_fits_here(config: TrainConfig, ranks: int) -> None:
@@ -221,8 +239,22 @@ def check_stage_here(config: TrainConfig) -> None:
 
 
 def absolute_config(config: TrainConfig) -> TrainConfig:
-    """The config with output_root and data_dir made absolute (jobs may run in another directory)."""
+    """The config with output_root and data_dir made absolute (jobs may run in another directory); a path that
+    cannot be resolved (a symbolic link loop) is refused naming its field, its run directory too."""
     from dataclasses import replace
 
-    return replace(config, output_root=str(Path(config.output_root).resolve()),
-                   data_dir=str(Path(config.data_dir).resolve()))
+    config = replace(config, output_root=resolved_path("output_root", config.output_root),
+                     data_dir=resolved_path("data_dir", config.data_dir))
+    resolved_path("output_root", config.run_dir, " (the run directory, output_root/name)")  # JobSpec.run_dir's
+    return config
+
+
+def resolved_path(field: str, value, what: str = "") -> str:
+    """``Path(value).resolve()`` as text, or a ConfigError naming ``field``: Python before 3.13 raises a
+    RuntimeError for a symbolic link loop (r43p: a traceback from jobs.submit), 3.13 an OSError."""
+    try:
+        return str(Path(value).resolve())
+    except (OSError, RuntimeError) as exc:
+        reason = getattr(exc, "strerror", None) or "a symbolic link in it leads back to itself"
+        raise ConfigError(f"{field}: {shorten(str(value))}{what} cannot be used ({reason}). Fix: remove the "
+                          f"symbolic link loop, or choose another {field}{' or name' if what else ''}.") from None

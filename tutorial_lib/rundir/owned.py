@@ -155,11 +155,11 @@ def describe(paths: list[Path], limit: int = 5) -> str:
     return ", ".join(repr(n) for n in names) + more
 
 
-def clear_run_dir(run_dir: str | Path, what: str = "fresh") -> list[Path]:
-    """Remove the files this project wrote in ``run_dir`` (a fresh start); return them.
+def clearable_files(run_dir: str | Path, what: str = "fresh") -> list[Path]:
+    """The files a fresh start would remove from ``run_dir`` (those this project wrote); nothing is removed.
 
-    Raises RunDirError, removing nothing, if ``run_dir`` is not a run directory or holds anything else
-    (the message lists it). An absent folder is fine (nothing to remove)."""
+    Raises RunDirError if ``run_dir`` is not a folder or holds anything else (the message lists it). An absent
+    folder has nothing to remove."""
     run_dir = Path(run_dir)
     if not run_dir.exists() and not run_dir.is_symlink():
         return []
@@ -170,6 +170,16 @@ def clear_run_dir(run_dir: str | Path, what: str = "fresh") -> list[Path]:
         raise RunDirError(
             f"{what}: {run_dir} holds files that this project did not write ({describe(others)}); nothing was "
             "removed. Fix: move them out of the run directory, or choose another run name.")
+    return ours
+
+
+def clear_run_dir(run_dir: str | Path, what: str = "fresh") -> list[Path]:
+    """Remove the files this project wrote in ``run_dir`` (a fresh start); return them.
+
+    Raises RunDirError, removing nothing, if ``run_dir`` is not a run directory or holds anything else
+    (:func:`clearable_files`)."""
+    run_dir = Path(run_dir)
+    ours = clearable_files(run_dir, what)
     for path in ours:
         path.unlink(missing_ok=True)
     if ours:  # an empty folder holds nothing of ours: whoever made it keeps it

@@ -133,6 +133,7 @@ def check_imagefolder(data_dir: str | os.PathLike) -> Path:
     moved = moved_source(root)
     if moved is not None:
         raise DataError(moved)
+    split_classes = {}
     for split in ("train", "val"):
         split_dir = root / split
         if not split_dir.is_dir():
@@ -145,7 +146,21 @@ def check_imagefolder(data_dir: str | os.PathLike) -> Path:
         if not any(_holds_an_image(split_dir / name) for name in classes):  # r43m: a loader's order never filled
             raise DataError(f"data_dir: the {len(classes)} class folder(s) of {split_dir} hold no image. Fix: "
                             f"{PREPARE_FIX}, or put each class's images in {split_dir}/<class>/.")
+        split_classes[split] = classes
+    check_same_classes(root, split_classes["train"], split_classes["val"])  # r43p: before the run directory
     return root
+
+
+def check_same_classes(root: Path, train: list[str], val: list[str]) -> None:
+    """Refuse (DataError naming data_dir) splits whose class folders differ: labels are folder positions, so they
+    would silently disagree."""
+    if train != val:
+        only_train = sorted(set(train) - set(val))
+        only_val = sorted(set(val) - set(train))
+        raise DataError(f"data_dir: {root}/train and {root}/val have different class folders (only in train: "
+                        f"{only_train[:5] or 'none'}; only in val: {only_val[:5] or 'none'}), so their labels would "
+                        "not match. Fix: give both splits the same class folders (a folder may be empty; "
+                        f"`{PREPARE_COMMAND}` does).")
 
 
 def _holds_an_image(folder: Path) -> bool:
@@ -166,3 +181,42 @@ def prepare_dataset(cfg) -> None:
         export_digits(cfg.data_dir, image_size=cfg.image_size)
 
 
+READABLE_TRIES = 64  # image files read, at most, to find a readable one (a real ImageNet: its first one)
+
+
+def check_readable(root: Path, split: str, tries: int = READABLE_TRIES, flag: str = "data_dir",
+                   fix: str = "or pass --data-dir a folder of readable images") -> Path:
+    """``root``, or DataError naming ``flag`` when no image of ``root/split`` that was tried could be read (r43n:
+    a split of 0-byte JPEGs ended the benchmarks in tracebacks; r43p: the trainer wrote its run directory and
+    refused only at epoch 1). Files are read and decoded as the pipelines do
+    (:func:`tutorial_lib.engine.input.files.decode_image`) until the first one that reads: a few from each class
+    folder, the folders in a seeded random order, at most ``tries`` in all, so a real set costs one read and a set
+    with some unreadable images (skipped and counted) passes. ``fix``: what else to do, after fixing the files."""
+    from tutorial_lib.engine.input.files import UNREADABLE, decode_image, open_regular_file
+
+    folder = root / split
+    classes = class_folders(folder, warn=False)[0]
+    order = torch.randperm(len(classes), generator=torch.Generator().manual_seed(0)).tolist()
+    per_class = max(1, -(-tries // max(1, len(classes))))
+    tried, first = 0, None
+    for index in order:
+        try:
+            with os.scandir(folder / classes[index]) as entries:
+                names = sorted(e.name for e in entries if is_image(e.name) and not e.is_dir())[:per_class]
+        except OSError:
+            continue
+        for name in names[:tries - tried]:
+            tried += 1
+            try:
+                with open_regular_file(folder / classes[index] / name) as handle:
+                    decode_image(handle.read())
+                return root
+            except UNREADABLE as exc:
+                first = first or f"{folder / classes[index] / name}: {exc}"
+        if tried >= tries:
+            break
+    if tried == 0:  # no image file could be listed: check_imagefolder found one, so the folders are unreadable
+        return root
+    raise DataError(f"{flag}: none of the {tried} image file(s) tried in {folder} could be read (first: "
+                    f"{first}), so there is nothing to train on or measure. Fix: check the files under {folder} "
+                    f"(replace or delete the unreadable ones), {fix}.")

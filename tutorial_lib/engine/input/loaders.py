@@ -16,10 +16,9 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from tutorial_lib.data import PREPARE_COMMAND
 from tutorial_lib.engine.input import cpu, shards
 from tutorial_lib.engine.input.files import Batch, Normalizer, resize_size
-from tutorial_lib.engine.input.folders import DataError
+from tutorial_lib.engine.input.folders import DataError, check_same_classes
 from tutorial_lib.engine.input.samplers import ShardSampler, SkipFirst
 
 
@@ -83,13 +82,7 @@ def folder_loaders(cfg, train_set, val_set, collate_fn, rank: int, world_size: i
     """Check two ImageFolder splits agree, then shard them: DistributedSampler (train), ShardSampler (val).
     A pack of shards (``data_format: shards``): its own order (:class:`.shards.ShardOrder`), the same counts."""
     root = Path(cfg.data_dir)
-    if train_set.classes != val_set.classes:  # labels are folder positions: they would silently disagree
-        only_train = sorted(set(train_set.classes) - set(val_set.classes))
-        only_val = sorted(set(val_set.classes) - set(train_set.classes))
-        raise DataError(f"data_dir: {root}/train and {root}/val have different class folders (only in train: "
-                        f"{only_train[:5] or 'none'}; only in val: {only_val[:5] or 'none'}), so their labels would "
-                        "not match. Fix: give both splits the same class folders (a folder may be empty; "
-                        f"`{PREPARE_COMMAND}` does).")
+    check_same_classes(root, train_set.classes, val_set.classes)
     if cfg.data_format == "shards":
         _check_batch(cfg, len(train_set), world_size, f"the shards of {root}")
         sampler = shards.ShardOrder(train_set.part.counts, rank, world_size, seed=cfg.seed)

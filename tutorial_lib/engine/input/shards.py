@@ -129,7 +129,7 @@ class ShardFiles:
         labels = np.array([label for shard in part.shards for label in shard["labels"]], dtype=np.int64)
         # only the names stay: the index's lists (a million spans as Python objects) are not kept per rank
         part = Split(part.name, part.classes, [{"name": s["name"], "samples": s["samples"]} for s in part.shards])
-        self.part, self.bad_data = part, bad_data
+        self.part, self.bad_data, self.warned = part, bad_data, set()  # warned: as ImageFiles.unreadable keeps it
         self.samples = SampleNames(self.root, part, labels, shard_of, self.starts)
         self.transform = None
         self.opened = 0  # shards this process opened (a measure of the file system's metadata load)

@@ -1,0 +1,52 @@
+"""A sweep's plan: one (config, submit arguments) per value of the swept field, every value checked before any job
+is submitted (:func:`tutorial_lib.jobs.sweep` submits them)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tutorial_lib.engine.config import ConfigError, TrainConfig, check_is_config, shorten, validate
+from tutorial_lib.jobs.spec import check_counts
+
+RENAMED_ARGUMENTS = {"gpus_per_node": "ranks_per_node"}
+SWEEP_PATH_FIELDS = ("output_root", "data_dir", "stage_to", "index_dir")  # refused as a sweep's `over`
+# The most jobs one sweep submits. The course's sweeps have 2-6 values and a scaling study a few more; 64 jobs
+# already hold a cluster's queue for days. 10,000 values ran minutes of checks, then submitted 10,000 jobs (r43f):
+# a longer list is a mistake (range(10000) for range(10)), refused in one line before any check or submit.
+MAX_SWEEP_VALUES = 64
+
+
+def sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfig, dict]]:
+    """The (config, submit arguments) of each job of a sweep, every value checked (ConfigError naming ``over``
+    or ``values`` and the fix)."""
+    check_is_config(config)
+    if isinstance(over, str) and over in RENAMED_ARGUMENTS:
+        raise ConfigError(f"over: {over} was renamed {RENAMED_ARGUMENTS[over]}. Fix: over={RENAMED_ARGUMENTS[over]!r}.")
+    fields = {f.name for f in dataclasses.fields(TrainConfig)} - {"name"}  # the name is made from the value
+    if not isinstance(over, str) or over not in fields | {"nodes", "ranks_per_node"}:
+        raise ConfigError(f"over: cannot sweep {shorten(over)}. Fix: use 'nodes', 'ranks_per_node' or a TrainConfig "
+                          "field other than name (each job's name is made from it).")
+    if over in SWEEP_PATH_FIELDS:  # a path cannot be a run name's suffix (/tmp/x would make 'x-output_root/tmp/x')
+        raise ConfigError(f"over: {over} is a path, and a sweep names each job after its value. Fix: build one "
+                          f"config per {over} (dataclasses.replace(config, {over}=..., name=...)) and submit each.")
+    if isinstance(values, (str, bytes, dict)) or not isinstance(values, (list, tuple, range)) or not values:
+        raise ConfigError(f"values: expected a non-empty list of values for {over}, got {shorten(values)}. "
+                          f"Fix: e.g. values=[1, 2] (one job per value).")
+    if len(values) > MAX_SWEEP_VALUES:
+        raise ConfigError(f"values: {len(values):,} values would submit {len(values):,} jobs, and a sweep submits at "
+                          f"most {MAX_SWEEP_VALUES}. Fix: give at most {MAX_SWEEP_VALUES} values (e.g. values=[1, 2, "
+                          "4, 8]), or split the sweep and submit each part after the last has ended.")
+    planned = []
+    for value in values:
+        name = f"{config.name}-{over}{value}"
+        if any(job_config.name == name for job_config, _ in planned):  # the second would find the first's job
+            raise ConfigError(f"values: {shorten(value)} is given twice, and each value is one job of its own "
+                              f"name ({name}). Fix: give each value once, e.g. values={list(dict.fromkeys(values))}.")
+        if over in ("nodes", "ranks_per_node"):
+            check_counts(**{over: value})
+            planned.append((dataclasses.replace(config, name=name), {over: value}))
+        else:
+            job_config = dataclasses.replace(config, name=name, **{over: value})
+            validate(job_config, check_paths=False, cuda_available=True)  # the data and GPUs: at submit
+            planned.append((job_config, {}))
+    return planned
