@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import yaml
 
+from tests.conftest import write_image_tree
 from tutorial_lib.engine.cli import config_from_args
 from tutorial_lib.engine.config import (
     ALLREDUCE_MODES,
@@ -194,9 +195,7 @@ def test_data_dir_not_in_imagefolder_layout(tmp_path):
 
 
 def test_valid_imagefolder_layout_is_accepted(tmp_path):
-    for split in ("train", "val"):
-        (tmp_path / split / "cat").mkdir(parents=True)
-        (tmp_path / split / "cat" / "1.JPEG").write_bytes(b"")  # the layout is checked, not the image (the loader)
+    write_image_tree(tmp_path, {"train": {"cat": 1}, "val": {"cat": 1}}, suffix=".JPEG")  # one readable image each
     cfg = validate(make_config("smoke", dataset="imagefolder", data_dir=str(tmp_path)), cuda_available=False)
     assert cfg.data_dir == str(tmp_path)
 

@@ -429,17 +429,19 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
             check_class_count(cfg, classes, f"the shards of {cfg.data_dir}")
     elif check_paths and cfg.dataset == "imagefolder":
         from tutorial_lib.data.file_index import class_folders
-        from tutorial_lib.engine.input.folders import DataError, check_imagefolder, check_readable
+        from tutorial_lib.engine.input.folders import DataError, check_imagefolder, check_readable, check_same_classes
 
         with path_setting("data_dir"):
             try:
                 root = check_imagefolder(cfg.data_dir)
-                for split in ("train", "val"):  # r43p: a split of unreadable files, refused at epoch 1 before
+                classes = class_folders(root / "train", warn=False)[0]
+                # r43p: both were refused only once the run directory was written (file_index.json; epoch 1)
+                check_same_classes(root, classes, class_folders(root / "val", warn=False)[0])
+                for split in ("train", "val"):
                     check_readable(root, split)
             except DataError as exc:
                 raise ConfigError(str(exc)) from None
-            classes = len(class_folders(root / "train", warn=False)[0])
-        check_class_count(cfg, classes, f"{root}/train")
+        check_class_count(cfg, len(classes), f"{root}/train")
     if check_paths and cfg.dataset == "digits":  # the export replaces data_dir: only ever a folder of ours
         from tutorial_lib.engine.input.folders import DataError, check_digits_target
 

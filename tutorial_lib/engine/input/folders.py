@@ -133,7 +133,6 @@ def check_imagefolder(data_dir: str | os.PathLike) -> Path:
     moved = moved_source(root)
     if moved is not None:
         raise DataError(moved)
-    split_classes = {}
     for split in ("train", "val"):
         split_dir = root / split
         if not split_dir.is_dir():
@@ -146,8 +145,6 @@ def check_imagefolder(data_dir: str | os.PathLike) -> Path:
         if not any(_holds_an_image(split_dir / name) for name in classes):  # r43m: a loader's order never filled
             raise DataError(f"data_dir: the {len(classes)} class folder(s) of {split_dir} hold no image. Fix: "
                             f"{PREPARE_FIX}, or put each class's images in {split_dir}/<class>/.")
-        split_classes[split] = classes
-    check_same_classes(root, split_classes["train"], split_classes["val"])  # r43p: before the run directory
     return root
 
 
