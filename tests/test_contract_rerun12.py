@@ -107,15 +107,15 @@ def test_a_symbolic_link_loop_is_refused_naming_output_root(tmp_path, jpeg_tree,
         (tmp_path / "runs").mkdir()
         (tmp_path / "runs" / "r").symlink_to(tmp_path / "runs" / "r")
         cfg = _cfg(tmp_path, jpeg_tree)
-    with pytest.raises(ConfigError, match=r"^output_root: .* cannot be used \(.*\)\. Fix: remove the symbolic link "
-                                          r"loop, or choose another output_root"):
+    with pytest.raises(ConfigError, match=r"^output_root: .* cannot be followed \(.*\)\. Fix: remove the symbolic "
+                                          r"link loop, or pass another path"):
         jobs.submit(cfg, backend="local")
 
 
 def test_a_data_dir_loop_is_refused_naming_data_dir(tmp_path, jpeg_tree, no_backend):
     (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
     (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
-    with pytest.raises(ConfigError, match=r"^data_dir: .* cannot be used .* Fix: .*choose another data_dir"):
+    with pytest.raises(ConfigError, match=r"^data_dir: .* cannot be followed .* Fix: remove the symbolic link loop"):
         jobs.submit(_cfg(tmp_path, jpeg_tree, data_dir=str(tmp_path / "loop1")), backend="local")
 
 

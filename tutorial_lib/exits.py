@@ -18,7 +18,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from tutorial_lib.paths import path_text_problem
+from tutorial_lib.paths import path_problem
 
 EXIT_OK = 0  # done
 EXIT_ERROR = 1  # the environment failed while working (disk full, quota, read-only, I/O error), or a bug
@@ -96,14 +96,15 @@ def describe_os_error(exc: OSError) -> tuple[int, str]:
 
 def check_path_arguments(read: dict[str, object] | None = None, written: dict[str, object] | None = None) -> None:
     """Refuse a command's path argument that no file system call can take (:func:`tutorial_lib.paths.
-    path_text_problem`; a control character only in the ``written`` ones), naming its flag or metavar: the
+    path_problem`: its text, a symbolic link loop; a control character only in the ``written`` ones), naming its
+    flag or metavar: the
     OSError the file system would give names the path but not which argument (r43n: ``prepare SOURCE DEST``).
     Raises ``SystemExit("FLAG: ...")``, one line and :data:`EXIT_REFUSED` under :func:`run_main`."""
     for paths, is_written in ((read or {}, False), (written or {}, True)):
         for flag, value in paths.items():
             if not isinstance(value, str):  # an optional argument left out
                 continue
-            problem = path_text_problem(value, written=is_written)
+            problem = path_problem(value, written=is_written)
             if problem is not None:
                 raise SystemExit(f"error: {flag}: {_short_repr(value)} {problem[0]}. Fix: {problem[1]}.")
 

@@ -78,3 +78,24 @@ def path_text_problem(value: str, written: bool = True) -> tuple[str, str] | Non
         return f"contains the control character {odd!r}", "pass a path without one"
     return None
 
+
+LOOP_REASON = "a symbolic link on the way leads back to itself"  # and its fix: one wording wherever a loop is met
+LOOP_FIX = "remove the symbolic link loop, or pass another path"
+
+
+def resolve_problem(value: str | os.PathLike) -> tuple[str, str] | None:
+    """What stops ``value`` (``~`` expanded) from being resolved to a real path: (the problem, the fix), or None. A
+    symbolic link loop on the way raises RuntimeError in ``Path.resolve`` before Python 3.13 and OSError (ELOOP)
+    after: a traceback from ``jobs.submit`` and ``course --out``, "does not exist" or a mark file blamed (r43p,
+    r43q)."""
+    try:
+        Path(os.path.expanduser(value)).resolve()
+    except (OSError, RuntimeError) as exc:
+        return f"cannot be followed ({getattr(exc, 'strerror', None) or LOOP_REASON})", LOOP_FIX
+    return None
+
+
+def path_problem(value: str, written: bool = True) -> tuple[str, str] | None:
+    """:func:`path_text_problem`, then :func:`resolve_problem`: what is wrong with ``value`` as a path before it is
+    used, or None."""
+    return path_text_problem(value, written) or resolve_problem(value)

@@ -20,7 +20,14 @@ from tutorial_lib.bench.data import (
     prepare_fake_imagenet,
     real_data_set,
 )
-from tutorial_lib.bench.records import append_records, describe, markdown_tables, read_records
+from tutorial_lib.bench.records import (
+    TABLE_COLUMNS,
+    append_records,
+    describe,
+    flat_rows,
+    markdown_tables,
+    read_records,
+)
 from tutorial_lib.engine.config import parse_bool
 from tutorial_lib.engine.device import environment_facts
 
@@ -318,6 +325,12 @@ def run_command(args) -> int:
     """Run a parsed and checked subcommand; its exit status."""
     if args.command == "table":
         records = [r for f in args.files for r in read_records(f)]
+        if not any(flat_rows(records, kind) for kind in TABLE_COLUMNS):  # r43q: blank lines and exit 0
+            from tutorial_lib.engine.errors import ConfigError
+
+            raise ConfigError(f"FILE: {', '.join(map(repr, args.files))[:300]} holds no benchmark record to "
+                              "tabulate (JSON lines that `python -m tutorial_lib.bench ... --out` writes). Fix: pass "
+                              "such a file; for a run's metrics.jsonl, `python -m tutorial_lib.bench runs RUN_DIR`.")
         text = markdown_tables(records)
         if args.out:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)

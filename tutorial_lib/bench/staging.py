@@ -21,9 +21,15 @@ from tutorial_lib.engine.device import environment_facts
 
 
 def read_all(root: str | os.PathLike) -> dict:
-    """Open and read every file under ``root/train`` and ``root/val``: images, bytes, seconds."""
-    paths = [os.path.join(folder, name) for split in ("train", "val")
-             for folder, _, names in sorted(os.walk(Path(root) / split, followlinks=True)) for name in sorted(names)]
+    """Open and read every image of ``root/train`` and ``root/val`` as the trainer lists them
+    (:func:`tutorial_lib.data.file_index.scan`: a class folder linked out of the split, to the home folder or
+    ``/``, is skipped; r43q: every file under it was read, or ``/`` walked): images, bytes, seconds."""
+    from tutorial_lib.data.file_index import scan
+
+    paths = []
+    for split in ("train", "val"):
+        folder = Path(root) / split
+        paths += [folder / name for files in scan(folder)["files"] for name in files]
     started, total = time.perf_counter(), 0
     for path in paths:
         with open(path, "rb") as handle:
@@ -47,6 +53,7 @@ def measure_staging(data_dir: str | os.PathLike, stage_to: str | os.PathLike | N
     where it is and from the copy (the order alternating between rounds), remove the copy."""
     source = Path(data_dir).absolute()
     records = []
+    stage_to = Path(stage_to).absolute() if stage_to else None  # r43q: a relative one was a StagingError traceback
     with tempfile.TemporaryDirectory(prefix="bench-staging-", dir=stage_to) as target:
         target = Path(target)
         for round_ in range(repeats):

@@ -196,14 +196,14 @@ def load_params(path: str | os.PathLike) -> dict:
 
     path = Path(user_path(path))
     if not path.is_file():
-        raise SystemExit(f"error: parameter file {path} does not exist. Fix: pass a YAML file, e.g. "
+        raise SystemExit(f"error: --params: parameter file {path} does not exist. Fix: pass a YAML file, e.g. "
                          "notebooks/params/gpu.yaml")
     try:
         data = read_yaml(path, "--params") or {}
     except YamlFileError as exc:
         raise SystemExit(f"error: {exc}") from None
     if not isinstance(data, dict):
-        raise SystemExit(f"error: parameter file {path} must hold a mapping of name: value. Fix: write one "
+        raise SystemExit(f"error: --params: parameter file {path} must hold a mapping of name: value. Fix: write one "
                          "parameter a line, such as epochs: 1")
     return data
 

@@ -35,7 +35,7 @@ from tutorial_lib.engine.memory import available_bytes, check_fits
 from tutorial_lib.engine.models import build_model
 from tutorial_lib.engine.validate import INT_LIMITS
 from tutorial_lib.exits import check_path_arguments, run_main
-from tutorial_lib.paths import user_path
+from tutorial_lib.paths import path_problem, user_path
 from tutorial_lib.rundir.checkpoint import CheckpointError, load_weights_only, save_atomic
 from tutorial_lib.rundir.layout import MODEL_FILE
 
@@ -114,6 +114,9 @@ def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_
     """Top-1/top-5 of ``run_dir/model.pt`` on ``data_dir/val`` (one process, or every rank under torchrun,
     each image counted once). DataError if val/'s class folders are not the model's classes."""
     run_dir, data_dir = user_path(run_dir), user_path(data_dir)
+    problem = path_problem(str(data_dir), written=False)  # r43q: a loop or a long name blamed on prepare's mark
+    if problem is not None:
+        raise DataError(f"--data-dir: {shorten(str(data_dir))} {problem[0]}. Fix: {problem[1]}.")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise DataError(f"--batch-size: must be a whole number >= 1, got {batch_size!r}. Fix: --batch-size 64")
     most = INT_LIMITS["workers"]  # the trainer's cap: more processes than any machine can use

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from tutorial_lib.engine.errors import ConfigError, fail, shorten
-from tutorial_lib.paths import STAGING_RAM_DISK, in_system_folder, path_text_problem
+from tutorial_lib.paths import LOOP_FIX, LOOP_REASON, STAGING_RAM_DISK, in_system_folder, path_problem
 
 MAX_BASE_LR = 1e6
 # float fields: (low, low included, high, high included, an example for the fix). None: no bound.
@@ -166,15 +166,14 @@ def path_setting(name: str):
     except RuntimeError as exc:  # Path.resolve() on a loop of links (an OSError from Python 3.13 on)
         if "loop" not in str(exc).lower():
             raise
-        raise ConfigError(f"{name}: {shorten(str(exc), 200)}: a link that leads back to itself. Fix: pass a real "
-                          "folder, not a link that points at itself.") from None
+        raise ConfigError(f"{name}: {shorten(str(exc), 200)}: {LOOP_REASON}. Fix: {LOOP_FIX}.") from None
 
 
 def check_path_text(name: str, value: str) -> None:
     """Refuse a path setting longer than any path can be, with a name over NAME_MAX bytes or a control character
-    (:func:`tutorial_lib.paths.path_text_problem`), or an empty output_root (the run would land in the working
-    directory), naming the setting."""
-    problem = path_text_problem(value)
+    (:func:`tutorial_lib.paths.path_text_problem`), a symbolic link loop on the way, or an empty output_root (the run
+    would land in the working directory), naming the setting."""
+    problem = path_problem(value)
     if problem is not None:  # r43m: the file system's "File name too long" named the path, not the setting
         fail(name, f"{shorten(value)} {problem[0]}", problem[1])
     if name == "output_root" and not value.strip():

@@ -33,7 +33,7 @@ from tutorial_lib.jobs.spec import JobError, JobSpec, check_flags, check_seconds
 from tutorial_lib.jobs.states import FINAL_STATES, STATES, public, read_state
 from tutorial_lib.jobs.sweep_plan import RENAMED_ARGUMENTS, sweep_plan
 from tutorial_lib.jobs.watch import cluster_of, watcher
-from tutorial_lib.paths import PATH_MAX, not_a_file
+from tutorial_lib.paths import PATH_MAX, not_a_file, resolve_problem
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_LOG, STATE_FILE, SUPERVISOR_LOG, slurm_log
 from tutorial_lib.rundir.lock import RunDirError, RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import metrics_table, read_metrics
@@ -74,11 +74,11 @@ class Job:
         if isinstance(os.fspath(run_dir), str) and len(os.fspath(run_dir)) > PATH_MAX:
             raise JobError(f"run_dir: {shorten(os.fspath(run_dir))} is longer than any path can be ({PATH_MAX} "
                            "characters). Fix: pass output_root/name of a submitted job, e.g. jobs.attach('runs/ddp2').")
-        try:
-            self.run_dir = Path(run_dir).expanduser().resolve()
-        except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13
-            raise JobError(f"run_dir: {shorten(str(run_dir))} cannot be followed ({exc}). Fix: pass the real "
-                           "folder of a submitted job, not a link that points at itself.") from None
+        problem = resolve_problem(run_dir)  # a symbolic link loop
+        if problem is not None:
+            raise JobError(f"run_dir: {shorten(str(run_dir))} {problem[0]}. Fix: {problem[1]} (output_root/name of a "
+                           "submitted job).")
+        self.run_dir = Path(run_dir).expanduser().resolve()
         odd = not_a_file(self.run_dir / STATE_FILE)
         if odd is not None:  # a named pipe there would block every state read
             raise JobError(f"run_dir: {self.run_dir / STATE_FILE} is {odd}, not the state file a local job's "
@@ -132,7 +132,7 @@ class Job:
         (state, exit code, log tail). A timeout returns the current state without raising.
         """
         check_seconds("timeout", timeout)
-        check_seconds("poll", poll, allow_none=False)
+        check_seconds("poll", poll, allow_none=False, positive=True)  # r43q: 0 asked the scheduler without a pause
         check_flags(check=check)  # check="no" would be true (r43m)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

@@ -25,8 +25,8 @@ from tutorial_lib.jobs.record import launch_settings, write_job_file
 from tutorial_lib.jobs.spec import JobError, JobSpec
 from tutorial_lib.jobs.states import FINAL_STATES, Seen, load_state, read_state
 from tutorial_lib.rundir.layout import DONE_FILE, JOB_FILE, STATE_FILE, SUPERVISOR_LOG
-from tutorial_lib.rundir.lock import pid_alive
-from tutorial_lib.rundir.metrics import read_metrics
+from tutorial_lib.rundir.lock import is_pid, pid_alive
+from tutorial_lib.rundir.metrics import read_metrics, record_time
 
 PENDING_ID = "local-pending"  # the record's id while its supervisor is being started
 START_GRACE_S = 30.0  # how long a record may name no supervisor yet: the moment submit_local takes to start it
@@ -85,7 +85,8 @@ def last_event(run_dir: Path) -> str:
     last = events[-1]
     where = ", ".join(f"{key.replace('_', ' ')} {last[key]}" for key in ("epoch", "step", "global_step")
                       if key in last)
-    at = time.strftime("%H:%M:%S", time.localtime(last["time"])) if isinstance(last.get("time"), float) else "?"
+    when = record_time(last.get("time"))
+    at = time.strftime("%H:%M:%S", time.localtime(when)) if when is not None else "?"
     return f"{last['event']}{f' ({where})' if where else ''} at {at}"
 
 
@@ -102,7 +103,7 @@ def _runs_after_all(supervisor: dict | None, run_dir: Path) -> bool:
     that no longer runs is not waited for."""
     pid = supervisor.get("pid") if isinstance(supervisor, dict) else None
     for pause in RECHECK_PAUSES_S:
-        if not (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and pid_alive(pid)):
+        if not pid_alive(pid):
             return False
         time.sleep(pause)
         if processes.runs(supervisor, run_dir):
@@ -141,7 +142,7 @@ def local_seen(run_dir: Path, record: dict) -> Seen:
         return Seen("failed", "run directory", reason=f"damaged: its state file {run_dir / STATE_FILE} is {damage}, "
                     "not what its supervisor writes, so how the job ended is unknown. Fix: look at the job's log; "
                     "submit it again with the same settings to resume from its checkpoint")
-    if supervisor is None and time.time() - float(record.get("submitted") or 0) < START_GRACE_S:
+    if supervisor is None and time.time() - (record_time(record.get("submitted")) or 0) < START_GRACE_S:
         return Seen("pending", "submitted")
     if _runs_after_all(supervisor, run_dir):
         state = read_state(run_dir)
@@ -182,8 +183,10 @@ def local_cancel(run_dir: Path, record: dict) -> None:
 def _might_be(recorded: dict) -> bool:
     """Whether the recorded pid runs a process that the record does not rule out: its start time, where
     recorded, matches."""
+    if not isinstance(recorded, dict) or not is_pid(recorded.get("pid")):
+        return False
     try:
-        process = psutil.Process(int(recorded["pid"]))
+        process = psutil.Process(recorded["pid"])
         alive = process.status() != psutil.STATUS_ZOMBIE
     except (psutil.Error, ValueError, TypeError):
         return False

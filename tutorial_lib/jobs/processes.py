@@ -17,7 +17,7 @@ import signal
 import psutil
 
 from tutorial_lib.jobs.record import RUN_DIR_ENV
-from tutorial_lib.rundir.lock import process_start
+from tutorial_lib.rundir.lock import is_pid, process_start
 
 SUPERVISOR_MODULE = "tutorial_lib.jobs.supervisor"  # run as ``python -m tutorial_lib.jobs.supervisor RUN_DIR``
 
@@ -35,7 +35,7 @@ def identity(pid: int) -> dict | None:
 
 def proof_problem(recorded) -> str | None:
     """What a record lacks to prove which process it names (None: pid, start time and command line are there)."""
-    if not isinstance(recorded, dict) or not isinstance(recorded.get("pid"), int) or recorded["pid"] <= 0:
+    if not isinstance(recorded, dict) or not is_pid(recorded.get("pid")):
         return "no process id"
     missing = [what for key, what in (("start", "start time"), ("cmdline", "command line"))
                if not recorded.get(key)]
@@ -46,8 +46,10 @@ def started_for(recorded, run_dir) -> bool:
     """Whether the live process that ``recorded`` names was started by the project for ``run_dir``: a supervisor
     by its command line (``-m tutorial_lib.jobs.supervisor RUN_DIR``), an agent by the run directory in its
     environment (``TUTORIAL_RUN_DIR``, which the supervisor gives every agent)."""
+    if not isinstance(recorded, dict) or not is_pid(recorded.get("pid")):
+        return False
     try:
-        process = psutil.Process(int(recorded["pid"]))
+        process = psutil.Process(recorded["pid"])
         cmdline = process.cmdline()
         if cmdline[1:3] == ["-m", SUPERVISOR_MODULE]:
             named = cmdline[3] if len(cmdline) == 4 else ""
@@ -62,7 +64,7 @@ def runs(recorded, run_dir=None) -> bool:
     """Whether the recorded process still runs: its pid with the recorded start time (and command line, where
     recorded), and, given ``run_dir``, started for it (:func:`started_for`). A pid without a start time proves
     nothing: False."""
-    if not isinstance(recorded, dict) or not recorded.get("pid") or recorded.get("start") is None:
+    if not isinstance(recorded, dict) or not is_pid(recorded.get("pid")) or recorded.get("start") is None:
         return False
     if run_dir is not None and not started_for(recorded, run_dir):
         return False

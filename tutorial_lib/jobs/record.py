@@ -22,6 +22,7 @@ from pathlib import Path
 from tutorial_lib.data.staging import STAGE_FROM_ENV, STAGE_TO_ENV
 from tutorial_lib.engine.config import shorten
 from tutorial_lib.jobs.spec import JobError
+from tutorial_lib.paths import PATH_MAX
 from tutorial_lib.rundir.layout import JOB_FILE, STOP_FILE
 
 RUN_DIR_ENV = "TUTORIAL_RUN_DIR"  # the run directory of the job, where its record is
@@ -151,6 +152,9 @@ def read_job_file(run_dir: Path) -> dict:
                                ("name", isinstance(record["name"], str)),
                                *((key, isinstance(record[key], dict)) for key in ("spec", "launch", "supervisor")
                                  if record.get(key) is not None)) if not ok]
+    conf = record.get("slurm_conf")  # r43q: a list was a dict key, a number an environment value (tracebacks)
+    if conf is not None and not (isinstance(conf, str) and "\x00" not in conf and len(conf) <= PATH_MAX):
+        odd.append("slurm_conf")
     if odd:
         raise JobError(f"{path} holds a job {', '.join(odd)} of another type than tutorial_lib.jobs writes "
                        f"({shorten(record[odd[0]])}): it was not written by it or was changed since. Fix: submit "

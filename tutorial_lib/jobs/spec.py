@@ -30,6 +30,7 @@ from tutorial_lib.jobs.slurm_values import (
     check_word,
     time_limit_seconds,
 )
+from tutorial_lib.paths import resolve_problem
 
 JOB_MODULES = ("tutorial_lib.train", "tutorial_lib.bench", "tutorial_lib.jobs.preflight")
 
@@ -68,7 +69,7 @@ class JobSpec:
     @property
     def run_dir(self) -> Path:
         """Absolute run directory of the job."""
-        return self.config.run_dir.resolve()
+        return Path(os.path.abspath(self.config.run_dir))  # a link as the run directory is not followed (r43q)
 
     def to_dict(self) -> dict:
         """JSON-friendly form (stored in the run directory's job.json)."""
@@ -78,6 +79,14 @@ class JobSpec:
         return data
 
 
+
+
+ARG_MOST_BYTES = 131_072  # Linux's MAX_ARG_STRLEN: a longer argument fails the program's exec (E2BIG)
+ARGS_MOST_BYTES = 1 << 20  # half of the usual ARG_MAX, which the environment and torchrun's own arguments share
+
+
+def _bytes(argument: str) -> int:
+    return len(argument.encode(errors="surrogateescape"))
 
 
 DEFAULT_TIME = "00:30:00"  # the time limit of a job when neither the job nor the site block names one
@@ -174,6 +183,11 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
                                                            for a in module_args)):  # NUL: no argv can hold it
         raise ConfigError("module_args: must be a list of single-line strings without NUL bytes. Fix: e.g. "
                           "['allreduce', '--out', 'x']")
+    if module_args is not None and (max(map(_bytes, module_args), default=0) > ARG_MOST_BYTES
+                                    or sum(map(_bytes, module_args)) > ARGS_MOST_BYTES):  # r43q: E2BIG at exec
+        raise ConfigError(f"module_args: {sum(map(_bytes, module_args)):,} bytes of arguments are more than a program "
+                          f"can be given (one at most {ARG_MOST_BYTES:,} bytes, Linux's MAX_ARG_STRLEN; all at most "
+                          f"{ARGS_MOST_BYTES:,}). Fix: write long values to a file and pass its path.")
     if not isinstance(sbatch_options, (str, list, tuple)):
         raise ConfigError(f"sbatch_options: expected a list of options, got {shorten(sbatch_options)}. Fix: e.g. "
                           "sbatch_options=['--constraint=a100'].")
@@ -250,11 +264,10 @@ def absolute_config(config: TrainConfig) -> TrainConfig:
 
 
 def resolved_path(field: str, value, what: str = "") -> str:
-    """``Path(value).resolve()`` as text, or a ConfigError naming ``field``: Python before 3.13 raises a
-    RuntimeError for a symbolic link loop (r43p: a traceback from jobs.submit), 3.13 an OSError."""
-    try:
-        return str(Path(value).resolve())
-    except (OSError, RuntimeError) as exc:
-        reason = getattr(exc, "strerror", None) or "a symbolic link in it leads back to itself"
-        raise ConfigError(f"{field}: {shorten(str(value))}{what} cannot be used ({reason}). Fix: remove the "
-                          f"symbolic link loop, or choose another {field}{' or name' if what else ''}.") from None
+    """``Path(value).resolve()`` as text, or a ConfigError naming ``field`` where it cannot be resolved
+    (:func:`tutorial_lib.paths.resolve_problem`: r43p, a symbolic link loop was a traceback from jobs.submit)."""
+    problem = resolve_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{field}: {shorten(str(value))}{what} {problem[0]}. Fix: {problem[1]} as "
+                          f"{field}{' or name' if what else ''}.")
+    return str(Path(value).resolve())

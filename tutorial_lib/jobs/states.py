@@ -84,7 +84,7 @@ def load_state(run_dir: Path) -> tuple[dict | None, str | None]:
     if state.get("state") not in STATES:
         return None, f"of the unknown state {str(state.get('state'))[:40]!r}"
     code = state.get("exit_code")
-    if code is not None and (not isinstance(code, int) or isinstance(code, bool)):
+    if code is not None and (not isinstance(code, int) or isinstance(code, bool) or not -2**31 <= code < 2**31):
         return None, f"of the exit code {str(code)[:40]!r}, which is no whole number"
     return state, None
 

@@ -92,8 +92,20 @@ def _hard_link(path: Path) -> str | None:
     return f"a hard link: the file has {names} names, and writing it would change the others" if names > 1 else None
 
 
+PID_MAX = 4_194_304  # Linux's largest pid_max (2**22): a larger number is no process
+
+
+def is_pid(value) -> bool:
+    """Whether ``value``, read from a record, can be a process id: a whole number from 1 to :data:`PID_MAX` (a pid
+    of 400 digits, 1e999 or [1] raised OverflowError or TypeError in os.kill and psutil: r43p, r43q)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= PID_MAX
+
+
 def pid_alive(pid: int) -> bool:
-    """True if process ``pid`` runs on this host (a zombie, finished but not reaped, is not alive)."""
+    """True if process ``pid`` runs on this host (a zombie, finished but not reaped, is not alive; a value that is
+    no pid, :func:`is_pid`, runs nowhere)."""
+    if not is_pid(pid):
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -118,14 +130,11 @@ def process_start(pid: int) -> int | None:
         return None
 
 
-PID_MAX = 4_194_304  # Linux's largest pid_max (2**22): a larger number is no process
-
-
 def same_process(pid: int, start: int | None) -> bool:
     """True if ``pid`` runs and is the process recorded with ``start`` (see :func:`process_start`).
 
     ``start`` None (a record written before start times were kept) falls back to the pid alone."""
-    if not 0 < int(pid) <= PID_MAX or not pid_alive(int(pid)):  # r43p: os.kill(10**29, 0) raised OverflowError
+    if not pid_alive(pid):  # r43p: os.kill(10**29, 0) raised OverflowError
         return False
     return start is None or process_start(int(pid)) in (None, start)
 

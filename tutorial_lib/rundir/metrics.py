@@ -49,6 +49,18 @@ def _jsonable(value):
     return str(value)
 
 
+LATEST_RECORD_TIME = 32_503_680_000  # the year 3000, in seconds since 1970: a later time is no record's
+
+
+def record_time(value) -> float | None:
+    """A time read back from a record (seconds since 1970), or None where it can be none: not a number, not finite,
+    negative or past the year 3000 (r43q: ``1e999`` and a 400-digit number raised OverflowError in
+    ``time.localtime`` and ``float``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 <= value <= LATEST_RECORD_TIME else None
+
+
 def parse_json(text: str | bytes):
     """The value of a JSON text; ValueError for anything that is none: garbled, not UTF-8, or nested deeper than
     Python's recursion limit (``'[' * 50000`` raises RecursionError in :func:`json.loads`). The one reader of the
