@@ -141,9 +141,10 @@ def test_a_config_path_that_is_a_link_loop_is_refused_naming_the_field(loop):
 def test_module_args_longer_than_a_program_takes_are_refused_before_submit(tmp_path, monkeypatch):
     monkeypatch.setattr(jobs, "submit_local", lambda *a, **k: pytest.fail("submitted"))
     cfg = make_config("smoke", dataset="synthetic", output_root=str(tmp_path / "runs"), name="r", device="cpu")
-    for arguments in (["x" * 200_000], ["x" * 100_000] * 11):
-        with pytest.raises(ConfigError, match=r"^module_args: .* bytes of arguments are more than a program can be "
-                                              r"given .* Fix: write long values to a file"):
+    # r43r: one of exactly 131,072 bytes (MAX_ARG_STRLEN counts its NUL), 120,000 short ones (a pointer each)
+    for arguments in (["x" * 200_000], ["x" * 100_000] * 11, ["x" * 131_072], ["x"] * 120_000):
+        with pytest.raises(ConfigError, match=r"^module_args: .* bytes .* are more than a program can be given: .* "
+                                              r"Fix: write long values to a file"):
             jobs.submit(cfg, backend="local", module="tutorial_lib.bench", module_args=arguments)
     assert not (tmp_path / "runs").exists()
 

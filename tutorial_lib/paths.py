@@ -95,7 +95,24 @@ def resolve_problem(value: str | os.PathLike) -> tuple[str, str] | None:
     return None
 
 
+def dangling_link_problem(value: str | os.PathLike) -> tuple[str, str] | None:
+    """A symbolic link on the way to ``value`` (``~`` expanded) that leads nowhere: (the problem, the fix), or None.
+    Writing there would make the link's target, wherever it points (r43r: ``jobs.submit`` ran a job in it), or fail
+    with "File exists" naming no setting (the trainer)."""
+    path = Path(os.path.abspath(os.path.expanduser(value)))
+    for part in (*reversed(path.parents), path):
+        if part.is_symlink() and not part.exists():
+            try:
+                target = os.readlink(part)
+            except OSError:
+                target = "?"
+            return (f"leads through the symbolic link {part} to {target!r}, which does not exist",
+                    "create that folder, remove the link, or pass another path")
+    return None
+
+
 def path_problem(value: str, written: bool = True) -> tuple[str, str] | None:
-    """:func:`path_text_problem`, then :func:`resolve_problem`: what is wrong with ``value`` as a path before it is
-    used, or None."""
-    return path_text_problem(value, written) or resolve_problem(value)
+    """:func:`path_text_problem`, then :func:`resolve_problem`, and where the project writes (``written``)
+    :func:`dangling_link_problem`: what is wrong with ``value`` as a path before it is used, or None."""
+    return (path_text_problem(value, written) or resolve_problem(value)
+            or (dangling_link_problem(value) if written else None))

@@ -30,7 +30,7 @@ from tutorial_lib.jobs.slurm_values import (
     check_word,
     time_limit_seconds,
 )
-from tutorial_lib.paths import resolve_problem
+from tutorial_lib.paths import dangling_link_problem, resolve_problem
 
 JOB_MODULES = ("tutorial_lib.train", "tutorial_lib.bench", "tutorial_lib.jobs.preflight")
 
@@ -81,11 +81,13 @@ class JobSpec:
 
 
 
-ARG_MOST_BYTES = 131_072  # Linux's MAX_ARG_STRLEN: a longer argument fails the program's exec (E2BIG)
+ARG_MOST_BYTES = 131_071  # Linux's MAX_ARG_STRLEN less the terminating NUL: a longer argument fails exec (E2BIG)
 ARGS_MOST_BYTES = 1 << 20  # half of the usual ARG_MAX, which the environment and torchrun's own arguments share
 
 
 def _bytes(argument: str) -> int:
+    """What ``argument`` takes of exec's room: its bytes (:data:`ARG_MOST_BYTES`), its NUL and argv's pointer to it
+    in the total (:data:`ARGS_MOST_BYTES`) counted by the caller."""
     return len(argument.encode(errors="surrogateescape"))
 
 
@@ -183,11 +185,12 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
                                                            for a in module_args)):  # NUL: no argv can hold it
         raise ConfigError("module_args: must be a list of single-line strings without NUL bytes. Fix: e.g. "
                           "['allreduce', '--out', 'x']")
-    if module_args is not None and (max(map(_bytes, module_args), default=0) > ARG_MOST_BYTES
-                                    or sum(map(_bytes, module_args)) > ARGS_MOST_BYTES):  # r43q: E2BIG at exec
-        raise ConfigError(f"module_args: {sum(map(_bytes, module_args)):,} bytes of arguments are more than a program "
-                          f"can be given (one at most {ARG_MOST_BYTES:,} bytes, Linux's MAX_ARG_STRLEN; all at most "
-                          f"{ARGS_MOST_BYTES:,}). Fix: write long values to a file and pass its path.")
+    sizes = [_bytes(a) for a in module_args or ()]
+    if max(sizes, default=0) > ARG_MOST_BYTES or sum(sizes) + 9 * len(sizes) > ARGS_MOST_BYTES:  # r43q: E2BIG
+        raise ConfigError(f"module_args: {len(sizes):,} argument(s) of {sum(sizes):,} bytes (the longest "
+                          f"{max(sizes):,}; {sum(sizes) + 9 * len(sizes):,} with a NUL and a pointer each) are more "
+                          f"than a program can be given: one at most {ARG_MOST_BYTES:,} bytes (Linux's MAX_ARG_STRLEN),"
+                          f" all at most {ARGS_MOST_BYTES:,}. Fix: write long values to a file and pass its path.")
     if not isinstance(sbatch_options, (str, list, tuple)):
         raise ConfigError(f"sbatch_options: expected a list of options, got {shorten(sbatch_options)}. Fix: e.g. "
                           "sbatch_options=['--constraint=a100'].")
@@ -257,16 +260,18 @@ def absolute_config(config: TrainConfig) -> TrainConfig:
     cannot be resolved (a symbolic link loop) is refused naming its field, its run directory too."""
     from dataclasses import replace
 
-    config = replace(config, output_root=resolved_path("output_root", config.output_root),
+    config = replace(config, output_root=resolved_path("output_root", config.output_root, written=True),
                      data_dir=resolved_path("data_dir", config.data_dir))
     resolved_path("output_root", config.run_dir, " (the run directory, output_root/name)")  # JobSpec.run_dir's
     return config
 
 
-def resolved_path(field: str, value, what: str = "") -> str:
+def resolved_path(field: str, value, what: str = "", written: bool = False) -> str:
     """``Path(value).resolve()`` as text, or a ConfigError naming ``field`` where it cannot be resolved
-    (:func:`tutorial_lib.paths.resolve_problem`: r43p, a symbolic link loop was a traceback from jobs.submit)."""
-    problem = resolve_problem(value)
+    (:func:`tutorial_lib.paths.resolve_problem`: r43p, a symbolic link loop was a traceback from jobs.submit) or, where
+    the job writes (``written``), where a link on the way leads nowhere (:func:`tutorial_lib.paths.
+    dangling_link_problem`: r43r, resolving it put the job's run wherever the link pointed)."""
+    problem = resolve_problem(value) or (dangling_link_problem(value) if written else None)
     if problem is not None:
         raise ConfigError(f"{field}: {shorten(str(value))}{what} {problem[0]}. Fix: {problem[1]} as "
                           f"{field}{' or name' if what else ''}.")
