@@ -22,7 +22,7 @@ from tutorial_lib.engine.config import (
     validate,
     validate_name,
 )
-from tutorial_lib.jobs.site import Site, load_site
+from tutorial_lib.jobs.site import Site, load_site, local_site
 from tutorial_lib.jobs.slurm_values import (
     check_sbatch_option,
     check_time,
@@ -202,7 +202,7 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
         check_fits_here(config, nodes * ranks_per_node)
         if config.stage_to:
             check_stage_here(config)
-    site = load_site(site) if on_cluster else Site()
+    site = load_site(site) if on_cluster else local_site(site)
     partition, account = site.resolve(partition, account)
     time, time_note = job_time(time, site.time)
     if on_cluster:
