@@ -83,7 +83,7 @@ def test_a_sweeps_arguments_are_checked_as_submits_are(tmp_path, jpeg_tree, no_b
         jobs.sweep(cfg, over="seed", values=[1, 2], backend="local", fresh="no")
     with pytest.raises(ConfigError, match=r"^gpus_per_node: this argument was renamed ranks_per_node"):
         jobs.sweep(cfg, over="seed", values=[1, 2], backend="local", gpus_per_node=2)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'colour'"):
+    with pytest.raises(TypeError, match=r"^sweep\(\) got an unexpected keyword argument 'colour'"):
         jobs.sweep(cfg, over="seed", values=[1, 2], backend="local", colour="red")
     assert not (tmp_path / "runs").exists()
 

@@ -334,13 +334,13 @@ def _launch(spec: JobSpec, chosen: str, fresh: bool, after: Job | None, verbose:
     return job
 
 
-def _refuse_unknown_arguments(renamed: dict) -> None:
+def _refuse_unknown_arguments(renamed: dict, caller: str = "submit") -> None:
     """A renamed argument names its new name; any other unknown one is a TypeError, as Python's own."""
     for old, new in RENAMED_ARGUMENTS.items():
         if old in renamed:
             raise ConfigError(f"{old}: this argument was renamed {new}. Fix: pass {new}={renamed[old]!r}.")
     if renamed:
-        raise TypeError(f"submit() got an unexpected keyword argument {next(iter(renamed))!r}")
+        raise TypeError(f"{caller}() got an unexpected keyword argument {next(iter(renamed))!r}")
 
 
 def _check_run_dir(run_dir: Path, fresh: bool) -> None:
@@ -409,7 +409,7 @@ def _submit_arguments(config: TrainConfig, submit_args: dict) -> dict:
     if "config" in submit_args:
         raise TypeError("sweep() got multiple values for argument 'config'")
     renamed = {key: value for key, value in submit_args.items() if key not in _SUBMIT_PARAMETERS}
-    _refuse_unknown_arguments(renamed)
+    _refuse_unknown_arguments(renamed, "sweep")
     bound = inspect.signature(submit).bind_partial(config, **submit_args)
     bound.apply_defaults()
     arguments = dict(bound.arguments)
