@@ -297,14 +297,15 @@ def test_a_non_finite_loss_keeps_the_checkpoint_from_before(finished, runs, monk
 
 def test_an_epoch_with_no_readable_image_is_an_error(runs, tmp_path, monkeypatch):
     """An epoch whose every image was unreadable reported loss 0.000 and a speed, and finished with exit 0. (Such a
-    split is refused before the run starts, below; the files may also break after that check, as here.)"""
-    from tutorial_lib.engine.input import folders
+    split is refused before the run starts: tests/test_contract_rerun12.py; the files may also break after that
+    check, as here.)"""
+    from tutorial_lib.engine.input import files
 
     data = tmp_path / "unreadable"
     write_image_tree(data, {"train": {"a": 4, "b": 4}, "val": {"a": 2, "b": 2}})
     for image in (data / "train").rglob("*.png"):
         image.write_bytes(b"not an image")
-    monkeypatch.setattr(folders, "check_readable", lambda root, split, **kwargs: root)
+    monkeypatch.setattr(files, "check_readable", lambda root, split, **kwargs: root)
     with pytest.raises(DataError, match="no training image of epoch 1 could be read"):
         runs.in_process(runs.config("unreadable", **{**TINY, "data_dir": str(data)}))
     assert runs.events(runs.run_dir("unreadable"), "error")

@@ -80,12 +80,12 @@ def test_a_copy_whose_source_changed_is_brought_up_to_date_not_reused(source, tm
 def test_the_trainers_loaders_open_the_nodes_copy_not_data_dir(tmp_path, monkeypatch, jpeg_tree, runs):
     """What the loaders open, not what config.json records: with a staged copy, every image is read from the
     copy (staging planted away, loaders built from data_dir, was caught by no test: issue 47)."""
-    from tutorial_lib.engine.input import files, folders
+    from tutorial_lib.engine.input import files
 
     copy = staging.stage(jpeg_tree, str(tmp_path), "opened", "node").path
-    # before the run starts, validate decodes an image of each split of data_dir (folders.check_readable): what is
+    # before the run starts, validate decodes an image of each split of data_dir (files.check_readable): what is
     # checked here is what the loaders open
-    monkeypatch.setattr(folders, "check_readable", lambda root, split, **kwargs: root)
+    monkeypatch.setattr(files, "check_readable", lambda root, split, **kwargs: root)
     monkeypatch.setenv(staging.STAGED_DATA_ENV, str(copy))
     monkeypatch.setenv(staging.STAGED_FROM_ENV, str(jpeg_tree))
     opened, real_open = [], files.open_regular_file

@@ -117,12 +117,13 @@ def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: i
 def real_data_set(root: str | os.PathLike) -> Path | None:
     """``root`` checked, if it holds a data set that was not generated here (used as it is): its layout and an image
     in each split (:func:`tutorial_lib.engine.input.folders.check_imagefolder`), and a readable image in its training
-    split (:func:`tutorial_lib.engine.input.folders.check_readable`). None where the benchmark generates its set there
+    split (:func:`tutorial_lib.engine.input.files.check_readable`). None where the benchmark generates its set there
     (absent, empty, or ours)."""
     root = Path(root)
     if not (root.is_dir() and not (root / FAKE_MARKER).is_file() and any(root.iterdir())):
         return None
-    from tutorial_lib.engine.input.folders import check_imagefolder, check_readable
+    from tutorial_lib.engine.input.files import check_readable
+    from tutorial_lib.engine.input.folders import check_imagefolder
 
     return check_readable(check_imagefolder(root), "train", flag="--data-dir",
                           fix="or pass a new folder to --data-dir to measure a generated set")

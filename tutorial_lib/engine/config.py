@@ -429,7 +429,8 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
             check_class_count(cfg, classes, f"the shards of {cfg.data_dir}")
     elif check_paths and cfg.dataset == "imagefolder":
         from tutorial_lib.data.file_index import class_folders
-        from tutorial_lib.engine.input.folders import DataError, check_imagefolder, check_readable, check_same_classes
+        from tutorial_lib.engine.input.files import check_readable
+        from tutorial_lib.engine.input.folders import DataError, check_imagefolder, check_same_classes
 
         with path_setting("data_dir"):
             try:

@@ -22,6 +22,7 @@ import stat
 import sys
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -190,3 +191,42 @@ class Normalizer:
         if self.channels_last:
             pixels = pixels.contiguous(memory_format=torch.channels_last)
         return torch.addcmul(self.shift, pixels.float(), self.scale)
+
+
+READABLE_TRIES = 64  # image files read, at most, to find a readable one (a real ImageNet: its first one)
+
+
+def check_readable(root: Path, split: str, tries: int = READABLE_TRIES, flag: str = "data_dir",
+                   fix: str = "or pass --data-dir a folder of readable images") -> Path:
+    """``root``, or DataError naming ``flag`` when no image of ``root/split`` that was tried could be read (r43n:
+    a split of 0-byte JPEGs ended the benchmarks in tracebacks; r43p: the trainer wrote its run directory and
+    refused only at epoch 1). Files are read and decoded as the pipelines do
+    (:func:`decode_image`) until the first one that reads: a few from each class
+    folder, the folders in a seeded random order, at most ``tries`` in all, so a real set costs one read and a set
+    with some unreadable images (skipped and counted) passes. ``fix``: what else to do, after fixing the files."""
+    folder = root / split
+    classes = file_index.class_folders(folder, warn=False)[0]
+    order = torch.randperm(len(classes), generator=torch.Generator().manual_seed(0)).tolist()
+    per_class = max(1, -(-tries // max(1, len(classes))))
+    tried, first = 0, None
+    for index in order:
+        try:
+            with os.scandir(folder / classes[index]) as entries:
+                names = sorted(e.name for e in entries if is_image(e.name) and not e.is_dir())[:per_class]
+        except OSError:
+            continue
+        for name in names[:tries - tried]:
+            tried += 1
+            try:
+                with open_regular_file(folder / classes[index] / name) as handle:
+                    decode_image(handle.read())
+                return root
+            except UNREADABLE as exc:
+                first = first or f"{folder / classes[index] / name}: {exc}"
+        if tried >= tries:
+            break
+    if tried == 0:  # no image file could be listed: check_imagefolder found one, so the folders are unreadable
+        return root
+    raise DataError(f"{flag}: none of the {tried} image file(s) tried in {folder} could be read (first: "
+                    f"{first}), so there is nothing to train on or measure. Fix: check the files under {folder} "
+                    f"(replace or delete the unreadable ones), {fix}.")
