@@ -57,3 +57,21 @@ def test_cli_writes_jsonl(tmp_path):
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert {line["run"] for line in lines} == {"ps_s0", "ps_s1", "allreduce"}
     assert len(lines) == 15
+
+
+def test_workers_build_the_model_without_touching_cuda(monkeypatch):
+    """On a GPU machine the notebook's process has initialised CUDA before the workers fork, and a forked child
+    that touches CUDA dies ("Cannot re-initialize CUDA in forked subprocess": notebook 07 on one H200). The MLP
+    lives on the CPU, so building it saves and restores the CPU generator only."""
+    from tutorial_lib.param_server import build_model
+
+    def forked_cuda(*args, **kwargs):
+        raise RuntimeError("Cannot re-initialize CUDA in forked subprocess")
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_rng_state", forked_cuda)
+    monkeypatch.setattr(torch.cuda, "set_rng_state", forked_cuda)
+    before = torch.get_rng_state()
+    first, second = build_model(ExperimentConfig()), build_model(ExperimentConfig())
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    assert torch.equal(torch.get_rng_state(), before)  # the caller's CPU stream is left where it was

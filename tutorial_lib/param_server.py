@@ -92,7 +92,7 @@ def load_digits_split(cfg: ExperimentConfig) -> Digits:
 
 def build_model(cfg: ExperimentConfig) -> nn.Module:
     """The 64-hidden-10 MLP, initialised identically in every process."""
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(devices=[]):  # CPU only: a forked worker must not touch CUDA
         torch.manual_seed(cfg.seed)
         return nn.Sequential(nn.Linear(64, cfg.hidden), nn.ReLU(),
                              nn.Linear(cfg.hidden, 10)).to(DTYPE)
