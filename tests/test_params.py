@@ -61,14 +61,11 @@ def plan_for(notebook: Path, values: dict, gpus: int) -> plans.Plan:
 
 
 @pytest.fixture(scope="module")
-def digits_root(tmp_path_factory):
-    """A working directory with the digits exports the notebooks' default data_dirs point at."""
-    from tutorial_lib.engine.input.folders import export_digits
-
-    root = tmp_path_factory.mktemp("course")
-    export_digits(root / "data" / "digits", image_size=8)
-    export_digits(root / "data" / "digits16", image_size=8)
-    return root
+def fresh_root(tmp_path_factory):
+    """A working directory where nothing was exported yet: each notebook must stand alone, as when a student
+    opens 03 first. (On one H200, gpu.yaml's 03 read data/digits16 as ImageNet, the gpu profile's dataset, and
+    stopped: only 04, later in the course, exported it. This fixture held both exports then, and hid that.)"""
+    return tmp_path_factory.mktemp("course")
 
 
 def builds_configs(notebook: Path) -> bool:
@@ -86,8 +83,8 @@ def check(notebook: Path, values: dict, gpus: int = 1) -> list:
 
 @pytest.mark.parametrize("params_file", [None, *PARAM_FILES], ids=lambda p: p.name if p else "defaults")
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
-def test_every_job_of_every_notebook_is_valid_with_a_gpu(notebook, params_file, digits_root, monkeypatch):
-    monkeypatch.chdir(digits_root)
+def test_every_job_of_every_notebook_is_valid_with_a_gpu(notebook, params_file, fresh_root, monkeypatch):
+    monkeypatch.chdir(fresh_root)
     specs = check(notebook, values_for(notebook, params_file))
     assert specs or not builds_configs(notebook), "the plan has no job"
     for spec in specs:
@@ -129,9 +126,9 @@ def test_papermill_reads_every_line_of_the_parameters_cell(notebook, caplog):
     assert list(inferred) == names
 
 
-def test_the_gpu_file_fits_one_gpu_without_slurm(digits_root, monkeypatch):
+def test_the_gpu_file_fits_one_gpu_without_slurm(fresh_root, monkeypatch):
     """With gpu.yaml every GPU job runs on the one GPU, as one node, and 03's check still compares 2 with 1."""
-    monkeypatch.chdir(digits_root)
+    monkeypatch.chdir(fresh_root)
     gpu_file = REPO_ROOT / "notebooks" / "params" / "gpu.yaml"
     gpu = yaml.safe_load(gpu_file.read_text())
     for notebook in NOTEBOOKS:
@@ -154,10 +151,10 @@ def test_the_gpu_file_fits_one_gpu_without_slurm(digits_root, monkeypatch):
     assert study.extras == {"measured": [1], "not_measured": [2, 4]}
 
 
-def test_the_gpu_file_works_on_an_imagenet_layout_folder(tmp_path, monkeypatch, digits_root):
+def test_the_gpu_file_works_on_an_imagenet_layout_folder(tmp_path, monkeypatch, fresh_root):
     from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
 
-    monkeypatch.chdir(digits_root)
+    monkeypatch.chdir(fresh_root)
     fake = make_fake_imagenet(tmp_path / "imagenet", classes=2, per_class=4, size=(64, 48))
     gpu_file = REPO_ROOT / "notebooks" / "params" / "gpu.yaml"
     for notebook in NOTEBOOKS:
@@ -167,10 +164,10 @@ def test_the_gpu_file_works_on_an_imagenet_layout_folder(tmp_path, monkeypatch, 
                 assert Path(spec.config.data_dir) == fake.resolve(), (notebook.stem, spec.config.name)
 
 
-def test_the_warmup_longer_than_training_of_the_first_gpu_run_is_caught(tmp_path, digits_root, monkeypatch):
+def test_the_warmup_longer_than_training_of_the_first_gpu_run_is_caught(tmp_path, fresh_root, monkeypatch):
     """The H100 course run stopped in notebook 01 on gpu.yaml's 2 epochs against the gpu profile's 5
     warmup epochs; the same file must fail here, in every notebook that trains."""
-    monkeypatch.chdir(digits_root)
+    monkeypatch.chdir(fresh_root)
     first = tmp_path / "first-gpu.yaml"
     first.write_text("profile: gpu\nbackend: local\narch: resnet50\nimage_size: 224\nbatch_size: 256\n"
                      "ranks_per_node: 1\nnodes: 1\nepochs: 2\nmax_steps_per_epoch: 200\nwatch_timeout: 7200\n")
@@ -189,8 +186,8 @@ def test_the_warmup_longer_than_training_of_the_first_gpu_run_is_caught(tmp_path
             check(notebook, values_for(notebook, first))
 
 
-def test_plans_refuse_what_the_machine_cannot_run(digits_root, monkeypatch):
-    monkeypatch.chdir(digits_root)
+def test_plans_refuse_what_the_machine_cannot_run(fresh_root, monkeypatch):
+    monkeypatch.chdir(fresh_root)
     nb04 = NOTEBOOKS[4]
     with pytest.raises(ConfigError, match="global batch 2048 is larger than the 1438 digit images"):
         plan_for(nb04, values_for(nb04, None, global_batches=[16, 2048]), gpus=0)

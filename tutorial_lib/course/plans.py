@@ -216,17 +216,17 @@ def mixed_precision(*, profile: str, output_root: str, dataset: str, data_dir: s
     return Plan(planned, backend, notes, groups={"precision": [job.name for job in planned]})
 
 
-def ddp_one_node(*, profile: str, output_root: str, data_dir: str, arch: str, image_size: int, batch_size: int,
-                 epochs: int, nodes: int, ranks_per_node: int, max_steps_per_epoch: int, bucket_cap_mb: int,
-                 exact_workers: int, exact_batch: int, exact_steps: int, base_lr: float | None = None,
-                 warmup_epochs: float | None = None, train_compile: str | None = None, site=None, gpus: int = 0,
-                 backend: str = "local") -> Plan:
+def ddp_one_node(*, profile: str, output_root: str, dataset: str, data_dir: str, arch: str, image_size: int,
+                 batch_size: int, epochs: int, nodes: int, ranks_per_node: int, max_steps_per_epoch: int,
+                 bucket_cap_mb: int, exact_workers: int, exact_batch: int, exact_steps: int,
+                 base_lr: float | None = None, warmup_epochs: float | None = None, train_compile: str | None = None,
+                 site=None, gpus: int = 0, backend: str = "local") -> Plan:
     """03: one DDP job, then the equivalence check (``exact_workers`` x B against 1 x ``exact_workers``·B,
     with GroupNorm and a BatchNorm control). The check runs on GPUs where there are enough of them,
     otherwise as CPU processes (gloo), even beside a GPU."""
     notes: list[str] = []
     base = Recipe(profile, base_lr, warmup_epochs, train_compile)
-    common = dict(output_root=output_root, arch=arch, image_size=image_size, data_dir=data_dir)
+    common = dict(output_root=output_root, arch=arch, image_size=image_size, dataset=dataset, data_dir=data_dir)
     cfg = recipe(base, "03-ddp-2w", batch_size=batch_size, epochs=epochs, max_steps_per_epoch=max_steps_per_epoch,
                  bucket_cap_mb=bucket_cap_mb, **common)
     planned = [_job(cfg, nodes, ranks_per_node, backend, gpus, notes, site=site)]
@@ -296,15 +296,15 @@ def large_batches(*, profile: str, output_root: str, dataset: str, data_dir: str
                 groups={"sweep": sweep, "largest batch": at_largest})
 
 
-def multi_node(*, profile: str, output_root: str, data_dir: str, arch: str, image_size: int, batch_size: int,
-               epochs: int, max_steps_per_epoch: int, nodes: int, ranks_per_node: int, time_limit: str | None,
-               extra_sbatch: str, cancel_epochs: int, base_lr: float | None = None,
+def multi_node(*, profile: str, output_root: str, dataset: str, data_dir: str, arch: str, image_size: int,
+               batch_size: int, epochs: int, max_steps_per_epoch: int, nodes: int, ranks_per_node: int,
+               time_limit: str | None, extra_sbatch: str, cancel_epochs: int, base_lr: float | None = None,
                warmup_epochs: float | None = None, train_compile: str | None = None, site=None, gpus: int = 0,
                backend: str = "local") -> Plan:
     """05: the multi-node job and the long job that is cancelled, with the site and the Slurm options."""
     notes: list[str] = []
     options = dict(time=time_limit or None, site=site, sbatch_options=str(extra_sbatch).split())
-    common = dict(output_root=output_root, data_dir=data_dir, arch=arch, image_size=image_size,
+    common = dict(output_root=output_root, dataset=dataset, data_dir=data_dir, arch=arch, image_size=image_size,
                   batch_size=batch_size)
     base = Recipe(profile, base_lr, warmup_epochs, train_compile)
     main = recipe(base, "05-multinode", epochs=epochs, max_steps_per_epoch=max_steps_per_epoch, **common)
@@ -314,8 +314,8 @@ def multi_node(*, profile: str, output_root: str, data_dir: str, arch: str, imag
     return Plan(planned, backend, notes)
 
 
-def scaling_study(*, profile: str, output_root: str, data_dir: str, arch: str, image_size: int, batch_size: int,
-                  epochs: int, max_steps_per_epoch: int, scale_over: str, scale_values, nodes: int,
+def scaling_study(*, profile: str, output_root: str, dataset: str, data_dir: str, arch: str, image_size: int,
+                  batch_size: int, epochs: int, max_steps_per_epoch: int, scale_over: str, scale_values, nodes: int,
                   ranks_per_node: int, time_limit: str | None, extra_sbatch: str, base_lr: float | None = None,
                   warmup_epochs: float | None = None, train_compile: str | None = None, site=None, gpus: int = 0,
                   backend: str = "local") -> Plan:
@@ -327,8 +327,8 @@ def scaling_study(*, profile: str, output_root: str, data_dir: str, arch: str, i
         raise ConfigError(f"scale_over: {scale_over!r} is not a resource. Fix: use 'ranks_per_node' or 'nodes'.")
     values = int_list(scale_values)
     cfg = recipe(Recipe(profile, base_lr, warmup_epochs, train_compile), "06-scale", output_root=output_root,
-                 data_dir=data_dir, arch=arch, image_size=image_size, batch_size=batch_size, epochs=epochs,
-                 max_steps_per_epoch=max_steps_per_epoch)
+                 dataset=dataset, data_dir=data_dir, arch=arch, image_size=image_size, batch_size=batch_size,
+                 epochs=epochs, max_steps_per_epoch=max_steps_per_epoch)
     options = dict(time=time_limit or None, site=site, sbatch_options=str(extra_sbatch).split())
     planned, skipped, notes, previous = [], [], [], None
     for value in values:
