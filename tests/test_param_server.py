@@ -73,5 +73,6 @@ def test_workers_build_the_model_without_touching_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_rng_state", forked_cuda)
     before = torch.get_rng_state()
     first, second = build_model(ExperimentConfig()), build_model(ExperimentConfig())
-    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), second.state_dict().values()))
+    pairs = zip(first.state_dict().values(), second.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
     assert torch.equal(torch.get_rng_state(), before)  # the caller's CPU stream is left where it was
