@@ -99,8 +99,11 @@ def dangling_link_problem(value: str | os.PathLike) -> tuple[str, str] | None:
     """A symbolic link on the way to ``value`` (``~`` expanded) that leads nowhere: (the problem, the fix), or None.
     Writing there would make the link's target, wherever it points (r43r: ``jobs.submit`` ran a job in it), or fail
     with "File exists" naming no setting (the trainer)."""
-    path = Path(os.path.abspath(os.path.expanduser(value)))
-    for part in (*reversed(path.parents), path):
+    # component by component as the kernel walks it: abspath would drop ``link/..`` before the link is seen (r43s)
+    path = Path(os.getcwd(), os.path.expanduser(value))
+    part = Path(path.anchor)
+    for name in path.parts[1:]:
+        part = part / name
         if part.is_symlink() and not part.exists():
             try:
                 target = os.readlink(part)

@@ -26,6 +26,7 @@ from pathlib import Path
 from tutorial_lib.data import PREPARE_COMMAND, PrepareError
 from tutorial_lib.data.devkit import FORMS_TEXT, devkit_labels, is_devkit
 from tutorial_lib.data.names import DEVKIT_DIR, DEVKIT_TAR, TRAIN_TAR, VAL_TAR, is_class_folder, is_image
+from tutorial_lib.numbers import whole_number
 
 __all__ = ["PrepareError", "Source", "detect", "is_image", "val_labels"]
 
@@ -132,16 +133,16 @@ def val_labels(path: Path, class_names: list[str]) -> dict[str, str]:
                                "name and its wnid or class index per line.")
         rows.append((number, *parts))
     numbers = [(number, label) for number, _, label in rows if not _WNID.match(label)]
-    bad = next(((n, label) for n, label in numbers if not label.isdigit() or int(label) >= len(class_names)), None)
+    bad = next(((n, label) for n, label in numbers if whole_number(label, below=len(class_names)) is None), None)
     if bad is not None:
-        used = [int(label) for _, label in numbers if label.isdigit()]
+        used = [n for n in (whole_number(label) for _, label in numbers) if n is not None]
         hint = (f" Its numbers run {min(used)}..{max(used)}: the devkit's 1-based ILSVRC2012_IDs are not class "
                 "indices, pass the devkit itself" if used and min(used) >= 1 and max(used) == len(class_names)
                 else " Pass the ground truth of this data set")
         raise PrepareError(f"--val-labels: line {bad[0]} of {path} has {bad[1]!r}; a number is the 0-based index "
                            f"of the class among the {len(class_names)} sorted class folders of train/ "
                            f"(0..{len(class_names) - 1}), or a wnid (n01440764). Fix:{hint}.")
-    return _unique(path, ((number, name, class_names[int(label)] if label.isdigit() else label)
+    return _unique(path, ((number, name, class_names[int(label)] if whole_number(label) is not None else label)
                           for number, name, label in rows))
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from tutorial_lib.data.staging import STAGE_FROM_ENV, STAGE_TO_ENV
 from tutorial_lib.engine.config import shorten
 from tutorial_lib.jobs.spec import JobError
+from tutorial_lib.numbers import whole_number
 from tutorial_lib.paths import PATH_MAX
 from tutorial_lib.rundir.layout import JOB_FILE, STOP_FILE
 
@@ -86,10 +87,10 @@ def read_launch(environ=os.environ) -> Launch:
     given = {field: environ[name] for field, name in HAND_INPUTS.items() if environ.get(name)}
     for field in ("ranks_per_node", "max_restarts"):
         if field in given:
-            if not given[field].isdigit():
+            if whole_number(given[field]) is None:
                 raise JobError(f"{HAND_INPUTS[field]}: {given[field]!r} is not a whole number. Fix: set it to e.g. "
                                "1, or unset it for the default.")
-            given[field] = int(given[field])
+            given[field] = whole_number(given[field])
     return Launch(run_dir=run_dir, threads=environ.get("OMP_NUM_THREADS", ""), **given)
 
 

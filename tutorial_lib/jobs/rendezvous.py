@@ -17,6 +17,8 @@ import socket
 import sys
 from collections.abc import Iterable
 
+from tutorial_lib.numbers import whole_number
+
 PORT_BASE = 20000  # above the well-known and registered ports most daemons use
 PORT_SPAN = 20000  # ports PORT_BASE .. PORT_BASE + PORT_SPAN - 1, below Linux's ephemeral range (32768+)
 
@@ -84,10 +86,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         args = sys.argv[1:] if argv is None else argv
-        if len(args) != 1 or not args[0].isdigit():
+        if len(args) != 1 or whole_number(args[0], below=2**32) is None:  # Slurm's job ids are 32-bit
             raise ValueError(f"JOB_ID: a Slurm job id, got {' '.join(args)!r}. Fix: python -m "
                              "tutorial_lib.jobs.rendezvous \"$SLURM_JOB_ID\"")
-        preferred = rendezvous_port(int(args[0]))
+        preferred = rendezvous_port(whole_number(args[0], below=2**32))
         port = free_port_from(preferred)
         if port != preferred:
             print(f"rendezvous port {preferred} is in use by another program on {socket.gethostname()}: the agents "

@@ -14,6 +14,7 @@ from tutorial_lib.jobs.record import launch_settings, replace_file, write_job_fi
 from tutorial_lib.jobs.slurm_values import is_job_id
 from tutorial_lib.jobs.spec import JobError, JobSpec
 from tutorial_lib.jobs.watch import slurm_env
+from tutorial_lib.numbers import whole_number
 from tutorial_lib.rundir.layout import JOB_FILE, JOB_SCRIPT
 
 PENDING_ID = "slurm-pending"  # the record's id until sbatch has answered
@@ -36,6 +37,11 @@ SBATCH_FIXES = (
 SINFO_FORMAT = "%N|%P|%T|%c|%m|%G"  # node | partition | state | CPUs | memory (MB) | generic resources
 
 
+def _number_or_text(text: str) -> int | str:
+    number = whole_number(text)
+    return text if number is None else number
+
+
 def parse_sinfo(text: str) -> list[dict]:
     """Nodes from ``sinfo -N -h -o '%N|%P|%T|%c|%m|%G'`` output: one dict per node and partition.
 
@@ -49,8 +55,7 @@ def parse_sinfo(text: str) -> list[dict]:
             continue
         node, partition, state, cpus, memory, gres = fields
         nodes.append({"node": node, "partition": partition.rstrip("*"), "default": partition.endswith("*"),
-                      "state": state, "cpus": int(cpus) if cpus.isdigit() else cpus,
-                      "memory_mb": int(memory) if memory.isdigit() else memory,
+                      "state": state, "cpus": _number_or_text(cpus), "memory_mb": _number_or_text(memory),
                       "gres": "" if gres in ("(null)", "") else gres})
     return nodes
 
@@ -134,7 +139,8 @@ def partition_cpus(partition: str | None) -> int | None:
         shown = subprocess.run(command, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    counts = [int(word) for word in shown.stdout.split() if word.isdigit()] if shown.returncode == 0 else []
+    counts = [whole_number(word) for word in shown.stdout.split()] if shown.returncode == 0 else []
+    counts = [count for count in counts if count is not None]
     return max(counts) if counts else None
 
 

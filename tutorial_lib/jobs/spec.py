@@ -185,6 +185,13 @@ def make_spec(config: TrainConfig, nodes: int = 1, ranks_per_node: int = 1, time
                                                            for a in module_args)):  # NUL: no argv can hold it
         raise ConfigError("module_args: must be a list of single-line strings without NUL bytes. Fix: e.g. "
                           "['allreduce', '--out', 'x']")
+    for index, argument in enumerate(module_args or ()):
+        try:
+            _bytes(argument)
+        except UnicodeEncodeError:  # r43s: a lone surrogate such as '\ud800' has no bytes an argv can carry
+            raise ConfigError(f"module_args: argument {index} ({shorten(argument)}) holds a character that has no "
+                              "bytes in a command line (a lone surrogate). Fix: remove that character, or build the "
+                              "argument with os.fsdecode() from the bytes you mean.") from None
     sizes = [_bytes(a) for a in module_args or ()]
     if max(sizes, default=0) > ARG_MOST_BYTES or sum(sizes) + 9 * len(sizes) > ARGS_MOST_BYTES:  # r43q: E2BIG
         raise ConfigError(f"module_args: {len(sizes):,} argument(s) of {sum(sizes):,} bytes (the longest "

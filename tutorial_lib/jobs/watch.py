@@ -31,6 +31,7 @@ from tutorial_lib.engine.errors import shorten
 from tutorial_lib.jobs.local import local_seen
 from tutorial_lib.jobs.slurm_values import is_job_id
 from tutorial_lib.jobs.states import Seen, from_slurm
+from tutorial_lib.numbers import whole_number
 from tutorial_lib.rundir.job_exits import last_exit
 from tutorial_lib.rundir.layout import DONE_FILE, slurm_log
 
@@ -101,9 +102,9 @@ def parse_squeue(text: str) -> dict[str, dict]:
         if len(values) < len(SQUEUE_FIELDS):
             continue
         fields = dict(zip(SQUEUE_FIELDS.values(), (v.strip() for v in values), strict=False))
-        raw = fields["ExitCode"]
-        if raw.isdigit():  # a wait status: code in the high byte, the signal in the low bits
-            fields["ExitCode"] = f"{int(raw) >> 8}:{int(raw) & 0x7F}"
+        status = whole_number(fields["ExitCode"])
+        if status is not None:  # a wait status: code in the high byte, the signal in the low bits
+            fields["ExitCode"] = f"{status >> 8}:{status & 0x7F}"
         fields["StdOut"] = fields["StdOut"].replace("%j", fields["JobId"])
         jobs[fields["JobId"]] = fields
     return jobs
@@ -113,12 +114,11 @@ def seen_from_squeue(fields: dict) -> Seen:
     """A job's state from its squeue fields: Slurm's own answer."""
     raw = fields["JobState"]
     state = from_slurm(raw)
-    code = fields["ExitCode"].split(":")[0]
+    code = whole_number(fields["ExitCode"].split(":")[0])
     reason = "" if fields.get("Reason") in ("None", "", None) else f"Slurm's reason: {fields['Reason']}"
     if state == "unknown":
         reason = f"Slurm state {raw} is not one this watcher knows"
-    return Seen(state, "slurm", exit_code=int(code) if code.isdigit() and state in ("completed", "failed",
-                                                                                 "cancelled", "timeout") else None,
+    return Seen(state, "slurm", exit_code=code if state in ("completed", "failed", "cancelled", "timeout") else None,
                 reason=reason, slurm_state=raw, fields=fields)
 
 
@@ -254,8 +254,8 @@ class Watcher:
         """A Slurm command's result, or what went wrong running it (a string)."""
         self.calls[command[0]] += 1
         try:
-            return subprocess.run(command, capture_output=True, text=True, env=slurm_env(conf),
-                                  timeout=COMMAND_TIMEOUT_S)
+            return subprocess.run(command, capture_output=True, text=True, errors="replace",  # r43s: Latin-1 names
+                                  env=slurm_env(conf), timeout=COMMAND_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return f"{command[0]} did not answer within {COMMAND_TIMEOUT_S:g} s"
         except OSError as exc:
@@ -297,8 +297,7 @@ class Watcher:
             parts = line.split("|")
             if len(parts) == 3 and parts[0] in ids:
                 raw = parts[1].split()[0] if parts[1].strip() else "UNKNOWN"
-                code = parts[2].split(":")[0]
-                answers[parts[0]] = Seen(from_slurm(raw), "sacct", exit_code=int(code) if code.isdigit() else None,
+                answers[parts[0]] = Seen(from_slurm(raw), "sacct", exit_code=whole_number(parts[2].split(":")[0]),
                                          slurm_state=raw)
         return answers
 

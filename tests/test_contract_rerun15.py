@@ -1,0 +1,164 @@
+"""What the twelfth re-run of issue 43 (/work/wt/notes/r43s-report.md) found at bce4e65, each failing on the code
+before (checked by reverting the library change):
+
+* T1: a written path through a dangling link followed by ``..`` (``dang/../runs``): the dangling-link check took
+  ``os.path.abspath`` first, which drops ``dang/..`` before the link is seen, and the job ran in the link's
+  missing target (made for it);
+* T2: a ``module_args`` string with a lone surrogate (``'\\ud800'``): a UnicodeEncodeError traceback from
+  make_spec;
+* T3: Slurm's answers read as numbers with ``str.isdigit()`` (true for ``'²'`` and for 5,000 digits, which
+  ``int()`` refuses) or decoded as strict UTF-8: every Job method raised; the same reading of a ``--val-labels``
+  file, ``sinfo``'s CPU counts and the rendezvous helper's job id.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.conftest import command_in_process
+from tests.test_contract_rerun2 import _one_line
+from tutorial_lib import jobs
+from tutorial_lib.engine.config import ConfigError, make_config
+from tutorial_lib.exits import EXIT_REFUSED
+from tutorial_lib.jobs import watch
+from tutorial_lib.jobs.record import write_job_file
+from tutorial_lib.numbers import whole_number
+
+
+@pytest.fixture
+def no_backend(monkeypatch):
+    for place, name in ((jobs, "submit_local"), (jobs.slurm, "submit_slurm")):
+        monkeypatch.setattr(place, name, lambda *a, **k: pytest.fail("a job was handed to a backend"))
+
+
+@pytest.fixture
+def dangling(tmp_path, monkeypatch):
+    """A working folder holding ``dang``, a symbolic link to ``gone/x`` (``gone`` does not exist)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "dang").symlink_to(tmp_path / "gone" / "x")
+    return tmp_path
+
+
+def test_an_output_root_through_a_dangling_link_and_dotdot_is_refused(dangling, no_backend):
+    cfg = make_config("smoke", output_root="dang/../runs", name="r", epochs=1, progress=False)
+    for call in (lambda: jobs.make_spec(cfg), lambda: jobs.submit(cfg, backend="local")):
+        with pytest.raises(ConfigError, match=r"^output_root: .*symbolic link .*dang.*Fix: ") as caught:
+            call()
+        assert "\n" not in str(caught.value)
+    assert not (dangling / "gone").exists()
+
+
+@pytest.mark.parametrize("command", ["prepare", "pack"])
+def test_a_data_destination_through_a_dangling_link_and_dotdot_is_refused(dangling, jpeg_tree, command):
+    from tutorial_lib.data.__main__ import main
+
+    result = command_in_process(main, [command, str(jpeg_tree), "dang/../made"])
+    assert result.returncode == EXIT_REFUSED, result
+    line = _one_line(result.stderr, "DEST" if command == "prepare" else "SHARDS")
+    assert "symbolic link" in line and "dang" in line
+    assert not (dangling / "gone").exists()
+
+
+def test_module_args_with_a_lone_surrogate_are_refused_naming_module_args(tmp_path, no_backend):
+    cfg = make_config("smoke", output_root=str(tmp_path / "runs"), name="r")
+    for call in (lambda: jobs.make_spec(cfg, module="tutorial_lib.bench", module_args=["ok", "\ud800"]),
+                 lambda: jobs.submit(cfg, backend="local", module="tutorial_lib.bench", module_args=["\ud800"])):
+        with pytest.raises(ConfigError, match=r"^module_args: argument \d .*lone surrogate.*Fix: "):
+            call()
+    # a surrogate-escaped byte (what os.fsdecode makes of a non-UTF-8 name) is an argument like any other
+    assert jobs.make_spec(cfg, module="tutorial_lib.bench", module_args=["\udcff"]).module_args == ["\udcff"]
+    assert not (tmp_path / "runs").exists()
+
+
+# ------------------------------------------------------------------------ T3: numbers Slurm printed
+ANSWER = """#!/bin/bash
+# squeue's or sacct's stand-in: prints the bytes of $FAKE_<NAME>_OUT
+name=$(basename "$0"); var="FAKE_${name^^}_OUT"
+[[ -n ${!var:-} ]] && cat "${!var}"
+exit 0
+"""
+
+
+def _squeue_line(exit_code: bytes, reason: bytes = b"None", state: bytes = b"COMPLETED") -> bytes:
+    values = {"JobId": b"12345", "JobName": b"r", "JobState": state, "Reason": reason, "NumNodes": b"1",
+              "NodeList": b"n1", "BatchHost": b"n1", "RunTime": b"0:05", "TimeLimit": b"30:00", "Restarts": b"0",
+              "ExitCode": exit_code, "StdOut": b"/r/slurm-%j.out", "Command": b"/r/job.sbatch"}
+    return watch._SEP.encode().join(values[name] for name in watch.SQUEUE_FIELDS.values()) + b"\n"
+
+
+CASES = {
+    "squeue exit code '²:0'": (_squeue_line("²:0".encode()), b""),
+    "squeue exit code of 5,000 digits": (_squeue_line(b"9" * 5000 + b":0"), b""),
+    "squeue wait status of 5,000 digits": (_squeue_line(b"9" * 5000), b""),
+    "squeue reason in Latin-1": (_squeue_line(b"0:0", reason=b"caf\xe9", state=b"PENDING"), b""),
+    "sacct exit code '²:0'": (b"", "12345|COMPLETED|²:0\n".encode()),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_slurm_answers_no_number_reads_as_are_no_traceback(tmp_path, monkeypatch, case):
+    squeue_out, sacct_out = CASES[case]
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name, text in (("squeue", squeue_out), ("sacct", sacct_out)):
+        (folder / name).write_text(ANSWER)
+        (folder / name).chmod(0o755)
+        (tmp_path / f"{name}.out").write_bytes(text)
+        monkeypatch.setenv(f"FAKE_{name.upper()}_OUT", str(tmp_path / f"{name}.out"))
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    write_job_file(tmp_path / "run", {"backend": "slurm", "id": "12345", "name": "r", "spec": {}})
+    watch.replace_watcher(watch.Watcher(min_interval=0.01, max_backoff=0.04))
+    try:
+        job = jobs.attach(tmp_path / "run")
+        assert job.state in ("COMPLETED", "PENDING", "UNKNOWN")
+        assert job.status()["exit_code"] in (None, 0)
+        job.explain(), repr(job), job.done()
+        assert job.wait(timeout=0.5, poll=0.05, check=False) in ("COMPLETED", "PENDING", "UNKNOWN")
+    finally:
+        watch.replace_watcher()
+
+
+@pytest.mark.parametrize("text, below, expected", [
+    ("0", 2**31, 0), ("2147483647", 2**31, 2**31 - 1), ("2147483648", 2**31, None), ("²", 2**31, None),
+    ("٣", 2**31, None), ("9" * 5000, 2**31, None), ("", 2**31, None), ("-1", 2**31, None), ("3", 3, None),
+    ("2", 3, 2),
+])
+def test_whole_number_takes_plain_ascii_digits_in_range(text, below, expected):
+    assert whole_number(text, below) == expected
+
+
+def test_sinfo_counts_no_number_reads_stay_text():
+    from tutorial_lib.jobs.slurm import parse_sinfo
+
+    node, = parse_sinfo(f"n1|gpu*|idle|²|{'9' * 5000}|(null)\n")
+    assert node["cpus"] == "²" and node["memory_mb"] == "9" * 5000
+
+
+@pytest.mark.parametrize("label", ["²", "9" * 5000])
+def test_val_labels_of_digits_python_cannot_read_are_refused_naming_the_line(tmp_path, label):
+    from tutorial_lib.data import PrepareError
+    from tutorial_lib.data.layouts import val_labels
+
+    labels = tmp_path / "labels.txt"
+    labels.write_text(f"a.JPEG 0\nb.JPEG {label}\n")
+    with pytest.raises(PrepareError, match=r"^--val-labels: line 2 of .* Fix:"):
+        val_labels(labels, ["n01440764", "n01443537"])
+
+
+@pytest.mark.parametrize("job_id", ["²", "9" * 5000, "4294967296"])
+def test_the_rendezvous_helper_refuses_a_job_id_it_cannot_read(job_id):
+    from tutorial_lib.jobs.rendezvous import main
+
+    result = command_in_process(main, [job_id])
+    assert result.returncode == EXIT_REFUSED and result.stderr.startswith("error: JOB_ID"), result
+
+
+@pytest.mark.parametrize("value", ["²", "9" * 5000])
+def test_hand_inputs_of_digits_python_cannot_read_name_the_variable(value):
+    from tutorial_lib.jobs.record import read_launch
+    from tutorial_lib.jobs.spec import JobError
+
+    with pytest.raises(JobError, match=r"^RANKS_PER_NODE: .* is not a whole number"):
+        read_launch({"RANKS_PER_NODE": value})
