@@ -162,3 +162,18 @@ def test_hand_inputs_of_digits_python_cannot_read_name_the_variable(value):
 
     with pytest.raises(JobError, match=r"^RANKS_PER_NODE: .* is not a whole number"):
         read_launch({"RANKS_PER_NODE": value})
+
+
+def test_rundir_fresh_of_a_linked_run_directory_names_the_link_and_removes_nothing(tmp_path):
+    """r43r (acceptable, imprecise): "is not a folder" for a link to a folder, with a fix that did not fit."""
+    from tutorial_lib.rundir.__main__ import main
+
+    target = tmp_path / "theirs"
+    target.mkdir()
+    (target / "metrics.jsonl").write_text("{}\n")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "r").symlink_to(target)
+    result = command_in_process(main, ["fresh", str(tmp_path / "runs" / "r")])
+    assert result.returncode == EXIT_REFUSED
+    assert "symbolic link to" in _one_line(result.stderr, "fresh: ")
+    assert (target / "metrics.jsonl").read_text() == "{}\n"

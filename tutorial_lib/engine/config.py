@@ -17,11 +17,12 @@ from pathlib import Path
 from tutorial_lib.engine.errors import ConfigError, shorten
 from tutorial_lib.engine.errors import fail as _fail
 from tutorial_lib.engine.validate import (
+    check_data,
     check_index_dir,
+    check_model,
     check_not_system_folder,
     check_numbers,
     check_path_text,
-    check_shards,
     check_stage_to,
     path_setting,
 )
@@ -377,29 +378,7 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     if cfg.nesterov and cfg.optimizer == "lars":
         _fail("nesterov", "LARS has no Nesterov variant here (it would be ignored)",
               "use --nesterov false with --optimizer lars, or --optimizer sgd")
-    from tutorial_lib.engine.models import available_archs  # local: torchvision import is slow
-
-    if cfg.arch not in available_archs():
-        close = [a for a in available_archs() if a.startswith(cfg.arch[:3])][:5]
-        _fail("arch", f"unknown torchvision model {shorten(cfg.arch)}",
-              f"use a torchvision classification model name such as {', '.join(close or ['resnet50'])}")
-    if cfg.norm == "group" and not cfg.arch.startswith(("resnet", "resnext", "wide_resnet")):
-        _fail("norm", "group norm is only wired for ResNet-family models", "use --norm batch")
-    from tutorial_lib.engine.models import fixed_image_size, has_batch_norm, runs_at, smallest_image_size
-
-    if fixed_image_size(cfg.arch) not in (None, cfg.image_size):  # an AssertionError at the first step otherwise
-        _fail("image_size", f"{cfg.image_size} px, and {cfg.arch} takes only {fixed_image_size(cfg.arch)} px images",
-              f"pass --image-size {fixed_image_size(cfg.arch)}, or another --arch (e.g. resnet18)")
-    # "Output size is too small" at the first step otherwise; a size above the usual ones that does not run on the
-    # meta device overflows its shapes (r43m: 10^9 px was called too small) and gets the memory estimate below
-    if cfg.image_size <= 299 and not runs_at(cfg.arch, cfg.image_size):
-        _fail("image_size", f"{cfg.image_size} px is too small for {cfg.arch}: its layers shrink it below one pixel",
-              f"pass --image-size {smallest_image_size(cfg.arch)} or more, or another --arch (e.g. resnet18 takes "
-              "16 px)")
-
-    if cfg.batch_size == 1 and has_batch_norm(cfg.arch, cfg.norm):  # ValueError at the first step otherwise
-        _fail("batch_size", f"1 image per rank cannot train {cfg.arch}: BatchNorm's statistics need two",
-              "pass --batch-size 2 or more, or --norm group (ResNets)")
+    check_model(cfg)
     if cuda_available is None:
         import torch
 
@@ -423,48 +402,8 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
     with path_setting("index_dir"):
         if cfg.index_dir:
             check_index_dir(cfg)
-    if cfg.data_format == "shards":
-        classes = check_shards(cfg, check_paths)
-        if classes is not None:
-            check_class_count(cfg, classes, f"the shards of {cfg.data_dir}")
-    elif check_paths and cfg.dataset == "imagefolder":
-        from tutorial_lib.data.file_index import class_folders
-        from tutorial_lib.engine.input.files import check_readable
-        from tutorial_lib.engine.input.folders import DataError, check_imagefolder, check_same_classes
-
-        with path_setting("data_dir"):
-            try:
-                root = check_imagefolder(cfg.data_dir)
-                classes = class_folders(root / "train", warn=False)[0]
-                # r43p: both were refused only once the run directory was written (file_index.json; epoch 1)
-                check_same_classes(root, classes, class_folders(root / "val", warn=False)[0])
-                for split in ("train", "val"):
-                    check_readable(root, split)
-            except DataError as exc:
-                raise ConfigError(str(exc)) from None
-        check_class_count(cfg, len(classes), f"{root}/train")
-    if check_paths and cfg.dataset == "digits":  # the export replaces data_dir: only ever a folder of ours
-        from tutorial_lib.engine.input.folders import DataError, check_digits_target
-
-        with path_setting("data_dir"):
-            try:
-                check_digits_target(cfg.data_dir)
-            except DataError as exc:
-                raise ConfigError(str(exc)) from None
-    if cfg.dataset == "digits":
-        check_class_count(cfg, DIGITS_CLASSES, "the digits data set")
+    check_data(cfg, check_paths)
     return cfg
-
-
-DIGITS_CLASSES = 10
-
-
-def check_class_count(cfg: TrainConfig, found: int, where: str) -> None:
-    """Refuse a ``num_classes`` other than the data's class count (0 takes it from the data): more outputs
-    than classes leave model.pt unloadable with its class names, fewer end in an IndexError mid-training."""
-    if cfg.num_classes and cfg.num_classes != found:
-        _fail("num_classes", f"{cfg.num_classes} was given but {where} has {found} class folders",
-              f"leave --num-classes 0 (taken from the data), or give {found}")
 
 
 def field_choices() -> dict[str, tuple]:

@@ -1,9 +1,10 @@
 """The settings' ranges: every float checked for finiteness and its range, every count for its sign, the
 node-local and index folders checked for form and place, a pack of shards checked before training.
 
-Called by :func:`tutorial_lib.engine.config.validate`. ``nan`` passes every ``<``/``>`` comparison as False,
-so each float is first checked with :func:`math.isfinite`: ``--base-lr nan``, ``inf`` and ``--momentum nan``
-are refused here instead of reaching the optimiser.
+The model and the training data are checked against the config here too (:func:`check_model`,
+:func:`check_data`). Called by :func:`tutorial_lib.engine.config.validate`. ``nan`` passes every ``<``/``>``
+comparison as False, so each float is first checked with :func:`math.isfinite`: ``--base-lr nan``, ``inf`` and
+``--momentum nan`` are refused here instead of reaching the optimiser.
 """
 
 from __future__ import annotations
@@ -178,3 +179,78 @@ def check_path_text(name: str, value: str) -> None:
         fail(name, f"{shorten(value)} {problem[0]}", problem[1])
     if name == "output_root" and not value.strip():
         fail(name, "is empty, which would put the run into the working directory", "pass e.g. --output-root runs")
+
+
+def check_data(cfg, check_paths: bool = True) -> None:
+    """The training data against the config: a pack of shards, or (``check_paths``) an ImageNet-layout folder
+    whose train/ and val/ hold the same readable classes, or a digits export target that is only ever ours; and
+    ``num_classes`` against the classes found."""
+    if cfg.data_format == "shards":
+        classes = check_shards(cfg, check_paths)
+        if classes is not None:
+            check_class_count(cfg, classes, f"the shards of {cfg.data_dir}")
+    elif check_paths and cfg.dataset == "imagefolder":
+        from tutorial_lib.data.file_index import class_folders
+        from tutorial_lib.engine.input.files import check_readable
+        from tutorial_lib.engine.input.folders import DataError, check_imagefolder, check_same_classes
+
+        with path_setting("data_dir"):
+            try:
+                root = check_imagefolder(cfg.data_dir)
+                classes = class_folders(root / "train", warn=False)[0]
+                # r43p: both were refused only once the run directory was written (file_index.json; epoch 1)
+                check_same_classes(root, classes, class_folders(root / "val", warn=False)[0])
+                for split in ("train", "val"):
+                    check_readable(root, split)
+            except DataError as exc:
+                raise ConfigError(str(exc)) from None
+        check_class_count(cfg, len(classes), f"{root}/train")
+    if check_paths and cfg.dataset == "digits":  # the export replaces data_dir: only ever a folder of ours
+        from tutorial_lib.engine.input.folders import DataError, check_digits_target
+
+        with path_setting("data_dir"):
+            try:
+                check_digits_target(cfg.data_dir)
+            except DataError as exc:
+                raise ConfigError(str(exc)) from None
+    if cfg.dataset == "digits":
+        check_class_count(cfg, DIGITS_CLASSES, "the digits data set")
+
+
+DIGITS_CLASSES = 10
+
+
+def check_class_count(cfg, found: int, where: str) -> None:
+    """Refuse a ``num_classes`` other than the data's class count (0 takes it from the data): more outputs
+    than classes leave model.pt unloadable with its class names, fewer end in an IndexError mid-training."""
+    if cfg.num_classes and cfg.num_classes != found:
+        fail("num_classes", f"{cfg.num_classes} was given but {where} has {found} class folders",
+             f"leave --num-classes 0 (taken from the data), or give {found}")
+
+
+def check_model(cfg) -> None:
+    """The model against the config: a torchvision model name, a norm it is wired for, an image size it takes
+    and does not shrink below one pixel, and two images per rank where BatchNorm needs statistics."""
+    from tutorial_lib.engine.models import available_archs  # local: torchvision import is slow
+
+    if cfg.arch not in available_archs():
+        close = [a for a in available_archs() if a.startswith(cfg.arch[:3])][:5]
+        fail("arch", f"unknown torchvision model {shorten(cfg.arch)}",
+             f"use a torchvision classification model name such as {', '.join(close or ['resnet50'])}")
+    if cfg.norm == "group" and not cfg.arch.startswith(("resnet", "resnext", "wide_resnet")):
+        fail("norm", "group norm is only wired for ResNet-family models", "use --norm batch")
+    from tutorial_lib.engine.models import fixed_image_size, has_batch_norm, runs_at, smallest_image_size
+
+    if fixed_image_size(cfg.arch) not in (None, cfg.image_size):  # an AssertionError at the first step otherwise
+        fail("image_size", f"{cfg.image_size} px, and {cfg.arch} takes only {fixed_image_size(cfg.arch)} px images",
+             f"pass --image-size {fixed_image_size(cfg.arch)}, or another --arch (e.g. resnet18)")
+    # "Output size is too small" at the first step otherwise; a size above the usual ones that does not run on the
+    # meta device overflows its shapes (r43m: 10^9 px was called too small) and gets the memory estimate below
+    if cfg.image_size <= 299 and not runs_at(cfg.arch, cfg.image_size):
+        fail("image_size", f"{cfg.image_size} px is too small for {cfg.arch}: its layers shrink it below one pixel",
+             f"pass --image-size {smallest_image_size(cfg.arch)} or more, or another --arch (e.g. resnet18 takes "
+             "16 px)")
+
+    if cfg.batch_size == 1 and has_batch_norm(cfg.arch, cfg.norm):  # ValueError at the first step otherwise
+        fail("batch_size", f"1 image per rank cannot train {cfg.arch}: BatchNorm's statistics need two",
+             "pass --batch-size 2 or more, or --norm group (ResNets)")

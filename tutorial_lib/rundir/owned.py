@@ -11,6 +11,7 @@ when their marker holds the generator's settings and every other file is one of 
 from __future__ import annotations
 
 import json
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -163,7 +164,11 @@ def clearable_files(run_dir: str | Path, what: str = "fresh") -> list[Path]:
     run_dir = Path(run_dir)
     if not run_dir.exists() and not run_dir.is_symlink():
         return []
-    if run_dir.is_symlink() or not run_dir.is_dir():
+    if run_dir.is_symlink():  # never removed through: the files it leads to may be anyone's
+        raise RunDirError(f"{what}: {run_dir} is a symbolic link to {os.readlink(run_dir)!r}, and a fresh start "
+                          "removes nothing through a link; nothing was removed. Fix: pass the folder it leads to as "
+                          "the run directory, or choose another run name.")
+    if not run_dir.is_dir():
         raise RunDirError(f"{what}: {run_dir} is not a folder; nothing was removed. Fix: choose another run name.")
     ours, others = classify(run_dir)
     if others:
