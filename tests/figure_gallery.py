@@ -233,16 +233,16 @@ def _study_06(tmp_path: Path):
 def _scaling_06(results):
     import matplotlib.pyplot as plt
 
-    from tutorial_lib.analyses import study
+    from tutorial_lib.analyses import reference, study
     from tutorial_lib.figures import plots
 
     fig, (scale, eff) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
     study.plot_scaling_results(results, scale, eff)
-    reference = study.reference_frame("hal")
+    published = reference.reference_frame("hal")
     fig_cmp, (ref, ref_eff) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
-    plots.plot_scaling(reference["gpus"], reference["images_per_sec"], ax=ref, label="the HAL benchmark (V100)")
-    study.plot_efficiency_vs_reference(results, reference, ax=ref_eff, label="this study (smoke)",
-                                       reference_label="the HAL benchmark (V100)")
+    plots.plot_scaling(published["gpus"], published["images_per_sec"], ax=ref, label="the HAL benchmark (V100)")
+    reference.plot_efficiency_vs_reference(results, published, ax=ref_eff, label="this study (smoke)",
+                                           reference_label="the HAL benchmark (V100)")
     return fig, fig_cmp
 
 

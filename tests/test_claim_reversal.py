@@ -464,11 +464,11 @@ def test_outcome_reverses(tmp_path):
 
 
 def test_projection_claim_reverses():
-    """study.projection_claim over a projection that stays flat, then one that falls; the measured efficiency
+    """reference.projection_claim over a projection that stays flat, then one that falls; the measured efficiency
     and the unit (CPU ranks or GPUs) come from the results fed."""
     import pandas as pd
 
-    from tutorial_lib.analyses import study
+    from tutorial_lib.analyses import reference
 
     def projection(efficiencies):
         return pd.DataFrame({"projected efficiency (%)": efficiencies}, index=pd.Index([1, 8, 64], name="GPUs"))
@@ -476,8 +476,8 @@ def test_projection_claim_reverses():
     cpu = pd.DataFrame({"gpus": [1, 2], "images_per_sec": [70.2, 72.8], "efficiency": [1.0, 0.519],
                         "on_gpu": [False, False]})
     gpu = cpu.assign(on_gpu=[True, True], efficiency=[1.0, 0.93])
-    flat = study.projection_claim(projection([100.0, 99.9, 99.6]), cpu)
-    falls = study.projection_claim(projection([100.0, 95.0, 80.0]), gpu)
+    flat = reference.projection_claim(projection([100.0, 99.9, 99.6]), cpu)
+    falls = reference.projection_claim(projection([100.0, 95.0, 80.0]), gpu)
     assert (flat.verdict, falls.verdict) == ("flat", "falls")
     assert "70.2 img/s per rank" in flat.sentence and "measured 51.9% at 2 CPU ranks" in flat.sentence
     assert "projects 80.0% at 64 GPUs" in falls.sentence and "measured 93.0% at 2 GPUs" in falls.sentence

@@ -272,19 +272,19 @@ def test_06s_hal_form_table_and_projection_sentence_give_no_number_for_an_undeci
     verdicts.scaling_verdict's decision; a ranked pair keeps its number, with its range."""
     import pandas as pd
 
-    from tutorial_lib.analyses import study
+    from tutorial_lib.analyses import reference, study
 
     thin = _two_runs((165.0, 172.0), (90.0, 100.0)).assign(top1=50.0, top5=90.0)  # two epochs per run: unranked
     assert list(study.readable(thin)["throughput efficiency (%)"]) == ["100.0", NOT_DISTINGUISHABLE]
     projection = pd.DataFrame({"projected efficiency (%)": [100.0, 99.9, 99.6]},
                               index=pd.Index([1, 8, 64], name="modelled ranks"))
-    said = study.projection_claim(projection, thin)
+    said = reference.projection_claim(projection, thin)
     assert "measured 28" not in said.sentence and f"2 CPU ranks is {NOT_DISTINGUISHABLE}" in said.sentence, said
     assert "2 epochs measured per run" in said.sentence
     ranked = _two_runs((165.0, 170.0, 172.0), (120.0, 125.0, 130.0)).assign(top1=50.0, top5=90.0)
     cell = list(study.readable(ranked)["throughput efficiency (%)"])[1]
     assert cell == "37.0 (34.9-39.4)", cell
-    assert "The measured 37.0% at 2 CPU ranks" in study.projection_claim(projection, ranked).sentence
+    assert "The measured 37.0% at 2 CPU ranks" in reference.projection_claim(projection, ranked).sentence
 
 
 def test_ratios_keep_about_three_significant_digits_and_staging_names_its_cause_as_likely():

@@ -9,7 +9,7 @@ import matplotlib
 import pytest
 from test_study import epoch, fake_run
 
-from tutorial_lib.analyses import study
+from tutorial_lib.analyses import reference, study
 from tutorial_lib.figures import plots
 
 matplotlib.use("Agg")
@@ -46,7 +46,7 @@ def test_scaling_figures_name_what_ran(cpu_sweep, device):
     assert ax.get_xlabel() == unit and ax.get_ylabel() == f"throughput (images/s, all {unit})"
     assert ax.lines[0].get_label() == f"ideal (linear from 1 {unit[:-1]})"
     assert plots.plot_efficiency(results["gpus"], results["efficiency"], unit=unit).get_xlabel() == unit
-    both = study.plot_efficiency_vs_reference(results, study.reference_frame("hal"), label="this study (smoke)",
+    both = reference.plot_efficiency_vs_reference(results, reference.reference_frame("hal"), label="this study (smoke)",
                                               reference_label="the HAL benchmark (V100)")
     # the notebook's labels carry their own brackets: the axis label does not nest them in more
     assert (both.get_xlabel() == "GPUs: the HAL benchmark (V100); CPU ranks: this study (smoke)") == (device == "cpu")
@@ -57,11 +57,11 @@ def test_scaling_figures_name_what_ran(cpu_sweep, device):
 
 def test_projections_name_what_they_project_from(cpu_sweep, device):
     results = study.collect(cpu_sweep)
-    projection = study.projection_from_run(cpu_sweep[0], [1, 2, 64])
+    projection = reference.projection_from_run(cpu_sweep[0], [1, 2, 64])
     unit = _unit(device)
     assert projection.attrs["basis"] == f"resnet18 at 16 px on 1 {unit[:-1]}"
     assert (projection.index.name == "GPUs") == (device != "cpu")  # a CPU rank is no GPU of the model's cluster
-    claim = study.projection_claim(projection, results)
+    claim = reference.projection_claim(projection, results)
     assert f"img/s per rank (resnet18 at 16 px on 1 {unit[:-1]})" in claim.sentence
     assert ("64 modelled ranks" in claim.sentence) == (device == "cpu")
     note = study.time_projection_note(results, 90)

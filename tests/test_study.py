@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tutorial_lib.analyses import batch_jobs, study
+from tutorial_lib.analyses import batch_jobs, reference, study
 from tutorial_lib.rundir.layout import CONFIG_FILE, JOB_FILE, JOB_LOG, METRICS_FILE
 from tutorial_lib.scaling import IMAGENET_TRAIN_IMAGES
 
@@ -117,7 +117,7 @@ def test_accuracy_runs_are_labelled_by_global_batch(sweep):
 
 
 def test_reference_000_rows_match_its_published_numbers():
-    frame = study.reference_frame("hal")
+    frame = reference.reference_frame("hal")
     assert list(frame["gpus"]) == [2, 4, 8, 16, 32, 64]
     assert list(frame["nodes"]) == [1, 1, 2, 4, 8, 16]
     assert list(frame["global_batch"]) == [416, 832, 1664, 3328, 6656, 13312]
@@ -125,7 +125,7 @@ def test_reference_000_rows_match_its_published_numbers():
     assert frame["time_to_train_s"].iloc[-1] == pytest.approx(3600 + 7 * 60 + 51.31)
     assert frame["efficiency"].iloc[0] == 1.0
     assert frame["efficiency"].iloc[-1] == pytest.approx(33100 / 32 / 1582)
-    table = study.reference_table("hal")
+    table = reference.reference_table("hal")
     assert table.loc["hal: 64 GPUs", "90 epochs (published)"] == "1h07m51s"
     assert set(table["top-1 (%)"]) == {76.0} and set(table["top-5 (%)"]) == {93.0}
     # two different figures, each named for what it measures: per-GPU logged throughput, and published wall time
@@ -133,14 +133,15 @@ def test_reference_000_rows_match_its_published_numbers():
     published_2, published_64 = 20 * 3600 + 36 * 60 + 51.11, 3600 + 7 * 60 + 51.31
     assert table.loc["hal: 64 GPUs", "time-to-solution efficiency (%)"] == round(
         100 * 2 * published_2 / (64 * published_64), 1)
-    assert f"{table.loc['hal: 64 GPUs', 'time-to-solution efficiency (%)']:.1f}%" in study.model_comparison_text("hal")
+    efficiency = table.loc["hal: 64 GPUs", "time-to-solution efficiency (%)"]
+    assert f"{efficiency:.1f}%" in reference.model_comparison_text("hal")
 
 
 def test_projection_from_one_run_starts_at_its_measured_rate_and_says_projected(sweep):
     one_gpu = sweep[1]  # s-1: one GPU
     (one_gpu / "config.json").write_text(json.dumps({**json.loads((one_gpu / "config.json").read_text()),
                                                      "parameters": 25_557_032, "bucket_cap_mb": 25}))
-    table = study.projection_from_run(one_gpu, [1, 4, 64])
+    table = reference.projection_from_run(one_gpu, [1, 4, 64])
     assert list(table.index) == [1, 4, 64]
     assert table.loc[1, "projected throughput (img/s)"] == round(study.run_record(one_gpu)["images_per_sec"])
     assert table.loc[1, "projected efficiency (%)"] == 100.0
@@ -149,7 +150,7 @@ def test_projection_from_one_run_starts_at_its_measured_rate_and_says_projected(
 
 
 def test_model_comparison_text_is_the_table_without_assumptions():
-    short, full = study.model_comparison_text("hal"), study.model_comparison_text("hal", details=True)
+    short, full = reference.model_comparison_text("hal"), reference.model_comparison_text("hal", details=True)
     assert "limited by" in short and "Assumptions" not in short
     assert full.startswith(short) and "Assumptions" in full
 
@@ -169,7 +170,7 @@ def test_efficiency_plot_puts_both_studies_on_one_axis(sweep):
     import matplotlib
 
     matplotlib.use("Agg")
-    ax = study.plot_efficiency_vs_reference(study.collect(sweep), study.reference_frame("hal"),
+    ax = reference.plot_efficiency_vs_reference(study.collect(sweep), reference.reference_frame("hal"),
                                             label="mine", reference_label="ref")
     labels = [line.get_label() for line in ax.lines]
     assert "mine" in labels and "ref" in labels
