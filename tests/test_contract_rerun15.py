@@ -177,3 +177,20 @@ def test_rundir_fresh_of_a_linked_run_directory_names_the_link_and_removes_nothi
     assert result.returncode == EXIT_REFUSED
     assert "symbolic link to" in _one_line(result.stderr, "fresh: ")
     assert (target / "metrics.jsonl").read_text() == "{}\n"
+
+
+def test_the_submit_line_names_the_run_directory_the_job_reports(tmp_path, capsys):
+    """r43r (acceptable, inconsistent): a run directory that is a link to an empty folder of the user's was printed
+    as the link at submit, while the Job said the folder it leads to."""
+    target = tmp_path / "mine"
+    target.mkdir()
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "r").symlink_to(target)
+    cfg = make_config("smoke", output_root=str(tmp_path / "runs"), name="r", dataset="synthetic", epochs=1,
+                      max_steps_per_epoch=1, image_size=16, batch_size=4, progress=False)
+    job = jobs.submit(cfg, backend="local", ranks_per_node=1, verbose=True)
+    try:
+        assert f"run directory {job.run_dir};" in capsys.readouterr().out
+    finally:
+        job.cancel()
+        job.wait(timeout=120, check=False)

@@ -330,7 +330,7 @@ def _launch(spec: JobSpec, chosen: str, fresh: bool, after: Job | None, verbose:
     watcher().submitted(job)
     if verbose:
         print(f"submitted {job.name}: job {job_id} on {chosen}, {spec.nodes} node(s) x {spec.ranks_per_node} "
-              f"rank(s), run directory {spec.run_dir}; {spec.time_note}")
+              f"rank(s), run directory {job.run_dir}; {spec.time_note}")
     return job
 
 
