@@ -305,7 +305,8 @@ def test_a_hidden_folder_is_no_class_for_any_reader(tmp_path, fake_sources):
     assert ".ipynb_checkpoints" not in os.listdir(tmp_path / "dest" / "train")
 
 
-@pytest.mark.parametrize("member", ["../x.tar", "a/n01440764.tar", ".ipynb_checkpoints.tar", "n01440764", "-rf.tar"])
+@pytest.mark.parametrize("member", ["../x.tar", "a/n01440764.tar", ".ipynb_checkpoints.tar", "n01440764", "-rf.tar",
+                                    "a\nb.tar", " .tar", "n01440764 .tar"])  # r43s: the last three became classes
 def test_an_outer_archive_member_that_is_not_a_plain_class_is_refused_naming_it(member, tmp_path, fake_sources):
     """An outer tar member ``../x.tar`` became class ``x`` (and ``-rf.tar`` class ``-rf``, read as an option)."""
     from tutorial_lib.data.layouts import PrepareError

@@ -22,6 +22,7 @@ from tests.test_contract_rerun2 import _one_line
 from tutorial_lib import jobs
 from tutorial_lib.engine.config import ConfigError, make_config
 from tutorial_lib.exits import EXIT_REFUSED
+from tutorial_lib.figures import monitor
 from tutorial_lib.jobs import watch
 from tutorial_lib.jobs.record import write_job_file
 from tutorial_lib.numbers import whole_number
@@ -194,3 +195,20 @@ def test_the_submit_line_names_the_run_directory_the_job_reports(tmp_path, capsy
     finally:
         job.cancel()
         job.wait(timeout=120, check=False)
+
+
+# ------------------------------------------------------------------------ T4: seconds no clock can count
+@pytest.mark.parametrize("call", [
+    lambda job: job.wait(timeout=10**400, check=False), lambda job: job.wait(timeout=1e300, check=False),
+    lambda job: job.wait(poll=1e300, check=False),
+    lambda job: monitor.watch(job, timeout="10"), lambda job: monitor.watch(job, timeout=10**400),
+    lambda job: monitor.watch(job, refresh=-1), lambda job: monitor.watch(job, refresh=0),
+    lambda job: monitor.follow(job, every=-1), lambda job: monitor.follow(job, timeout=float("nan")),
+], ids=["wait-timeout-int", "wait-timeout-1e300", "wait-poll-1e300", "watch-timeout-text", "watch-timeout-int",
+        "watch-refresh-negative", "watch-refresh-zero", "follow-every-negative", "follow-timeout-nan"])
+def test_seconds_no_clock_can_count_are_refused_naming_the_argument(tmp_path, call):
+    from tests.test_live_view import fake_job
+
+    job = fake_job(tmp_path, "done", "COMPLETED", epochs_done=1)
+    with pytest.raises(ConfigError, match=r"^(timeout|poll|refresh|every): expected a number of seconds .* Fix: "):
+        call(job)

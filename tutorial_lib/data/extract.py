@@ -55,11 +55,13 @@ def class_archive_name(member: tarfile.TarInfo, archive: str) -> str:
                            "archives.")
     name = member_name(member, archive)
     stem = name[:-len(".tar")] if name.endswith(".tar") else ""
+    # r43s: 'a\nb.tar' and ' .tar' became class folders named with a newline and a blank
     if (member.name.removeprefix("./") != name or not stem or not is_class_folder(stem)
-            or stem.startswith("-")):
+            or stem.startswith("-") or not stem.isprintable() or stem.strip() != stem):
         raise PrepareError(f"SOURCE: {archive} holds {member.name[:200]!r}, which is not a class archive (<class>.tar "
-                           "at the top of the archive, the class a plain folder name not starting with '-'); nothing "
-                           "was extracted. Fix: pass the original ImageNet archives.")
+                           "at the top of the archive, the class a plain folder name: printable, no blanks at its "
+                           "ends, not starting with '-'); nothing was extracted. Fix: pass the original ImageNet "
+                           "archives.")
     return name
 
 

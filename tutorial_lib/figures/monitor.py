@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from tutorial_lib.figures import plots
+from tutorial_lib.jobs.spec import check_seconds
 from tutorial_lib.jobs.states import FINAL_STATES
 from tutorial_lib.rundir.layout import METRICS_FILE
 from tutorial_lib.rundir.metrics import read_metrics
@@ -334,7 +335,9 @@ def _loop(monitor: Monitor, timeout: float | None):
         yield monitor.refresh if left is None else min(monitor.refresh, left)
 
 
-def _start(jobs, refresh, cancel_controls, controls, active) -> Monitor:
+def _start(jobs, timeout, refresh, cancel_controls, controls, active) -> Monitor:
+    check_seconds("timeout", timeout)  # r43s: watch(timeout='10') was a TypeError, refresh=-1 a ValueError of sleep
+    check_seconds("refresh", refresh, allow_none=False, positive=True)
     monitor = Monitor(jobs, refresh)
     if monitor.notebook and cancel_controls and (live_frontend() if controls is None else controls):
         monitor.step(force=True)  # the figure first, the buttons below it
@@ -352,7 +355,7 @@ def watch(jobs, timeout: float | None = None, refresh: float = 2.0, cancel_contr
     overrides that detection (None: :func:`live_frontend`). ``save``: also write the final figure
     to this path (PNG, PDF...). In a notebook kernel, interrupting the kernel stops watching.
     """
-    monitor = _start(jobs, refresh, cancel_controls, controls, active=False)
+    monitor = _start(jobs, timeout, refresh, cancel_controls, controls, active=False)
     loop, why = _loop(monitor, timeout), None
     try:
         while True:
@@ -373,7 +376,7 @@ async def watch_async(jobs, timeout: float | None = None, refresh: float = 2.0, 
     While it awaits, a kernel that dispatches widget messages during async cells (ipykernel 7.4
     does) runs the Cancel buttons at once; older kernels run the clicks when the cell ends.
     """
-    monitor = _start(jobs, refresh, cancel_controls, controls, active=True)
+    monitor = _start(jobs, timeout, refresh, cancel_controls, controls, active=True)
     loop, why = _loop(monitor, timeout), None
     try:
         while True:
@@ -393,6 +396,8 @@ def epoch_line(name: str, record: dict) -> str:
 
 def follow(job, every: float = 5.0, timeout: float | None = None) -> str:
     """Print each new epoch of ``job`` as it is logged, until the job ends (or ``timeout`` s); return its state."""
+    check_seconds("every", every, allow_none=False, positive=True)
+    check_seconds("timeout", timeout)
     deadline = None if timeout is None else time.monotonic() + timeout
     printed = 0
     while True:

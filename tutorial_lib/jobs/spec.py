@@ -134,15 +134,20 @@ def check_counts(**counts) -> None:
                               f"Fix: pass e.g. {what}={low + 1}.")
 
 
+MOST_SECONDS = 1e9  # about 31 years: more is no wait anyone means, and time.sleep refuses far more
+
+
 def check_seconds(name: str, value, allow_none: bool = True, positive: bool = False) -> None:
     """Refuse a number of seconds that is not a finite real number >= 0 (> 0 with ``positive``; or None where
     allowed), naming it: ``timeout='10'`` would fail deep inside, ``nan`` or -1 would wait wrongly."""
     if value is None and allow_none:
         return
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not math.isfinite(value) or value < 0 or (positive and value == 0):
-        raise ConfigError(f"{name}: expected a number of seconds {'> 0' if positive else '>= 0'}"
-                          f"{' or None' if allow_none else ''}, got {shorten(value)}. Fix: e.g. {name}=10.")
+    # compared before isfinite: math.isfinite(10**400) and time.sleep(1e300) raise OverflowError (r43s)
+    if not number or not value <= MOST_SECONDS or not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise ConfigError(f"{name}: expected a number of seconds {'> 0' if positive else '>= 0'} and at most "
+                          f"{MOST_SECONDS:.0e}{' or None' if allow_none else ''}, got {shorten(value)}. "
+                          f"Fix: e.g. {name}=10.")
 
 
 def check_flags(**flags) -> None:
