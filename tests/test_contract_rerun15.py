@@ -212,3 +212,64 @@ def test_seconds_no_clock_can_count_are_refused_naming_the_argument(tmp_path, ca
     job = fake_job(tmp_path, "done", "COMPLETED", epochs_done=1)
     with pytest.raises(ConfigError, match=r"^(timeout|poll|refresh|every): expected a number of seconds .* Fix: "):
         call(job)
+
+
+# ------------------------------------------------------------------------ T6-T9: the bench and evaluate flags
+@pytest.fixture
+def user_file_link(tmp_path, monkeypatch):
+    """``uf``, a symbolic link to a user's file, in the working folder."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "user.txt").write_text("mine\n")
+    (tmp_path / "uf").symlink_to(tmp_path / "user.txt")
+    return tmp_path
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["loader", "--data-dir", "uf/x", "--workers", "0", "--batch-size", "2", "--image-size", "16"], "--data-dir"),
+    (["scan", "--tree", "uf/x", "--ranks", "1", "--classes", "2"], "--tree"),
+    (["loader", "--data-dir", "user.txt/x", "--workers", "0"], "--data-dir"),
+])
+def test_a_bench_path_through_a_file_names_its_flag(user_file_link, args, flag):
+    """T6: "'uf': File exists (errno 17)" and "'uf/x/train/n01440764': Not a directory", naming no flag."""
+    from tutorial_lib.bench.cli import main
+
+    result = command_in_process(main, args)
+    assert result.returncode == EXIT_REFUSED
+    assert "which is a file, not a folder" in _one_line(result.stderr, f"{flag}: ")
+    assert (user_file_link / "user.txt").read_text() == "mine\n"
+
+
+def test_an_output_root_through_a_file_names_output_root(user_file_link, no_backend):
+    cfg = make_config("smoke", output_root="uf/runs", name="r", epochs=1, progress=False)
+    with pytest.raises(ConfigError, match=r"^output_root: .*which is a file, not a folder.*Fix: "):
+        jobs.submit(cfg, backend="local")
+
+
+def test_bench_repeats_that_never_end_are_refused(tmp_path):
+    """T7: ``scan --repeats 10000000000`` ran on, printing nothing."""
+    from tutorial_lib.bench.cli import main
+
+    result = command_in_process(main, ["scan", "--tree", str(tmp_path / "t"), "--ranks", "1", "--repeats",
+                                       "10000000000"])
+    assert result.returncode == EXIT_REFUSED and "at most 1000" in _one_line(result.stderr, "--repeats: ")
+    assert not (tmp_path / "t").exists()
+
+
+def test_bench_runs_reference_too_long_for_a_path_names_reference(tmp_path):
+    """T8: "'xxxx…/config.json' (5,012 characters): File name too long", --reference not named."""
+    from tutorial_lib.bench.cli import main
+
+    (tmp_path / "run").mkdir()
+    result = command_in_process(main, ["runs", str(tmp_path / "run"), "--reference", "x" * 5000])
+    assert result.returncode == EXIT_REFUSED
+    _one_line(result.stderr, "--reference: ")
+
+
+def test_an_argparse_error_cuts_a_long_value_and_keeps_the_flag_and_choices(tmp_path):
+    """T9: evaluate echoed a 1 MB ``--device`` value whole (a 1,000,625-byte stderr)."""
+    from tutorial_lib.engine.model_file import main
+
+    result = command_in_process(main, [str(tmp_path), "--data-dir", str(tmp_path), "--device", "L" * 1_000_000])
+    assert result.returncode == EXIT_REFUSED and len(result.stderr) < 2000, len(result.stderr)
+    assert "argument --device: invalid choice" in result.stderr
+    assert "(choose from 'auto', 'cpu', 'cuda')" in result.stderr

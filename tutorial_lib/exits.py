@@ -10,6 +10,7 @@ starts without torch.
 
 from __future__ import annotations
 
+import argparse
 import errno
 import logging
 import os
@@ -107,6 +108,16 @@ def check_path_arguments(read: dict[str, object] | None = None, written: dict[st
             problem = path_problem(value, written=is_written)
             if problem is not None:
                 raise SystemExit(f"error: {flag}: {_short_repr(value)} {problem[0]}. Fix: {problem[1]}.")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, its error line cut in the middle where a value is long: argparse echoes a value as given
+    (r43s: a 1 MB ``--device`` printed a 1 MB line), and the flag and the choices must survive."""
+
+    def error(self, message: str):
+        """Usage, then one line (at most 500 characters) naming the flag; exit :data:`EXIT_REFUSED`."""
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_REFUSED, f"{self.prog}: error: {one_line(message, 500)}\n")
 
 
 def _print(message: str) -> None:

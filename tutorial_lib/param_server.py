@@ -17,7 +17,6 @@ With s > 0, fast workers run ahead on stale weights instead of waiting for strag
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import random
@@ -37,6 +36,7 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from tutorial_lib import compat, free_port
+from tutorial_lib.exits import ArgumentParser
 
 DTYPE = torch.float64  # exact comparisons between the three ways of training
 PUSH_HEADER = 3  # round, weight version the gradient was computed on, batch loss
@@ -315,8 +315,8 @@ def summary_lines(results: dict[str, RunResult]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: run the experiment, print a summary, optionally write JSONL records."""
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.param_server",
-                                     description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m tutorial_lib.param_server",
+                            description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 4])
     parser.add_argument("--steps", type=int, default=60)

@@ -95,27 +95,35 @@ def resolve_problem(value: str | os.PathLike) -> tuple[str, str] | None:
     return None
 
 
-def dangling_link_problem(value: str | os.PathLike) -> tuple[str, str] | None:
-    """A symbolic link on the way to ``value`` (``~`` expanded) that leads nowhere: (the problem, the fix), or None.
-    Writing there would make the link's target, wherever it points (r43r: ``jobs.submit`` ran a job in it), or fail
-    with "File exists" naming no setting (the trainer)."""
+def way_problem(value: str | os.PathLike) -> tuple[str, str] | None:
+    """What stops a path the project writes (``~`` expanded) on its way there: a symbolic link that leads nowhere,
+    or a file where a folder must be; (the problem, the fix), or None. Writing through a dangling link would make
+    its target, wherever it points (r43r: ``jobs.submit`` ran a job in it); a file on the way gave "File exists"
+    or "Not a directory", naming no setting (r43s: ``bench loader --data-dir link-to-a-file/x``)."""
     # component by component as the kernel walks it: abspath would drop ``link/..`` before the link is seen (r43s)
     path = Path(os.getcwd(), os.path.expanduser(value))
     part = Path(path.anchor)
-    for name in path.parts[1:]:
+    names = path.parts[1:]
+    for index, name in enumerate(names):
         part = part / name
-        if part.is_symlink() and not part.exists():
+        try:
+            dangling, blocking = part.is_symlink() and not part.exists(), part.exists() and not part.is_dir()
+        except OSError:  # a folder on the way that this user may not search: what opens the path says so
+            return None
+        if dangling:
             try:
                 target = os.readlink(part)
             except OSError:
                 target = "?"
             return (f"leads through the symbolic link {part} to {target!r}, which does not exist",
                     "create that folder, remove the link, or pass another path")
+        if blocking and index < len(names) - 1:
+            return (f"leads through {part}, which is a file, not a folder", "pass a path whose folders are folders")
     return None
 
 
 def path_problem(value: str, written: bool = True) -> tuple[str, str] | None:
     """:func:`path_text_problem`, then :func:`resolve_problem`, and where the project writes (``written``)
-    :func:`dangling_link_problem`: what is wrong with ``value`` as a path before it is used, or None."""
+    :func:`way_problem`: what is wrong with ``value`` as a path before it is used, or None."""
     return (path_text_problem(value, written) or resolve_problem(value)
-            or (dangling_link_problem(value) if written else None))
+            or (way_problem(value) if written else None))

@@ -29,6 +29,7 @@ FAKE_PIXEL_BYTES = 16  # the generator's coordinate grid alone: two int64 per pi
 DEVICES = ("auto", "cpu", "cuda")
 MAX_FILES = 2_000_000  # a generated set's files, at most: more than ImageNet's 1.33 million training images
 COUNT_LIMIT = 2**31 - 1  # the trainer's largest count (engine/validate.py), images per epoch included
+MAX_REPEATS = 1000  # rounds of one measurement: a median of more says nothing new, and 10**10 never ends
 MAX_WORKERS = 1024  # loader processes or threads: the trainer's own limit (engine/validate.py INT_LIMITS)
 # the minimum of each count flag: (flag, minimum); a flag left at None (its device default) is not checked
 _COUNTS = {"rounds": 1, "classes": 1, "per_class": 1, "val_per_class": 1, "repeats": 1, "ranks": 1,
@@ -110,7 +111,7 @@ def _check_names(values: dict) -> None:
     for name, value in values.items():  # one rule for every comma list (r43n: `--dtype ,` measured the default)
         if isinstance(value, list) and not value:
             _refuse(name, "", _LIST_FIXES.get(name, "a comma list of at least one item"))
-    most = _command_limits(values.get("command"))
+    most = {"repeats": MAX_REPEATS, **_command_limits(values.get("command"))}
     for name, limit in most.items():
         if isinstance(values.get(name), int) and values[name] > limit:
             _refuse(name, values[name], f"a whole number of at most {limit}")
@@ -143,7 +144,8 @@ def _command_choices(command: str | None) -> dict[str, tuple[str, ...]]:
 
 
 def _command_limits(command: str | None) -> dict[str, int]:
-    """The largest value of one subcommand's counts (the generated ImageNet has the classes of REAL_CLASSES)."""
+    """The largest value of one subcommand's counts (the generated ImageNet has the classes of REAL_CLASSES), and
+    of every subcommand's ``--repeats`` (r43s: ``scan --repeats 10000000000`` ran on, printing nothing)."""
     if command == "runs":  # a step number: the trainer's largest count
         return {"skip_steps": COUNT_LIMIT}
     if command in ("prepare", "extract"):
@@ -196,6 +198,7 @@ def _check_path_flags(values: dict) -> None:
     for metavar, name in (("RUN_DIR", "run_dirs"), ("FILE", "files")):  # the files `runs` and `table` read
         for given in values.get(name) or ():
             check_path_arguments({metavar: given})
+    check_path_arguments({"--reference": values.get("reference")})  # runs' reference run (r43s: 5,000 characters)
     work = values.get("work_dir")
     if values.get("command") in ("scale", "shards") and isinstance(work, str) and work:
         path = Path(work).absolute()

@@ -30,6 +30,7 @@ from tutorial_lib.bench.records import (
 )
 from tutorial_lib.engine.config import parse_bool
 from tutorial_lib.engine.device import environment_facts
+from tutorial_lib.exits import ArgumentParser
 
 USAGE = """examples:
     python -m tutorial_lib.bench train --precision fp32,bf16 --channels-last off,on --out results/train.jsonl
@@ -88,12 +89,12 @@ def _algorithms(text: str) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``python -m tutorial_lib.bench`` parser."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m tutorial_lib.bench", epilog=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Benchmarks that write JSON lines naming the device: training speed, input-pipeline speed, "
                     "all-reduce bandwidth.")
     sub = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
+    common = ArgumentParser(add_help=False)
     common.add_argument("--device", default="auto", help="auto | cpu | cuda")
     common.add_argument("--out", help="append JSON lines here (default: print them)")
     common.add_argument("--quiet", action="store_true", help="no human-readable lines")

@@ -7,7 +7,6 @@ Used by :mod:`tutorial_lib.bench.scale_table` (``prepare`` against GNU tar at Im
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -88,10 +87,10 @@ def blocks_main(argv: list[str] | None, module: str, default_results: str,
     result file: print the first block (``--<name>``: another), or ``--update DOC...`` to rewrite the blocks each
     document has. Exit statuses of :mod:`tutorial_lib.exits`."""
     from tutorial_lib.bench.records import read_records
-    from tutorial_lib.exits import run_main
+    from tutorial_lib.exits import ArgumentParser, run_main
 
     first, *others = blocks
-    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=f"prints {what} from a result file")
+    parser = ArgumentParser(prog=f"python -m {module}", description=f"prints {what} from a result file")
     parser.add_argument("results", nargs="?", default=default_results, help="the benchmark's JSON lines")
     for name in others:
         parser.add_argument(f"--{name}", action="store_true", help=f"print the {name} block instead of the {first}")

@@ -221,8 +221,10 @@ class NotebookFailed(RuntimeError):
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.course", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from tutorial_lib.exits import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m tutorial_lib.course", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--params", help="YAML file of notebook parameters (e.g. notebooks/params/gpu.yaml)")
     parser.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="one parameter (YAML value), like papermill -p")

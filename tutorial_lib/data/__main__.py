@@ -3,12 +3,11 @@ SHARDS``: those class folders as tar shards (:mod:`.pack`)."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from tutorial_lib.data.layouts import PrepareError, detect
 from tutorial_lib.data.prepare import prepare
-from tutorial_lib.exits import check_path_arguments, run_main
+from tutorial_lib.exits import ArgumentParser, check_path_arguments, run_main
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.data", description=__doc__)
+    parser = ArgumentParser(prog="python -m tutorial_lib.data", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     make = commands.add_parser("prepare", help="write DEST/{train,val}/<wnid>/ from SOURCE (SOURCE is not changed)")
     make.add_argument("source", metavar="SOURCE", help="the archives, the Kaggle download, or train/ and val/")

@@ -13,6 +13,7 @@ import typing
 
 from tutorial_lib.engine import config as _config
 from tutorial_lib.engine.config import RENAMED_KEYS, ConfigError, TrainConfig, field_choices, make_config
+from tutorial_lib.exits import ArgumentParser
 
 
 def _shown(value) -> str:
@@ -27,7 +28,7 @@ def build_arg_parser(profile: str | None = None, yaml_path: str | None = None) -
     Each flag's help is the field's help text, its allowed values and the value this run would use:
     the ``profile`` (and ``--config`` file) resolved, so ``--profile smoke --help`` shows what smoke runs.
     """
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m tutorial_lib.train",
         description="Train an image classifier with the large-minibatch recipe (one process or torchrun). "
                     "Settings: the profile, then --config FILE, then --key value flags (later wins).",
@@ -58,7 +59,7 @@ def build_arg_parser(profile: str | None = None, yaml_path: str | None = None) -
 
 def config_from_args(argv: list[str] | None = None) -> TrainConfig:
     """Parse command-line flags into a TrainConfig (profile, then --config file, then flags)."""
-    early = argparse.ArgumentParser(add_help=False)
+    early = ArgumentParser(add_help=False)
     early.add_argument("--profile")
     early.add_argument("--config")
     known, _ = early.parse_known_args(argv)

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from contextlib import nullcontext
 from pathlib import Path
@@ -34,7 +33,7 @@ from tutorial_lib.engine.input.shards import CountingShards, read_pack
 from tutorial_lib.engine.memory import available_bytes, check_fits
 from tutorial_lib.engine.models import build_model
 from tutorial_lib.engine.validate import INT_LIMITS
-from tutorial_lib.exits import check_path_arguments, run_main
+from tutorial_lib.exits import ArgumentParser, check_path_arguments, run_main
 from tutorial_lib.paths import path_problem, user_path
 from tutorial_lib.rundir.checkpoint import CheckpointError, load_weights_only, save_atomic
 from tutorial_lib.rundir.layout import MODEL_FILE
@@ -176,9 +175,9 @@ def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_
 def main(argv: list[str] | None = None) -> int:
     """``python -m tutorial_lib.evaluate RUN_DIR --data-dir DIR``: print top-1/top-5 of the run's model.pt.
     Exit status (:mod:`tutorial_lib.exits`): 0 done, 2 refused (one line), 1 a fault of the machine, 130 Ctrl-C."""
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.evaluate",
-                                     description="top-1/top-5 of a finished run's model.pt on DIR/val "
-                                                 "(one process, or torchrun -m tutorial_lib.evaluate ...)")
+    parser = ArgumentParser(prog="python -m tutorial_lib.evaluate",
+                            description="top-1/top-5 of a finished run's model.pt on DIR/val "
+                                        "(one process, or torchrun -m tutorial_lib.evaluate ...)")
     parser.add_argument("run_dir", metavar="RUN_DIR")
     parser.add_argument("--data-dir", required=True, metavar="DIR", help="a folder with val/<class>/ images")
     parser.add_argument("--batch-size", type=int, default=64)

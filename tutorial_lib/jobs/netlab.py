@@ -266,9 +266,9 @@ def remove_orphans() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """``up`` / ``down`` / ``status`` of a lab from the shell; exit statuses of :mod:`tutorial_lib.exits`."""
-    from tutorial_lib.exits import run_main
+    from tutorial_lib.exits import ArgumentParser, run_main
 
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.jobs.netlab", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m tutorial_lib.jobs.netlab", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=("up", "down", "status"))
     parser.add_argument("--nodes", type=_ascii_whole_number, default=2)
     parser.add_argument("--rate-mbit", type=float, default=200, help="cap of each node's port; 0 = none")

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tutorial_lib import compat, exits
 from tutorial_lib.engine.errors import OneLineError
+from tutorial_lib.exits import ArgumentParser
 from tutorial_lib.rundir.layout import PREFLIGHT_FILE as RESULTS
 
 PREFLIGHT_TIME = "00:05:00"  # the pre-flight job's time limit (the site's, where that is shorter)
@@ -99,7 +100,7 @@ def _check_started_right(out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m tutorial_lib.jobs.preflight --out RUN_DIR/preflight.jsonl``: run on every rank by the
     pre-flight job."""
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.jobs.preflight")
+    parser = ArgumentParser(prog="python -m tutorial_lib.jobs.preflight")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--timeout", type=_seconds, default=120.0)
     parser.add_argument("--gpu", action="store_true", help="all-reduce over NCCL on each rank's GPU")

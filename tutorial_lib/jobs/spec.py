@@ -30,7 +30,7 @@ from tutorial_lib.jobs.slurm_values import (
     check_word,
     time_limit_seconds,
 )
-from tutorial_lib.paths import dangling_link_problem, resolve_problem
+from tutorial_lib.paths import resolve_problem, way_problem
 
 JOB_MODULES = ("tutorial_lib.train", "tutorial_lib.bench", "tutorial_lib.jobs.preflight")
 
@@ -282,8 +282,8 @@ def resolved_path(field: str, value, what: str = "", written: bool = False) -> s
     """``Path(value).resolve()`` as text, or a ConfigError naming ``field`` where it cannot be resolved
     (:func:`tutorial_lib.paths.resolve_problem`: r43p, a symbolic link loop was a traceback from jobs.submit) or, where
     the job writes (``written``), where a link on the way leads nowhere (:func:`tutorial_lib.paths.
-    dangling_link_problem`: r43r, resolving it put the job's run wherever the link pointed)."""
-    problem = resolve_problem(value) or (dangling_link_problem(value) if written else None)
+    way_problem`: r43r, resolving it put the job's run wherever the link pointed)."""
+    problem = resolve_problem(value) or (way_problem(value) if written else None)
     if problem is not None:
         raise ConfigError(f"{field}: {shorten(str(value))}{what} {problem[0]}. Fix: {problem[1]} as "
                           f"{field}{' or name' if what else ''}.")

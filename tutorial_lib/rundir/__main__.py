@@ -5,18 +5,17 @@ The same step as ``jobs.submit(..., fresh=True)``: anything else in the folder i
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-from tutorial_lib.exits import run_main
+from tutorial_lib.exits import ArgumentParser, run_main
 from tutorial_lib.rundir.lock import RunLock, RunLockedError
 from tutorial_lib.rundir.owned import RunDirError, clear_run_dir
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; exit 2 with a one-line message when the folder is refused or in use (:mod:`tutorial_lib.exits`)."""
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.rundir", description=__doc__)
+    parser = ArgumentParser(prog="python -m tutorial_lib.rundir", description=__doc__)
     parser.add_argument("command", choices=["fresh"], help="fresh: remove the run's own files (a new start)")
     parser.add_argument("run_dir", help="the run directory (output_root/name)")
 

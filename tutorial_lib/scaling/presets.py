@@ -9,10 +9,10 @@ comparison; ``--preset list`` lists the presets.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 
+from tutorial_lib.exits import ArgumentParser
 from tutorial_lib.scaling.model import (
     IMAGENET_TRAIN_IMAGES,
     IMAGENET_VAL_IMAGES,
@@ -219,8 +219,8 @@ def list_text() -> str:
 
 def cli(argv: list[str] | None = None) -> int:
     """Command line of ``python -m tutorial_lib.scaling``."""
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.scaling",
-                                     description="Step-time model vs published ImageNet runs.")
+    parser = ArgumentParser(prog="python -m tutorial_lib.scaling",
+                            description="Step-time model vs published ImageNet runs.")
     parser.add_argument("--preset", default="list", help="preset name, or 'list'")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
