@@ -212,5 +212,6 @@ def test_a_slurm_conf_of_another_type_is_a_damaged_record_not_a_traceback(tmp_pa
 def test_wait_refuses_a_poll_of_zero(tmp_path):
     """``wait(poll=0)`` asked the scheduler (or read the records) in a loop without a pause."""
     run_dir = _lost_local_job(tmp_path / "job1")
-    with pytest.raises(ConfigError, match=r"^poll: expected a number of seconds > 0, got 0\. Fix: e\.g\. poll=10"):
+    with pytest.raises(ConfigError, match=r"^poll: expected a number of seconds > 0 and at most 1e\+09, got 0\. "
+                                            r"Fix: e\.g\. poll=10"):
         jobs.attach(run_dir).wait(timeout=1, poll=0)

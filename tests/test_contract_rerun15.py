@@ -273,3 +273,32 @@ def test_an_argparse_error_cuts_a_long_value_and_keeps_the_flag_and_choices(tmp_
     assert result.returncode == EXIT_REFUSED and len(result.stderr) < 2000, len(result.stderr)
     assert "argument --device: invalid choice" in result.stderr
     assert "(choose from 'auto', 'cpu', 'cuda')" in result.stderr
+
+
+# ------------------------------------------------------------------------ T10: the course's parameters
+@pytest.mark.parametrize("name, value, starts", [
+    ("data_dir", "uf", "parameters: data_dir: "), ("data_dir", "mine", "parameters: data_dir: "),
+    ("data_dir", "''", "parameters: data_dir: "), ("data_dir", "/proc/x", "parameters: data_dir: "),
+    ("image_size", "1000000000", "parameters: image_size: "), ("backend", "pbs", "parameters: backend: "),
+    ("output_root", "uf", "parameters: output_root: "), ("output_root", "uf/x", "parameters: output_root: "),
+])
+def test_course_parameters_a_notebook_would_fail_on_are_refused_before_any_runs(user_file_link, name, value, starts):
+    """T10: refused only inside notebook 00, after --out was written (rc 1); ``output_root`` a file ran on."""
+    from tutorial_lib.course.runner import main
+
+    (user_file_link / "mine").mkdir()
+    (user_file_link / "mine" / "thesis.txt").write_text("mine\n")
+    result = command_in_process(main, ["--only", "00", "-p", name, value, "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    _one_line(result.stderr, starts)
+    assert not (user_file_link / "out").exists()  # nothing was run
+    assert (user_file_link / "mine" / "thesis.txt").read_text() == "mine\n"
+
+
+def test_course_path_parameters_are_taken_from_where_the_command_runs(user_file_link, monkeypatch):
+    """The notebooks run in the repository's root, the checks here: a relative -p path means this folder."""
+    from tutorial_lib.course.runner import from_here
+
+    given = from_here({"data_dir": "d", "output_root": "~/runs", "arch": "resnet18", "index_dir": ""})
+    assert given == {"data_dir": str(user_file_link / "d"), "output_root": os.path.expanduser("~/runs"),
+                     "arch": "resnet18", "index_dir": ""}

@@ -6,6 +6,7 @@ notebook's key numbers (as measured in that run) and its saved figures.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
@@ -50,6 +51,9 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
     from tutorial_lib.course.environment import check_sample_count
     from tutorial_lib.course.notebook import parameter_defaults, parameter_problem
     from tutorial_lib.engine.config import ConfigError, TrainConfig, make_config, validate
+    from tutorial_lib.engine.input.folders import check_digits_size
+    from tutorial_lib.engine.validate import check_data
+    from tutorial_lib.jobs import BACKENDS
 
     for notebook in to_run:
         defaults = parameter_defaults(notebook)
@@ -60,7 +64,15 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
                                  f"{defaults[name]!r} (nothing was run).")
     fields = {name: value for name, value in params.items() if name in TrainConfig.__dataclass_fields__}
     try:
-        validate(make_config(fields.pop("profile", None), **fields), check_paths=False, cuda_available=True)
+        if "backend" in params and params["backend"] not in BACKENDS:  # r43s: refused only in 00's fifth cell
+            raise ConfigError(f"backend: unknown backend {params['backend']!r:.200}. Fix: use one of "
+                              f"{', '.join(BACKENDS)}.")
+        cfg = validate(make_config(fields.pop("profile", None), **fields), check_paths=False, cuda_available=True)
+        if "data_dir" in params:  # the notebooks' own data_dir defaults are theirs; a given one is checked as the
+            # notebooks will use it (digits unless dataset says otherwise: 00 and every job export them there)
+            check_data(dataclasses.replace(cfg, dataset=params.get("dataset", "digits")), check_paths=True)
+        if "image_size" in params:  # 00 exports the digits at it (r43s: 10**9 px was refused in 00's sixth cell)
+            check_digits_size(cfg.image_size)
         if "n_samples" in params:
             check_sample_count(params["n_samples"], "n_samples")
     except (ConfigError, ValueError) as exc:
@@ -220,6 +232,18 @@ class NotebookFailed(RuntimeError):
     """A notebook of the course raised an error (one line: the notebook, the cell, the error, where to look)."""
 
 
+def from_here(params: dict) -> dict:
+    """``params`` with each relative path setting (output_root, data_dir, index_dir) made absolute from this working
+    directory: the notebooks run in the repository's root, and the checks before them run here (r43s: a path given
+    from another folder was checked as one file and used as another)."""
+    from tutorial_lib.engine.config import PATH_FIELDS
+    from tutorial_lib.paths import user_path
+
+    # joined, not normalised: abspath would drop ``link/..`` before the kernel follows the link
+    return {name: os.path.join(os.getcwd(), user_path(value)) if name in PATH_FIELDS and isinstance(value, str)
+            and value else value for name, value in params.items()}
+
+
 def _main(argv: list[str] | None) -> int:
     from tutorial_lib.exits import ArgumentParser
 
@@ -243,6 +267,7 @@ def _main(argv: list[str] | None) -> int:
     except YamlFileError as exc:
         raise SystemExit(f"error: {exc}") from None
     check_parameter_names(params, "-p")
+    params = from_here(params)
     import papermill
 
     try:

@@ -396,6 +396,9 @@ def validate(cfg: TrainConfig, check_paths: bool = True, cuda_available: bool | 
         check_path_text(name, getattr(cfg, name))
     check_not_system_folder("output_root", cfg.output_root, "pass a folder of your own for the runs, e.g. "
                             "--output-root runs")
+    if os.path.lexists(os.path.expanduser(cfg.output_root)) and not os.path.isdir(os.path.expanduser(cfg.output_root)):
+        _fail("output_root", f"{shorten(cfg.output_root)} is a file (or a link to none), not a folder",
+              "pass a folder for the runs, e.g. --output-root runs")  # r43s: the course ran on, the job could not
     with path_setting("stage_to"):
         if cfg.stage_to:
             check_stage_to(cfg)

@@ -253,9 +253,12 @@ def attach(run_dir: str | os.PathLike) -> Job:
 
 
 # ---------------------------------------------------------------- backends
+BACKENDS = ("auto", "local", "slurm")  # auto: Slurm where its controller answers, else this machine
+
+
 def choose_backend(backend: str = "auto", verbose: bool = True) -> str:
     """Resolve ``auto`` to ``slurm`` or ``local``, saying which and why; check an explicit ``slurm``."""
-    if backend not in ("auto", "local", "slurm"):
+    if backend not in BACKENDS:
         raise JobError(f"backend: unknown backend {shorten(backend)}. Fix: use 'auto', 'local' or 'slurm'.")
     if backend == "local":
         return "local"

@@ -40,9 +40,7 @@ def export_digits(root: str | os.PathLike, image_size: int = 32, val_fraction: f
     root = Path(root)
     if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
         raise DataError(f"image_size: {image_size!r:.40} is not a size in pixels. Fix: a whole number, e.g. 32.")
-    # the grey image and its RGB copy in memory at once (r43k: 100,000 px died in PIL with an empty MemoryError)
-    check_fits(4 * image_size * image_size, available_bytes(), f"image_size: one digit image of {image_size} px",
-               "a smaller image_size, e.g. 32 (the scans are 8x8 pixels)")
+    check_digits_size(image_size)
     settings = {"image_size": image_size, "val_fraction": val_fraction, "seed": seed, "version": 1}
     marker = root / _DIGITS_MARKER
     if foreign_tree_files(root, _DIGITS_MARKER) is not None and json.loads(marker.read_text()) == settings:
@@ -92,6 +90,13 @@ def check_replaceable(root: Path, marker: str, fix: str = "") -> None:
 
 DIGITS_TARGET_FIX = ("data_dir: with --dataset digits, pass --data-dir a new or empty folder for the export "
                      "(e.g. data/digits); to train on the images in this folder, pass --dataset imagefolder")
+
+
+def check_digits_size(image_size: int) -> None:
+    """Raise ConfigError (naming image_size, with the estimate) where one exported digit image cannot fit in memory:
+    the grey image and its RGB copy at once (r43k: 100,000 px died in PIL with an empty MemoryError)."""
+    check_fits(4 * image_size * image_size, available_bytes(), f"image_size: one digit image of {image_size} px",
+               "a smaller image_size, e.g. 32 (the scans are 8x8 pixels)")
 
 
 def check_digits_target(data_dir: str | os.PathLike) -> None:
