@@ -161,8 +161,9 @@ def test_hand_inputs_of_digits_python_cannot_read_name_the_variable(value):
     from tutorial_lib.jobs.record import read_launch
     from tutorial_lib.jobs.spec import JobError
 
-    with pytest.raises(JobError, match=r"^RANKS_PER_NODE: .* is not a whole number"):
+    with pytest.raises(JobError, match=r"^RANKS_PER_NODE: .* is not a whole number") as caught:
         read_launch({"RANKS_PER_NODE": value})
+    assert len(str(caught.value)) < 400  # r43t: 5,000 digits were echoed whole
 
 
 def test_rundir_fresh_of_a_linked_run_directory_names_the_link_and_removes_nothing(tmp_path):

@@ -206,11 +206,10 @@ def check_data(cfg, check_paths: bool = True) -> None:
                 raise ConfigError(str(exc)) from None
         check_class_count(cfg, len(classes), f"{root}/train")
     if check_paths and cfg.dataset == "digits":  # the export replaces data_dir: only ever a folder of ours
-        from tutorial_lib.engine.input.folders import DataError, check_digits_size, check_digits_target
+        from tutorial_lib.engine.input.folders import DataError, check_digits_target
 
         check_not_system_folder("data_dir", cfg.data_dir, "pass a folder of your own for the digits export, e.g. "
                                 "--data-dir data/digits")  # r43s: /proc/x failed inside the export
-        check_digits_size(cfg.image_size)
         with path_setting("data_dir"):
             try:
                 check_digits_target(cfg.data_dir)

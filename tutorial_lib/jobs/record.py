@@ -88,8 +88,8 @@ def read_launch(environ=os.environ) -> Launch:
     for field in ("ranks_per_node", "max_restarts"):
         if field in given:
             if whole_number(given[field]) is None:
-                raise JobError(f"{HAND_INPUTS[field]}: {given[field]!r} is not a whole number. Fix: set it to e.g. "
-                               "1, or unset it for the default.")
+                raise JobError(f"{HAND_INPUTS[field]}: {shorten(given[field])} is not a whole number from 0 to "
+                               f"{2**31 - 1:,}. Fix: set it to e.g. 1, or unset it for the default.")  # r43t: cut
             given[field] = whole_number(given[field])
     return Launch(run_dir=run_dir, threads=environ.get("OMP_NUM_THREADS", ""), **given)
 
