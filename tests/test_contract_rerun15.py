@@ -303,3 +303,16 @@ def test_course_path_parameters_are_taken_from_where_the_command_runs(user_file_
     given = from_here({"data_dir": "d", "output_root": "~/runs", "arch": "resnet18", "index_dir": ""})
     assert given == {"data_dir": str(user_file_link / "d"), "output_root": os.path.expanduser("~/runs"),
                      "arch": "resnet18", "index_dir": ""}
+
+
+def test_bench_shards_work_dir_with_dotdot_after_a_link_is_the_folder_the_kernel_means(tmp_path):
+    """r43t U2: ``--work-dir ud/../x`` (ud a link to a folder) made and packed the set, then the staging step refused
+    the '..' with a StagingError traceback."""
+    from tutorial_lib.bench.cli import main
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "ud").symlink_to(tmp_path / "real")
+    result = command_in_process(main, ["shards", "--jpeg-images", "40", "--sets", "jpeg", "--steps", "stage",
+                                       "--rounds", "1", "--quiet", "--work-dir", f"{tmp_path}/ud/../x"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "x" / "jpeg-40").is_dir()  # where the kernel puts ud/../x: beside the link's target

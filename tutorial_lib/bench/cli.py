@@ -307,11 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; exit statuses of :mod:`tutorial_lib.exits` (2 with one line on bad input)."""
     from tutorial_lib.bench.runs import RunSummaryError
     from tutorial_lib.data.layouts import PrepareError
+    from tutorial_lib.data.staging import StagingError
     from tutorial_lib.engine.errors import ConfigError
     from tutorial_lib.engine.input.folders import DataError
     from tutorial_lib.exits import run_main
 
-    return run_main(lambda: _main(argv), refused=(RunSummaryError, ConfigError, DataError, PrepareError))
+    return run_main(lambda: _main(argv), refused=(RunSummaryError, ConfigError, DataError, PrepareError,
+                                                  StagingError))
 
 
 def _main(argv: list[str] | None) -> int:
