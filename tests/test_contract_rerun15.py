@@ -316,3 +316,19 @@ def test_bench_shards_work_dir_with_dotdot_after_a_link_is_the_folder_the_kernel
                                        "--rounds", "1", "--quiet", "--work-dir", f"{tmp_path}/ud/../x"])
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "x" / "jpeg-40").is_dir()  # where the kernel puts ud/../x: beside the link's target
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["loader", "--min-time", "1000000001"], "--min-time"), (["loader", "--min-time", "3601"], "--min-time"),
+    (["data", "--batches", "10000000000"], "--batches"), (["allreduce", "--iters", "10000000000"], "--iters"),
+    (["allreduce", "--warmup", "10000000000"], "--warmup"), (["extract", "--rounds", "1001"], "--rounds"),
+    (["train", "--steps", "1000001"], "--steps"), (["loader", "--decode-images", "10000000000"], "--decode-images"),
+])
+def test_bench_counts_and_seconds_that_never_end_are_refused(tmp_path, args, flag):
+    """r43t U3: T7's bound covered --repeats only; 10**10 batches or 1e9 s measured on, printing nothing."""
+    from tutorial_lib.bench.cli import main
+
+    result = command_in_process(main, [*args, "--out", str(tmp_path / "out.jsonl")])
+    assert result.returncode == EXIT_REFUSED
+    assert "at most" in _one_line(result.stderr, f"{flag}: ")
+    assert list(tmp_path.iterdir()) == []

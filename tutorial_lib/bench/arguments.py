@@ -30,6 +30,11 @@ DEVICES = ("auto", "cpu", "cuda")
 MAX_FILES = 2_000_000  # a generated set's files, at most: more than ImageNet's 1.33 million training images
 COUNT_LIMIT = 2**31 - 1  # the trainer's largest count (engine/validate.py), images per epoch included
 MAX_REPEATS = 1000  # rounds of one measurement: a median of more says nothing new, and 10**10 never ends
+MAX_STEPS = 1_000_000  # batches, steps or all-reduces of one measurement: a benchmark, not a training run
+# the largest value of every count flag a benchmark loops over (r43s, r43t: 10**10 of any of them ran on, silent)
+COUNT_MOST = {"repeats": MAX_REPEATS, "rounds": MAX_REPEATS, "windows": MAX_REPEATS, "batches": MAX_STEPS,
+              "iters": MAX_STEPS, "steps": MAX_STEPS, "warmup": MAX_STEPS, "ddp_steps": MAX_STEPS,
+              "decode_images": MAX_FILES}
 MAX_WORKERS = 1024  # loader processes or threads: the trainer's own limit (engine/validate.py INT_LIMITS)
 # the minimum of each count flag: (flag, minimum); a flag left at None (its device default) is not checked
 _COUNTS = {"rounds": 1, "classes": 1, "per_class": 1, "val_per_class": 1, "repeats": 1, "ranks": 1,
@@ -65,6 +70,8 @@ def check_arguments(args) -> None:
         value = values.get(name)
         if value is not None and not (math.isfinite(value) and value >= 0):
             _refuse(name, value, "a finite number of seconds (or TFLOP/s) of at least 0")
+    if (values.get("min_time") or 0) > E2E_MAX_SECONDS:  # r43t: 1e9 s measured on, printing nothing
+        _refuse("min_time", values["min_time"], f"at most {E2E_MAX_SECONDS:,} seconds (a benchmark, not a run)")
     if values.get("command") == "loader" and values.get("min_time") == 0:  # its rate is images over that time
         _refuse("min_time", 0, "a number of seconds above 0, e.g. 3")
     workers = values.get("workers")
@@ -111,7 +118,7 @@ def _check_names(values: dict) -> None:
     for name, value in values.items():  # one rule for every comma list (r43n: `--dtype ,` measured the default)
         if isinstance(value, list) and not value:
             _refuse(name, "", _LIST_FIXES.get(name, "a comma list of at least one item"))
-    most = {"repeats": MAX_REPEATS, **_command_limits(values.get("command"))}
+    most = {**COUNT_MOST, **_command_limits(values.get("command"))}
     for name, limit in most.items():
         if isinstance(values.get(name), int) and values[name] > limit:
             _refuse(name, values[name], f"a whole number of at most {limit}")
