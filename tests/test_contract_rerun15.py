@@ -332,3 +332,58 @@ def test_bench_counts_and_seconds_that_never_end_are_refused(tmp_path, args, fla
     assert result.returncode == EXIT_REFUSED
     assert "at most" in _one_line(result.stderr, f"{flag}: ")
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------ r43t U4-U6
+@pytest.mark.parametrize("only, name, value", [
+    ("02", "classes", "0"), ("04", "global_batches", "[0]"), ("05", "time_limit", "'99:99:99'"),
+    ("07", "allreduce_iters", "0"), ("07", "allreduce_sizes", "'x;y'"), ("01", "bench_repeats", "1001"),
+])
+def test_course_notebook_parameters_no_notebook_can_use_are_refused_before_any_runs(tmp_path, monkeypatch, only,
+                                                                                     name, value):
+    """U4: a ZeroDivisionError in 02's fourth cell, 04 and 05 failing at a cell, 07 reaching sbatch, 01 running on
+    with 1,001 bench rounds."""
+    from tutorial_lib.course.runner import main
+
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["--only", only, "-p", name, value, "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    _one_line(result.stderr, f"parameters: {name}: ")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("variables, named", [
+    ({"RANK": "²", "WORLD_SIZE": "1"}, "RANK"), ({"RANK": "0", "WORLD_SIZE": "٢"}, "WORLD_SIZE"),
+    ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "9" * 5000}, "LOCAL_RANK"),
+    ({"SLURM_PROCID": "²", "SLURM_NTASKS": "1", "MASTER_ADDR": "127.0.0.1"}, "SLURM_PROCID"),
+])
+def test_launcher_counts_python_cannot_read_are_refused_naming_the_variable(variables, named):
+    """U5: ``RANK=²`` was a ValueError traceback; ``WORLD_SIZE=٢`` was read as 2."""
+    from tutorial_lib.engine.distributed import env_rank_info
+
+    with pytest.raises(ConfigError, match=rf"^{named}: .* is not a whole number .*Fix: ") as caught:
+        env_rank_info(variables)
+    assert len(str(caught.value)) < 400
+    assert env_rank_info({"SLURM_PROCID": "1", "SLURM_NTASKS": "8", "MASTER_ADDR": "h", "SLURM_LOCALID": "1",
+                          "SLURM_NTASKS_PER_NODE": "4(x2)"}) == (1, 8, 1, 4)  # Slurm's own form still read
+
+
+@pytest.mark.parametrize("grace", ["abc", "nan", "-1", "1e9"])
+def test_a_stop_grace_that_is_no_number_of_seconds_is_refused_before_training(grace, monkeypatch, tmp_path):
+    """U5: ``TUTORIAL_STOP_GRACE_S=abc`` killed the watchdog thread with a traceback and training went on without
+    it, rc 0."""
+    from tutorial_lib.engine.stop import STOP_GRACE_ENV, StopRequest
+
+    monkeypatch.setenv(STOP_GRACE_ENV, grace)
+    with pytest.raises(ConfigError, match=rf"^{STOP_GRACE_ENV}: .* Fix: "):
+        StopRequest(tmp_path)
+
+
+def test_bench_e2e_names_the_warm_up_when_it_is_the_huge_one():
+    """U6: ``--steps 2 --warmup 999999`` was refused as "--steps: 2 is refused. Fix: fewer steps"."""
+    from tutorial_lib.bench.cli import main
+
+    result = command_in_process(main, ["e2e", "--device", "cpu", "--batch-size", "64", "--steps", "2", "--warmup",
+                                       "999999"])
+    assert result.returncode == EXIT_REFUSED
+    assert "fewer warm-up steps" in _one_line(result.stderr, "--warmup: 999999")

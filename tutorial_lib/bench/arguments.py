@@ -311,7 +311,10 @@ def _check_duration(values: dict) -> None:
     images = (values["steps"] + warmup) * (values.get("batch_size") or d["batch_size"]) * runs
     rate = E2E_MAX_IMAGES_PER_SEC["cuda" if kind == "cuda" else "cpu"]
     if images / rate > E2E_MAX_SECONDS:
-        _refuse("steps", values["steps"], f"fewer steps, e.g. 50: {images:,} images in all would take at least "
+        flag = "warmup" if warmup > values["steps"] else "steps"  # r43t: a huge warm-up was blamed on --steps
+        _refuse(flag, values[flag] if flag in values and values[flag] is not None else warmup,
+                f"fewer {'warm-up ' if flag == 'warmup' else ''}steps, e.g. {5 if flag == 'warmup' else 50}: "
+                f"{images:,} images in all would take at least "
                 f"{images / rate / 3600:,.1f} h even at {rate:,} images/s (faster than any {kind} machine), over "
                 f"the {E2E_MAX_SECONDS // 3600} h a benchmark may take (train longer with python -m "
                 "tutorial_lib.train)")

@@ -73,10 +73,50 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
             check_data(dataclasses.replace(cfg, dataset=params.get("dataset", "digits")), check_paths=True)
         if "image_size" in params:  # 00 exports the digits at it (r43s: 10**9 px was refused in 00's sixth cell)
             check_digits_size(cfg.image_size)
+        check_notebook_values(params)
         if "n_samples" in params:
             check_sample_count(params["n_samples"], "n_samples")
     except (ConfigError, ValueError) as exc:
         raise SystemExit(f"error: parameters: {exc} (nothing was run)") from None
+
+
+# notebook parameters (not training settings) that count something, so that 0 means nothing to do (r43t: classes 0
+# was a ZeroDivisionError in 02's fourth cell, allreduce_iters 0 reached sbatch), and the largest of some
+POSITIVE_PARAMETERS = ("classes", "per_class", "loader_batches", "bench_repeats", "jpeg_width", "jpeg_height",
+                       "global_batches", "schedule_batches", "exact_batch", "exact_steps", "cancel_epochs",
+                       "scale_values", "projected_gpus", "allreduce_iters", "netlab_repeats", "netlab_rates_mbit",
+                       "netlab_ranks_per_node", "diagram_ranks", "ps_workers", "ps_batch", "ps_steps",
+                       "example_gpus", "example_buckets", "whatif_batches", "n_samples")
+MOST_PARAMETERS = {"bench_repeats": 1000, "netlab_repeats": 1000, "allreduce_iters": 1_000_000}  # bench's limits
+
+
+def check_notebook_values(params: dict) -> None:
+    """Refuse a notebook parameter that is of the right kind but no value its notebook can use: a count of 0, a count
+    over the benchmark's limit, a Slurm time Slurm would read otherwise, an all-reduce size list bench refuses.
+    Raises ConfigError naming it."""
+    from tutorial_lib.bench.comm import parse_size
+    from tutorial_lib.engine.config import ConfigError
+    from tutorial_lib.jobs.slurm_values import check_time
+
+    for name in POSITIVE_PARAMETERS:
+        values = params.get(name)
+        values = values if isinstance(values, (list, tuple)) else [values]
+        if any(isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1 for v in values):
+            example = "'[1, 2]'" if isinstance(params[name], (list, tuple)) else "2"
+            raise ConfigError(f"{name}: {params[name]!r:.100} holds a count below 1. Fix: counts of 1 or more, e.g. "
+                              f"-p {name} {example}.")
+        most = MOST_PARAMETERS.get(name)
+        if most is not None and any(isinstance(v, int) and v > most for v in values):
+            raise ConfigError(f"{name}: {params[name]!r:.100} is over {most:,}. Fix: at most {most:,}.")
+    if isinstance(params.get("time_limit"), str) and params["time_limit"]:
+        check_time(params["time_limit"], "time_limit")
+    if isinstance(params.get("allreduce_sizes"), str) and params["allreduce_sizes"]:
+        for size in params["allreduce_sizes"].split(","):
+            try:
+                parse_size(size)
+            except ValueError:
+                raise ConfigError(f"allreduce_sizes: {size!r:.60} is not a message size. Fix: a comma list such as "
+                                  "4K,1M,16M (bytes, K, M, G).") from None
 
 
 NO_JOBS = ("00_setup.ipynb",)  # the notebooks that submit no job (00 only reports where the later ones would run)

@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 
 from tutorial_lib import compat
+from tutorial_lib.engine.errors import ConfigError, shorten
+from tutorial_lib.numbers import whole_number
 
 
 @dataclass(frozen=True)
@@ -40,13 +42,24 @@ class DistInfo:
 
 def env_rank_info(environ=os.environ) -> tuple[int, int, int, int]:
     """(rank, world_size, local_rank, local_world_size) from torchrun's or Slurm's variables."""
+    def get(key: str, default: int) -> int:
+        """A launcher's count, as plain ASCII digits (r43t: ``RANK=²`` was a ValueError traceback, ``WORLD_SIZE=٢``
+        read as 2)."""
+        text = environ.get(key, str(default))
+        if key == "SLURM_NTASKS_PER_NODE":  # Slurm writes '4(x2)' (4 on each of 2 nodes), or '4,2' for uneven nodes
+            text = text.split(",")[0].split("(")[0]
+        number = whole_number(text)
+        if number is None:
+            raise ConfigError(f"{key}: {shorten(text)} is not a whole number from 0 to {2**31 - 1:,}; the launcher "
+                              "(torchrun, srun) sets it. Fix: start the trainer through torchrun or srun, or unset "
+                              f"{key} for a single process.")
+        return number
+
     if "RANK" in environ and "WORLD_SIZE" in environ:
-        get = lambda key, default: int(environ.get(key, default))  # noqa: E731
-        return (get("RANK", 0), get("WORLD_SIZE", 1), get("LOCAL_RANK", 0),
-                get("LOCAL_WORLD_SIZE", 1))
+        return get("RANK", 0), get("WORLD_SIZE", 1), get("LOCAL_RANK", 0), get("LOCAL_WORLD_SIZE", 1)
     if "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ and "MASTER_ADDR" in environ:
-        return (int(environ["SLURM_PROCID"]), int(environ["SLURM_NTASKS"]),
-                int(environ.get("SLURM_LOCALID", 0)), int(environ.get("SLURM_NTASKS_PER_NODE", 1)))
+        return (get("SLURM_PROCID", 0), get("SLURM_NTASKS", 1), get("SLURM_LOCALID", 0),
+                get("SLURM_NTASKS_PER_NODE", 1))
     return 0, 1, 0, 1
 
 

@@ -7,6 +7,7 @@ ends a trainer that cannot reach a safe point; :func:`launcher_owns_stop_file` s
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import signal
@@ -21,12 +22,32 @@ from pathlib import Path
 # failed save, or a stop request that could not reach a safe point (the watchdog below); 2 bad input, nothing trained;
 # 3 the loss became NaN/inf (stopped without saving, the last checkpoint kept); 75 stopped on request, checkpoint
 # saved: run again to resume (75 = EX_TEMPFAIL, "try again later")
+from tutorial_lib.engine.errors import ConfigError, shorten
 from tutorial_lib.exits import EXIT_DIVERGED, EXIT_ERROR, EXIT_REFUSED, EXIT_STOPPED  # noqa: F401 (re-exported)
 from tutorial_lib.exits import EXIT_OK as EXIT_COMPLETED  # noqa: F401
 from tutorial_lib.rundir.layout import STOP_FILE
 
 STOP_GRACE_ENV = "TUTORIAL_STOP_GRACE_S"
 DEFAULT_STOP_GRACE_S = 20.0  # below Slurm's default KillWait (30 s): the message and LOCK release come before SIGKILL
+
+
+MOST_STOP_GRACE_S = 3600.0  # Slurm's KillWait is seconds to minutes: an hour is a wait no stop means
+
+
+def stop_grace_s(environ=os.environ) -> float:
+    """:data:`STOP_GRACE_ENV` in seconds (default :data:`DEFAULT_STOP_GRACE_S`); ConfigError naming it where it is no
+    number of seconds from 0 to an hour (r43t: ``abc`` killed the watchdog thread and the run went on without it)."""
+    text = environ.get(STOP_GRACE_ENV) or ""
+    if not text:
+        return DEFAULT_STOP_GRACE_S
+    try:
+        grace = float(text)
+    except ValueError:
+        grace = math.nan
+    if not 0 <= grace <= MOST_STOP_GRACE_S:  # NaN fails too
+        raise ConfigError(f"{STOP_GRACE_ENV}: {shorten(text)} is not a number of seconds from 0 to "
+                          f"{MOST_STOP_GRACE_S:g}. Fix: e.g. {STOP_GRACE_ENV}=20, or unset it for the default.")
+    return grace
 
 
 @dataclass
@@ -45,6 +66,7 @@ class StopRequest:
     previous: dict = field(default_factory=dict)
     on_give_up: object = None
     last_progress: float = field(default_factory=time.monotonic)
+    grace: float = field(default_factory=lambda: stop_grace_s())  # read here, in the main thread, not by the watchdog
     _ended: threading.Event = field(default_factory=threading.Event)
 
     def install(self) -> None:
@@ -77,7 +99,7 @@ class StopRequest:
         return self.signalled
 
     def _watch(self) -> None:
-        grace = float(os.environ.get(STOP_GRACE_ENV) or DEFAULT_STOP_GRACE_S)
+        grace = self.grace
         asked = None
         while not self._ended.wait(0.25 if asked else 1.0):
             if asked is None:
