@@ -387,3 +387,20 @@ def test_bench_e2e_names_the_warm_up_when_it_is_the_huge_one():
                                        "999999"])
     assert result.returncode == EXIT_REFUSED
     assert "fewer warm-up steps" in _one_line(result.stderr, "--warmup: 999999")
+
+
+# ------------------------------------------------------------------------ r43u
+@pytest.mark.parametrize("args, flag", [
+    (["loader", "--repeats", "1000", "--min-time", "3600"], "--min-time"),
+    (["data", "--repeats", "1000", "--min-time", "3600"], "--min-time"),
+    (["data", "--repeats", "1000", "--batches", "1000000"], "--batches"),
+])
+def test_bench_rounds_whose_measurements_add_up_past_an_hour_are_refused(tmp_path, args, flag):
+    """r43u V1: every flag within its limit, the rounds x settings x measurement over 1,000 h, silent."""
+    from tutorial_lib.bench.cli import main
+
+    result = command_in_process(main, [*args, "--data-dir", str(tmp_path / "d"), "--workers", "0", "--batch-size",
+                                       "2", "--image-size", "16"])
+    assert result.returncode == EXIT_REFUSED
+    assert "fit in 1 h" in _one_line(result.stderr, f"{flag}: ")
+    assert list(tmp_path.iterdir()) == []

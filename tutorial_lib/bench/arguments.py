@@ -87,6 +87,7 @@ def check_arguments(args) -> None:
     _check_files(values)
     _check_launch(values)
     _check_duration(values)
+    _check_rounds_duration(values)
     _check_memory(args, values)
 
 
@@ -292,6 +293,23 @@ def _check_memory(args, values: dict) -> None:
 # lower bound of the real run's
 E2E_MAX_IMAGES_PER_SEC = {"cpu": 10_000, "cuda": 100_000}
 E2E_MAX_SECONDS = 3600  # a benchmark, not a training run: over an hour, train with the trainer instead
+
+
+def _check_rounds_duration(values: dict) -> None:
+    """``loader``, ``data``: each measurement lasts at least ``--min-time`` and ``--batches`` batches, in every round
+    and for every setting; refused where that lower bound alone is over the hour a benchmark may take (r43u: each
+    flag within its limit, their product 2,000 h, silent)."""
+    command = values.get("command")
+    if command not in ("loader", "data"):
+        return
+    rounds, settings = values.get("repeats") or 1, len(values.get("workers") or [1]) * (2 if command == "loader" else 1)
+    seconds = (values.get("min_time") or 0) * rounds * settings
+    images = (values.get("batches") or 0) * (values.get("batch_size") or 1) * rounds * settings
+    lower = max(seconds, images / E2E_MAX_IMAGES_PER_SEC["cuda"])
+    if lower > E2E_MAX_SECONDS:
+        flag = "min_time" if seconds >= images / E2E_MAX_IMAGES_PER_SEC["cuda"] else "batches"
+        _refuse(flag, values[flag], f"a measurement short enough that all {rounds:,} rounds of {settings} setting(s) "
+                f"fit in {E2E_MAX_SECONDS // 3600} h (this one: at least {lower / 3600:,.1f} h); or fewer --repeats")
 
 
 def _check_duration(values: dict) -> None:
