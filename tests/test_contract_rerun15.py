@@ -404,3 +404,19 @@ def test_bench_rounds_whose_measurements_add_up_past_an_hour_are_refused(tmp_pat
     assert result.returncode == EXIT_REFUSED
     assert "fit in 1 h" in _one_line(result.stderr, f"{flag}: ")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("only, name, value", [
+    ("01", "bench_min_time", "3601"), ("01", "bench_warmup", "-1"), ("01", "bench_warmup", "1000001"),
+    ("02", "loader_batches", "1000001"), ("02", "workers_list", "[0, 100000]"), ("03", "exact_steps", "1000001"),
+])
+def test_course_benchmark_parameters_over_bench_limits_are_refused_before_any_runs(tmp_path, monkeypatch, only, name,
+                                                                                   value):
+    """r43u V2: a parameter whose default is None took any value, and bench's limits were not the course's."""
+    from tutorial_lib.course.runner import main
+
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["--only", only, "-p", name, value, "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    _one_line(result.stderr, f"parameters: {name}: ")
+    assert not (tmp_path / "out").exists()

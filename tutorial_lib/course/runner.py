@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -87,7 +88,11 @@ POSITIVE_PARAMETERS = ("classes", "per_class", "loader_batches", "bench_repeats"
                        "scale_values", "projected_gpus", "allreduce_iters", "netlab_repeats", "netlab_rates_mbit",
                        "netlab_ranks_per_node", "diagram_ranks", "ps_workers", "ps_batch", "ps_steps",
                        "example_gpus", "example_buckets", "whatif_batches", "n_samples")
-MOST_PARAMETERS = {"bench_repeats": 1000, "netlab_repeats": 1000, "allreduce_iters": 1_000_000}  # bench's limits
+MOST_PARAMETERS = {"bench_repeats": 1000, "netlab_repeats": 1000, "allreduce_iters": 1_000_000,  # bench's limits
+                   "loader_batches": 1_000_000, "exact_steps": 1_000_000, "bench_warmup": 1_000_000,
+                   "bench_min_time": 3600, "workers_list": 1024}
+# parameters whose default is None (the bench's own default): a given value is checked here, kind and sign (r43u)
+OPTIONAL_COUNTS = {"bench_warmup": int, "bench_min_time": (int, float), "workers_list": int}
 
 
 def check_notebook_values(params: dict) -> None:
@@ -98,15 +103,26 @@ def check_notebook_values(params: dict) -> None:
     from tutorial_lib.engine.config import ConfigError
     from tutorial_lib.jobs.slurm_values import check_time
 
-    for name in POSITIVE_PARAMETERS:
+    for name, kind in OPTIONAL_COUNTS.items():
+        given = params.get(name)
+        values = given if isinstance(given, (list, tuple)) and name == "workers_list" else [given]
+        if given is not None and (not values or not all(
+                isinstance(v, kind) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in values)):
+            what = ("a list of whole numbers" if name == "workers_list" else "a whole number" if kind is int
+                    else "a number")
+            raise ConfigError(f"{name}: {given!r:.100} is not {what} of 0 or more. Fix: e.g. -p {name} "
+                              f"{'[0, 2]' if name == 'workers_list' else '2'}, or leave it out (the bench's default).")
+    for name in (*POSITIVE_PARAMETERS, *OPTIONAL_COUNTS):
         values = params.get(name)
         values = values if isinstance(values, (list, tuple)) else [values]
-        if any(isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1 for v in values):
+        if name in POSITIVE_PARAMETERS and any(isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1
+                                               for v in values):
             example = "'[1, 2]'" if isinstance(params[name], (list, tuple)) else "2"
             raise ConfigError(f"{name}: {params[name]!r:.100} holds a count below 1. Fix: counts of 1 or more, e.g. "
                               f"-p {name} {example}.")
         most = MOST_PARAMETERS.get(name)
-        if most is not None and any(isinstance(v, int) and v > most for v in values):
+        if most is not None and any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > most
+                                    for v in values):
             raise ConfigError(f"{name}: {params[name]!r:.100} is over {most:,}. Fix: at most {most:,}.")
     if isinstance(params.get("time_limit"), str) and params["time_limit"]:
         check_time(params["time_limit"], "time_limit")
