@@ -120,6 +120,8 @@ def _check_names(values: dict) -> None:
         if isinstance(value, list) and not value:
             _refuse(name, "", _LIST_FIXES.get(name, "a comma list of at least one item"))
     most = {**COUNT_MOST, **_command_limits(values.get("command"))}
+    if values.get("command") == "e2e":  # its steps and warm-up get the time estimate instead (_check_duration)
+        most = {name: limit for name, limit in most.items() if name not in ("steps", "warmup")}
     for name, limit in most.items():
         if isinstance(values.get(name), int) and values[name] > limit:
             _refuse(name, values[name], f"a whole number of at most {limit}")
