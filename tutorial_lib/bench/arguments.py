@@ -154,8 +154,8 @@ def _command_choices(command: str | None) -> dict[str, tuple[str, ...]]:
 
 
 def _command_limits(command: str | None) -> dict[str, int]:
-    """The largest value of one subcommand's counts (the generated ImageNet has the classes of REAL_CLASSES), and
-    of every subcommand's ``--repeats`` (r43s: ``scan --repeats 10000000000`` ran on, printing nothing)."""
+    """The largest value of one subcommand's own counts (the generated ImageNet has the classes of REAL_CLASSES);
+    every subcommand's loop counts have theirs in :data:`COUNT_MOST`."""
     if command == "runs":  # a step number: the trainer's largest count
         return {"skip_steps": COUNT_LIMIT}
     if command in ("prepare", "extract"):
