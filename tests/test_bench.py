@@ -191,13 +191,28 @@ def test_retime_training_interleaves_rounds_and_keeps_memory(monkeypatch):
 
     first = bench.measure_training("resnet18", "fp32", False, 4, 16, 1, 0, "none", "cpu", num_classes=10)
     skipped = bench.measure_training("resnet18", "fp16", False, 4, 16, 1, 0, "none", "cpu", num_classes=10)
-    retimed, still_skipped = rounds.retime_training([first, skipped], min_time=0.05, repeats=2, warmup=1)
+    lines = []
+    retimed, still_skipped = rounds.retime_training([first, skipped], min_time=0.05, repeats=2, warmup=1,
+                                                    progress=lines.append)
     assert still_skipped == skipped
+    assert lines[0].startswith("ready 1/1 fp32: built and warmed up in ") and len(lines) == 2  # the skipped one waits
+    assert lines[1] == "timing 1 settings in 2 rounds of at least 0.05 s each (at least 0 s)"
     assert len(retimed["images_per_sec_samples"]) == 2 and retimed["repeats"] == 2
     assert retimed["images_per_sec_low"] <= retimed["images_per_sec"] <= retimed["images_per_sec_high"]
     assert retimed["training_memory_bytes"] == first["training_memory_bytes"]
     assert retimed["achieved_tflops"] == pytest.approx(first["flops_per_image"] * retimed["images_per_sec"] / 1e12)
     assert retimed["torch_threads"] == 1 and torch.get_num_threads() == threads  # a CPU job's threads, then restored
+
+
+def test_sweep_reports_each_setting_as_it_ends(capsys):
+    lines = []
+    records = bench.sweep_training(["resnet18"], ["fp32", "fp16"], [False], ["none"], [4], 16, steps=1, warmup=0,
+                                   device="cpu", isolate=False, num_classes=10, on_record=lambda record: None,
+                                   progress=lines.append)
+    assert [r["status"] for r in records] == ["ok", "skipped"]
+    assert [line.split(":")[0] for line in lines] == ["1/2 fp32", "2/2 fp16"]
+    assert lines[0].split(": ")[1].startswith("ok, ") and lines[1].split(": ")[1].startswith("skipped, ")
+    assert capsys.readouterr().out == ""  # on_record replaced the default print
 
 
 def test_allreduce_under_torchrun_feeds_the_scaling_model(tmp_path):

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tutorial_lib.bench.compute import defaults, measure_training, release_memory, synthetic_step
 from tutorial_lib.bench.data import measure_e2e
 from tutorial_lib.bench.records import setting_label, share_of_matmul
@@ -24,7 +26,7 @@ from tutorial_lib.engine.device import resolve_device, synchronize
 
 
 def retime_training(records: list[dict], min_time: float | None = None, repeats: int | None = None,
-                    warmup: int | None = None, on_round=None) -> list[dict]:
+                    warmup: int | None = None, progress=None) -> list[dict]:
     """Time the successful ``train`` records' settings again, interleaved, in this process.
 
     Every setting's trainer step (:class:`tutorial_lib.TrainStep`) is built once and warmed
@@ -33,6 +35,8 @@ def retime_training(records: list[dict], min_time: float | None = None, repeats:
     Returns copies of ``records`` whose ``images_per_sec`` is the median over the rounds, with
     ``images_per_sec_low``/``_high``/``_samples``, and whose step time and TFLOP/s follow from it;
     memory and FLOP counts stay those of the original measurement. Other records are kept as they are.
+    ``progress(line)``, when given, gets a line as each setting is ready (compiling one takes far longer
+    than timing it) and one before the rounds, with how long they take at least.
     """
     ok = [i for i, r in enumerate(records) if r.get("status") == "ok" and r.get("kind") == "train"]
     if not ok:
@@ -42,7 +46,16 @@ def retime_training(records: list[dict], min_time: float | None = None, repeats:
     warmup = defaults(device)["warmup"] if warmup is None else warmup
     labels = {index: setting_label(records[index]) for index in ok}
     with job_threads(device.type) as threads:
-        steps = {index: _warm_step(records[index], device, warmup) for index in ok}
+        steps = {}
+        for number, index in enumerate(ok, 1):
+            started = time.perf_counter()
+            steps[index] = _warm_step(records[index], device, warmup)
+            if progress:
+                progress(f"ready {number}/{len(ok)} {labels[index]}: built and warmed up in "
+                         f"{time.perf_counter() - started:.1f} s")
+        if progress:
+            progress(f"timing {len(ok)} settings in {repeats} rounds of at least {min_time:g} s each "
+                     f"(at least {len(ok) * repeats * min_time:.0f} s)")
         spreads = interleave({labels[i]: (lambda i=i: records[i]["batch_size"] * step_rate(steps[i], min_time))
                               for i in ok}, repeats)
     steps.clear()
@@ -59,8 +72,6 @@ def retime_training(records: list[dict], min_time: float | None = None, repeats:
             if record.get("flops_per_image"):
                 record["achieved_tflops"] = record["flops_per_image"] * spread.median / 1e12
                 record["fraction_of_matmul"] = share_of_matmul(record["achieved_tflops"], record["matmul_tflops"])
-            if on_round:
-                on_round(record)
         out.append(record)
     return out
 
