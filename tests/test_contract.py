@@ -288,6 +288,25 @@ def test_netlab_refuses_bad_settings_before_creating_anything(nodes, rate, which
         assert not box.dest.joinpath("x").exists()
 
 
+# ---------------------------------------------------------------- param_server (checked before any process starts)
+PARAM_SERVER_FLAGS = ["--workers", "--steps", "--batch", "--lr", "--seed", "--staleness", "--straggler-delay",
+                      "--straggler-prob"]
+
+
+@CASES
+@given(flag=st.sampled_from(PARAM_SERVER_FLAGS), value=NUMBER, path=PATH)
+def test_param_server_keeps_the_contract(flag, value, path, monkeypatch):
+    """Every setting and the ``--json`` file are checked before the experiment starts its processes (here it is
+    replaced: a run that gets that far starts none)."""
+    import tutorial_lib.param_server.__main__ as command
+
+    monkeypatch.setattr(command, "run_experiment", lambda cfg, staleness, allreduce: {})
+    with _sandbox() as box:
+        target = box.path(path, b'{"run": "ps_s0", "mode": "parameter_server", "staleness_bound": 0}\n')
+        box.allow(target)
+        _check_contract(box, command.main, ["--steps", "2", f"{flag}={value}", "--json", target])
+
+
 # ---------------------------------------------------------------- bench (the commands that read files)
 @CASES
 @given(command=st.sampled_from(["runs", "table"]), path=PATH, content=st.sampled_from(

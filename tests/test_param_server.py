@@ -57,6 +57,41 @@ def test_cli_writes_jsonl(tmp_path):
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert {line["run"] for line in lines} == {"ps_s0", "ps_s1", "allreduce"}
     assert len(lines) == 15
+    again = subprocess.run(done.args, cwd=REPO, capture_output=True, text=True, timeout=600)  # its own file: replaced
+    assert again.returncode == 0 and len(out.read_text().splitlines()) == 15
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--workers", "0"], "--workers: 0 "), (["--workers", "100"], "--workers: 100 "), (["--batch", "0"], "--batch: 0 "),
+    (["--staleness", "0", "-1"], "--staleness: -1 "), (["--steps", "9" * 400], "--steps: 999"),
+    (["--batch", "1000"], "--batch: 1000 times 2 workers"), (["--lr", "nan"], "--lr: nan "),
+    (["--straggler-prob", "2"], "--straggler-prob: 2.0 "), (["--straggler-delay", "-1"], "--straggler-delay: -1.0 "),
+    (["--seed", "-1"], "--seed: -1 "), (["--json", "/proc/self/x"], "--json: '/proc/self/x' lies in /proc"),
+    (["--json", "NOTES"], "--json: 'NOTES' exists and is not a file of this command's records"),
+    (["--json", "NOTES/x.jsonl"], "is a file, not a folder"),
+])
+def test_cli_refuses_a_bad_setting_in_one_line_before_any_process_starts(tmp_path, flags, named):
+    """r43v: ``--workers 0`` and ``--staleness -1`` were ValueError tracebacks, ``--batch 0`` a ZeroDivisionError,
+    ``--json`` overwrote a user's file and an unwritable one failed after the whole experiment ran."""
+    (tmp_path / "NOTES").write_text("my notes\n")
+    flags = [tmp_path / "NOTES" if f == "NOTES" else tmp_path / "NOTES" / "x.jsonl" if f == "NOTES/x.jsonl" else f
+             for f in flags]
+    flags = [str(f) if not isinstance(f, str) else f for f in flags]
+    done = subprocess.run([sys.executable, "-m", "tutorial_lib.param_server", "--steps", "2", *flags], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.strip().splitlines()) == 1 and "Fix: " in done.stderr
+    assert named.replace("'NOTES'", repr(str(tmp_path / "NOTES"))) in done.stderr
+    assert (tmp_path / "NOTES").read_text() == "my notes\n" and sorted(p.name for p in tmp_path.iterdir()) == ["NOTES"]
+
+
+def test_the_api_refuses_what_the_command_refuses_naming_the_field():
+    from tutorial_lib.param_server import ExperimentError
+
+    with pytest.raises(ExperimentError, match=r"^per_worker_batch: 0 is not a whole number"):
+        run_experiment(ExperimentConfig(per_worker_batch=0))
+    with pytest.raises(ExperimentError, match=r"^staleness: -1 "):
+        run_experiment(ExperimentConfig(), staleness=(-1,))
 
 
 def test_workers_build_the_model_without_touching_cuda(monkeypatch):

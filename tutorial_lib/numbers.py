@@ -1,8 +1,17 @@
 """Whole numbers read from text that other programs or people wrote (Slurm's output, a labels file, environment
 variables): ``str.isdigit()`` is true for ``'²'`` and for 5,000 digits, and ``int()`` of either raises (r43s), so
-every such reader asks here instead."""
+every such reader asks here instead; :func:`finite` is the check of a number's value for the same reason.
+"""
 
 from __future__ import annotations
+
+
+def finite(value: int | float) -> bool:
+    """True for any int and for a finite float: ``math.isfinite`` of an int over 1.8e308 raises OverflowError
+    (r43v: a 400-digit notebook parameter was a traceback)."""
+    import math
+
+    return isinstance(value, int) or math.isfinite(value)
 
 
 def whole_number(text: str, below: int = 2**31) -> int | None:

@@ -304,7 +304,7 @@ def _check_rounds_duration(values: dict) -> None:
     command = values.get("command")
     if command not in ("loader", "data"):
         return
-    rounds, settings = values.get("repeats") or 1, len(values.get("workers") or [1]) * (2 if command == "loader" else 1)
+    rounds, settings = values.get("repeats") or 1, _settings_measured(values)
     seconds = (values.get("min_time") or 0) * rounds * settings
     images = (values.get("batches") or 0) * (values.get("batch_size") or 1) * rounds * settings
     lower = max(seconds, images / E2E_MAX_IMAGES_PER_SEC["cuda"])
@@ -312,6 +312,20 @@ def _check_rounds_duration(values: dict) -> None:
         flag = "min_time" if seconds >= images / E2E_MAX_IMAGES_PER_SEC["cuda"] else "batches"
         _refuse(flag, values[flag], f"a measurement short enough that all {rounds:,} rounds of {settings} setting(s) "
                 f"fit in {E2E_MAX_SECONDS // 3600} h (this one: at least {lower / 3600:,.1f} h); or fewer --repeats")
+
+
+def _settings_measured(values: dict) -> int:
+    """How many settings ``loader`` or ``data`` measures in each round: ``loader`` each worker count twice (two
+    forms); ``data`` each worker count (the device's default list where --workers is left out), and the GPU input
+    pipeline where it runs (r43v: a default 3-count list was counted as 1)."""
+    if values.get("command") == "loader":
+        return len(values.get("workers") or [1]) * 2
+    from tutorial_lib.bench.compute import defaults, resolve_device
+
+    device = resolve_device(values.get("device") or "auto")
+    pipeline = values.get("gpu_pipeline")
+    gpu_pipeline = pipeline == "yes" or (pipeline == "auto" and device.type == "cuda")
+    return len(values.get("workers") or defaults(device)["workers"]) + gpu_pipeline
 
 
 def _check_duration(values: dict) -> None:
@@ -330,14 +344,19 @@ def _check_duration(values: dict) -> None:
     runs = (1 if values.get("no_reference") else 2) * settings
     images = (values["steps"] + warmup) * (values.get("batch_size") or d["batch_size"]) * runs
     rate = E2E_MAX_IMAGES_PER_SEC["cuda" if kind == "cuda" else "cpu"]
-    if images / rate > E2E_MAX_SECONDS:
+    if images > E2E_MAX_SECONDS * rate:  # whole numbers: images / rate overflows a float past 309 digits (r43v)
         flag = "warmup" if warmup > values["steps"] else "steps"  # r43t: a huge warm-up was blamed on --steps
         _refuse(flag, values[flag] if flag in values and values[flag] is not None else warmup,
                 f"fewer {'warm-up ' if flag == 'warmup' else ''}steps, e.g. {5 if flag == 'warmup' else 50}: "
-                f"{images:,} images in all would take at least "
-                f"{images / rate / 3600:,.1f} h even at {rate:,} images/s (faster than any {kind} machine), over "
-                f"the {E2E_MAX_SECONDS // 3600} h a benchmark may take (train longer with python -m "
-                "tutorial_lib.train)")
+                f"at least {_count(images)} images in all would take at least {_count(images // rate // 3600)} h even at "
+                f"{rate:,} images/s (faster than any {kind} machine), over the {E2E_MAX_SECONDS // 3600} h a "
+                "benchmark may take (train longer with python -m tutorial_lib.train)")
+
+
+def _count(number: int) -> str:
+    """A whole number for a message that says "at least": with thousands separators, or past 10**15 the power of ten
+    below it (r43v: a 30-digit --warmup made a 300-character number of hours)."""
+    return f"{number:,}" if number < 10**15 else f"10^{len(str(number)) - 1}"
 
 
 def _first_line(path: Path) -> bytes:

@@ -120,11 +120,15 @@ def _literals(source: str) -> dict:
     return values
 
 
+LARGEST_WHOLE = 2**63 - 1  # what torch, numpy and the C libraries below the notebooks can hold
+
+
 def parameter_problem(default, value) -> str | None:
     """Why ``value`` cannot stand for a parameter whose default is ``default``, or None: it must be of the default's
     kind (on/off, a whole number, a number, one line of text, a list of such, not empty when the default is not),
-    finite, and not negative where the default is not (a parameter whose default is None takes any value)."""
-    import math
+    finite and within 64 bits, and not negative where the default is not (a parameter whose default is None takes
+    any value)."""
+    from tutorial_lib.numbers import finite
 
     if default is None:
         return None
@@ -135,8 +139,10 @@ def parameter_problem(default, value) -> str | None:
         return None if isinstance(default, bool) and isinstance(value, bool) else f"must be true or false, got {shown}"
     if isinstance(default, (int, float)):
         whole = isinstance(default, int)
-        if not isinstance(value, int if whole else (int, float)) or not math.isfinite(value):
+        if not isinstance(value, int if whole else (int, float)) or not finite(value):
             return f"must be {'a whole number' if whole else 'a finite number'} like its default, got {shown}"
+        if isinstance(value, int) and abs(value) > LARGEST_WHOLE:  # no count or size of the course comes near it
+            return f"must be at most {LARGEST_WHOLE:,} (a 64-bit whole number), got {shown}"
         return f"must not be negative, got {shown}" if value < 0 <= default else None
     if isinstance(default, str):
         return None if isinstance(value, str) and value.isprintable() else f"must be one line of text, got {shown}"

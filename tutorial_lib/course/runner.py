@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -95,6 +94,24 @@ MOST_PARAMETERS = {"bench_repeats": 1000, "netlab_repeats": 1000, "allreduce_ite
 OPTIONAL_COUNTS = {"bench_warmup": int, "bench_min_time": (int, float), "workers_list": int}
 
 
+# 07's parameter-server experiment: its parameters and the experiment's fields (r43v: ps_workers 100 ran 07 until
+# the experiment's cell)
+PARAMETER_SERVER_FIELDS = {"ps_workers": "workers", "ps_steps": "steps", "ps_batch": "per_worker_batch",
+                           "ps_lr": "lr", "straggler_delay_s": "straggler_delay_s", "straggler_prob": "straggler_prob"}
+
+
+def _check_parameter_server(params: dict) -> None:
+    """The parameter-server experiment's settings given as parameters, checked as it checks them."""
+    from tutorial_lib.param_server import ExperimentConfig, check_experiment
+
+    given = {field: params[name] for name, field in PARAMETER_SERVER_FIELDS.items() if name in params}
+    staleness = params.get("staleness", [0])
+    if given or "staleness" in params:
+        names = {field: name for name, field in PARAMETER_SERVER_FIELDS.items()}
+        check_experiment(dataclasses.replace(ExperimentConfig(), **given),
+                         tuple(staleness) if isinstance(staleness, (list, tuple)) else (staleness,), names)
+
+
 def check_notebook_values(params: dict) -> None:
     """Refuse a notebook parameter that is of the right kind but no value its notebook can use: a count of 0, a count
     over the benchmark's limit, a Slurm time Slurm would read otherwise, an all-reduce size list bench refuses.
@@ -102,12 +119,13 @@ def check_notebook_values(params: dict) -> None:
     from tutorial_lib.bench.comm import parse_size
     from tutorial_lib.engine.config import ConfigError
     from tutorial_lib.jobs.slurm_values import check_time
+    from tutorial_lib.numbers import finite
 
     for name, kind in OPTIONAL_COUNTS.items():
         given = params.get(name)
         values = given if isinstance(given, (list, tuple)) and name == "workers_list" else [given]
         if given is not None and (not values or not all(
-                isinstance(v, kind) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in values)):
+                isinstance(v, kind) and not isinstance(v, bool) and finite(v) and v >= 0 for v in values)):
             what = ("a list of whole numbers" if name == "workers_list" else "a whole number" if kind is int
                     else "a number")
             raise ConfigError(f"{name}: {given!r:.100} is not {what} of 0 or more. Fix: e.g. -p {name} "
@@ -124,6 +142,7 @@ def check_notebook_values(params: dict) -> None:
         if most is not None and any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > most
                                     for v in values):
             raise ConfigError(f"{name}: {params[name]!r:.100} is over {most:,}. Fix: at most {most:,}.")
+    _check_parameter_server(params)
     if isinstance(params.get("time_limit"), str) and params["time_limit"]:
         check_time(params["time_limit"], "time_limit")
     if isinstance(params.get("allreduce_sizes"), str) and params["allreduce_sizes"]:

@@ -18,13 +18,12 @@ With s > 0, fast workers run ahead on stale weights instead of waiting for strag
 from __future__ import annotations
 
 import datetime
-import json
 import random
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +35,8 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from tutorial_lib import compat, free_port
-from tutorial_lib.exits import ArgumentParser
+from tutorial_lib.param_server.checks import ExperimentError as ExperimentError  # the API raises it
+from tutorial_lib.param_server.checks import check_experiment
 
 DTYPE = torch.float64  # exact comparisons between the three ways of training
 PUSH_HEADER = 3  # round, weight version the gradient was computed on, batch loss
@@ -258,8 +258,7 @@ def run_experiment(cfg: ExperimentConfig = ExperimentConfig(), staleness: tuple[
                    ) -> dict[str, RunResult]:
     """Start 1 server + W workers once and run a parameter-server training per staleness bound
     (named ``ps_s<bound>``), plus all-reduce data parallelism (``allreduce``) if asked."""
-    if cfg.workers < 1 or any(s < 0 for s in staleness):
-        raise ValueError("need at least one worker and staleness bounds >= 0")
+    check_experiment(cfg, staleness)
     plan = [(f"ps_s{s}", "parameter_server", s) for s in staleness]
     if allreduce:
         plan.append(("allreduce", "allreduce", 0))
@@ -312,41 +311,3 @@ def summary_lines(results: dict[str, RunResult]) -> list[str]:
                      f"{max(r['staleness_max'] for r in run.records):>9} {mean_stale:>10.2f}")
     return lines
 
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: run the experiment, print a summary, optionally write JSONL records."""
-    parser = ArgumentParser(prog="python -m tutorial_lib.param_server",
-                            description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--staleness", type=int, nargs="+", default=[0, 1, 4])
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--batch", type=int, default=32, help="per-worker batch")
-    parser.add_argument("--lr", type=float, default=0.5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--straggler-delay", type=float, default=0.0, help="seconds")
-    parser.add_argument("--straggler-prob", type=float, default=0.0)
-    parser.add_argument("--no-allreduce", action="store_true")
-    parser.add_argument("--json", metavar="PATH", help="write one JSON record per line")
-    args = parser.parse_args(argv)
-    cfg = replace(ExperimentConfig(), workers=args.workers, steps=args.steps,
-                  per_worker_batch=args.batch, lr=args.lr, seed=args.seed,
-                  straggler_delay_s=args.straggler_delay, straggler_prob=args.straggler_prob)
-    results = run_experiment(cfg, tuple(args.staleness), allreduce=not args.no_allreduce)
-    print("\n".join(summary_lines(results)))
-    if "ps_s0" in results and "allreduce" in results:
-        gap = (results["ps_s0"].final_weights - results["allreduce"].final_weights).abs().max()
-        print(f"max |weights(ps_s0) - weights(allreduce)| = {gap.item():.3g}")
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w") as out:
-            for run in results.values():
-                for record in run.records:
-                    out.write(json.dumps({"run": run.name, "mode": run.mode,
-                                          "staleness_bound": run.staleness_bound,
-                                          "workers": cfg.workers, **record}) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
