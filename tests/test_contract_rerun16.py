@@ -7,7 +7,16 @@ before (checked by reverting the library change):
   refusal printed a 300-character number of hours;
 * W3: ``bench data`` without ``--workers`` counted one setting where it measures the device's default list (and
   the GPU input pipeline), so three hours of rounds were accepted and ran, printing nothing;
-* W4 (``python -m tutorial_lib.param_server``): in tests/test_param_server.py.
+* W4 (``python -m tutorial_lib.param_server``): in tests/test_param_server.py;
+* W5: ``bench train|loader|data --image-size`` of 300 digits overflowed the memory estimate, ``--num-classes 2**63``
+  reached torchvision (tracebacks);
+* W6: course benchmark parameters each within bench's limit, their rounds hours long, accepted and run;
+* W7: ``course -p workers_list 3`` (no list) ran 02 up to its sixth cell;
+* W8: ``data pack --shard-mb 1e308``: an OverflowError traceback;
+* W9: ``jobs.netlab.Lab(rate_mbit=10**400)``: an OverflowError traceback;
+* W11: ``bench data|e2e --classes`` huge without ``--per-class`` was never bounded: class folders made on;
+* W12: course sizes with no largest value (classes, JPEG sides, 03's equivalence check, watch_timeout) ran the
+  notebook first.
 """
 
 from __future__ import annotations
@@ -76,3 +85,69 @@ def test_bench_data_counts_the_settings_it_measures_by_default(tmp_path, args, s
     assert result.returncode == EXIT_REFUSED, result
     assert f"all 1 rounds of {settings} setting(s) fit in 1 h" in _one_line(result.stderr, "--min-time: ")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["train", "--image-size", str(10**300)], "--image-size"),
+    (["train", "--num-classes", str(2**63)], "--num-classes"),
+    (["loader", "--image-size", HUGE], "--image-size"),
+    (["data", "--image-size", HUGE, "--workers", "0"], "--image-size"),
+    (["data", "--classes", HUGE, "--workers", "0"], "--classes"),
+    (["e2e", "--classes", HUGE, "--workers", "0"], "--classes"),
+    (["data", "--classes", "1000000000", "--workers", "0"], "--classes"),
+])
+def test_bench_sizes_past_what_can_be_made_are_refused_before_anything_is(tmp_path, args, flag):
+    from tutorial_lib.bench.cli import main
+
+    extra = {"train": ["--device", "cpu", "--steps", "2"], "loader": ["--data-dir", str(tmp_path / "d")],
+             "data": ["--device", "cpu", "--data-dir", str(tmp_path / "d")],
+             "e2e": ["--device", "cpu", "--data-dir", str(tmp_path / "d"), "--steps", "2"]}[args[0]]
+    result = command_in_process(main, [*args, *extra, "--batch-size", "2"])
+    assert result.returncode == EXIT_REFUSED, result
+    line = _one_line(result.stderr, f"{flag}: ")
+    assert len(line) < 600 and "Fix: " in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("only, params, named", [
+    ("01", ["bench_repeats", "1000", "bench_min_time", "3600"], "bench_min_time"),
+    ("01", ["bench_min_time", "3600"], "bench_min_time"),  # the default 3 rounds
+    ("01", ["bench_repeats", "1000", "bench_min_time", "10"], "bench_min_time"),
+    ("02", ["loader_batches", "1000000", "bench_repeats", "1000"], "loader_batches"),
+    ("02", ["workers_list", "3"], "workers_list"), ("02", ["classes", "1000000000"], "classes"),
+    ("02", ["jpeg_width", "100000", "jpeg_height", "100000"], "jpeg_width"),
+    ("02", ["jpeg_width", "60000", "jpeg_height", "60000"], "jpeg_width"),
+    ("03", ["exact_workers", "1025"], "exact_workers 1025"), ("03", ["exact_batch", "2147483648"], "exact_batch"),
+    ("03", ["watch_timeout", "1000000001"], "watch_timeout"),
+])
+def test_course_values_a_notebook_would_meet_in_a_cell_are_refused_before_it_runs(tmp_path, monkeypatch, only, params,
+                                                                                 named):
+    from tutorial_lib.course.runner import main
+
+    monkeypatch.setattr("tutorial_lib.engine.memory.available_bytes", lambda device="cpu": 32 << 30)
+    monkeypatch.chdir(tmp_path)
+    pairs = [part for name, value in zip(params[::2], params[1::2], strict=True) for part in ("-p", name, value)]
+    result = command_in_process(main, ["--only", only, *pairs, "-p", "backend", "local", "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    line = _one_line(result.stderr, "parameters: ")
+    assert named in line and "Fix: " in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_data_pack_refuses_a_shard_size_no_tar_holds(tmp_path, jpeg_tree):
+    from tutorial_lib.data.__main__ import main
+
+    for size in ("1e308", "1e-300"):
+        result = command_in_process(main, ["pack", str(jpeg_tree), str(tmp_path / "shards"), "--no-progress",
+                                           "--shard-mb", size])
+        assert result.returncode == EXIT_REFUSED, result
+        assert "MB" in _one_line(result.stderr, "--shard-mb: ")
+    assert not (tmp_path / "shards").exists()
+
+
+def test_a_network_lab_refuses_a_rate_past_float_naming_it():
+    from tutorial_lib.jobs.netlab import Lab, LabSettingError
+
+    with pytest.raises(LabSettingError, match=r"^rate_mbit: .*Fix: ") as caught:
+        Lab(rate_mbit=10**400)
+    assert len(str(caught.value)) < 300

@@ -34,7 +34,9 @@ MAX_STEPS = 1_000_000  # batches, steps or all-reduces of one measurement: a ben
 # the largest value of every count flag a benchmark loops over (r43s, r43t: 10**10 of any of them ran on, silent)
 COUNT_MOST = {"repeats": MAX_REPEATS, "rounds": MAX_REPEATS, "windows": MAX_REPEATS, "batches": MAX_STEPS,
               "iters": MAX_STEPS, "steps": MAX_STEPS, "warmup": MAX_STEPS, "ddp_steps": MAX_STEPS,
-              "decode_images": MAX_FILES}
+              "decode_images": MAX_FILES,
+              # sizes the memory estimate multiplies: the trainer's largest (r43v: 10**300 px overflowed a float)
+              "image_size": COUNT_LIMIT, "num_classes": COUNT_LIMIT, "batch_size": COUNT_LIMIT}
 MAX_WORKERS = 1024  # loader processes or threads: the trainer's own limit (engine/validate.py INT_LIMITS)
 # the minimum of each count flag: (flag, minimum); a flag left at None (its device default) is not checked
 _COUNTS = {"rounds": 1, "classes": 1, "per_class": 1, "val_per_class": 1, "repeats": 1, "ranks": 1,
@@ -174,6 +176,9 @@ def _check_set_size(values: dict) -> None:
         _refuse("jpeg_images", jpeg_images, f"a set of at most {MAX_FILES:,} JPEGs")
     per_class = [values.get(name) for name in ("per_class", "train_per_class", "val_per_class")]
     given = [n for n in per_class if isinstance(n, int)]
+    if not given and values.get("command") in ("data", "e2e") and isinstance(values.get("classes"), int):
+        from tutorial_lib.bench.compute import defaults  # their --per-class is the device's (r43v: --classes alone
+        given = [defaults(values.get("device") or "auto")["per_class"]]  # was never bounded, and made folders on)
     if not given:
         return
     classes = values.get("classes") if isinstance(values.get("classes"), int) else 1000
@@ -181,10 +186,10 @@ def _check_set_size(values: dict) -> None:
     if files > MAX_FILES:
         counted = [name for name in ("per_class", "train_per_class", "val_per_class")
                    if isinstance(values.get(name), int)]
-        flag = "classes" if classes > 1000 else max(counted, key=values.get)
+        flag = "classes" if classes > 1000 or not counted else max(counted, key=values.get)
         _refuse(flag, classes if flag == "classes" else values[flag], f"a set of at most {MAX_FILES:,} files "
-                f"(this one: {classes:,} classes x {sum(given):,} images = {files:,}); pass smaller --classes or "
-                "--per-class")
+                f"(this one: {_count(classes)} classes x {_count(sum(given))} images = {_count(files)}); pass "
+                "smaller --classes or --per-class")
 
 
 _WORK_FOLDERS = {"staging": "stage_to", "extract": "work_dir"}  # an existing folder that the command writes in
@@ -348,15 +353,15 @@ def _check_duration(values: dict) -> None:
         flag = "warmup" if warmup > values["steps"] else "steps"  # r43t: a huge warm-up was blamed on --steps
         _refuse(flag, values[flag] if flag in values and values[flag] is not None else warmup,
                 f"fewer {'warm-up ' if flag == 'warmup' else ''}steps, e.g. {5 if flag == 'warmup' else 50}: "
-                f"at least {_count(images)} images in all would take at least {_count(images // rate // 3600)} h even at "
+                f"{_count(images)} images in all would take at least {_count(images // rate // 3600)} h even at "
                 f"{rate:,} images/s (faster than any {kind} machine), over the {E2E_MAX_SECONDS // 3600} h a "
                 "benchmark may take (train longer with python -m tutorial_lib.train)")
 
 
 def _count(number: int) -> str:
-    """A whole number for a message that says "at least": with thousands separators, or past 10**15 the power of ten
-    below it (r43v: a 30-digit --warmup made a 300-character number of hours)."""
-    return f"{number:,}" if number < 10**15 else f"10^{len(str(number)) - 1}"
+    """A whole number for a message: with thousands separators, or past 10**15 its power of ten (r43v: a 30-digit
+    --warmup made a 300-character number of hours)."""
+    return f"{number:,}" if number < 10**15 else f"about 10^{len(str(number)) - 1}"
 
 
 def _first_line(path: Path) -> bytes:

@@ -6,7 +6,6 @@ notebook's key numbers (as measured in that run) and its saved figures.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import time
@@ -16,6 +15,7 @@ from tutorial_lib import REPO_ROOT
 from tutorial_lib.course.cleanup import drop_finished_checkpoints
 from tutorial_lib.course.notebook import declared_parameters
 from tutorial_lib.course.summary import SUMMARY_ENV, write_summary
+from tutorial_lib.course.values import check_parameter_values
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 DEFAULT_OUT = REPO_ROOT / "executed"
@@ -41,117 +41,6 @@ def check_parameter_names(params: dict, where: str = "parameters") -> None:
         raise SystemExit(f"error: {where}: no notebook has a parameter {unknown[0]!r}"
                          + (f" (did you mean {', '.join(close)}?)" if close else "")
                          + ". Fix: use a name from a notebook's parameters cell (nothing was run).")
-
-
-def check_parameter_values(params: dict, to_run: list[Path]) -> None:
-    """Refuse, before anything runs, a parameter value that a notebook about to run would fail on: of another
-    kind than its default (:func:`parameter_problem`, the check each notebook makes of papermill's values), a
-    training setting that :func:`validate` refuses (a GPU assumed: the notebooks adapt to the machine), or a
-    sample grid too large to draw (:func:`check_sample_count`). One line naming the parameter."""
-    from tutorial_lib.course.environment import check_sample_count
-    from tutorial_lib.course.notebook import parameter_defaults, parameter_problem
-    from tutorial_lib.engine.config import ConfigError, TrainConfig, make_config, validate
-    from tutorial_lib.engine.input.folders import check_digits_size
-    from tutorial_lib.engine.validate import check_data
-    from tutorial_lib.jobs import BACKENDS
-
-    for notebook in to_run:
-        defaults = parameter_defaults(notebook)
-        for name, value in params.items():
-            problem = parameter_problem(defaults[name], value) if name in defaults else None
-            if problem:
-                raise SystemExit(f"error: parameters: {name} {problem} ({notebook.name}). Fix: e.g. -p {name} "
-                                 f"{defaults[name]!r} (nothing was run).")
-    fields = {name: value for name, value in params.items() if name in TrainConfig.__dataclass_fields__}
-    try:
-        if "backend" in params and params["backend"] not in BACKENDS:  # r43s: refused only in 00's fifth cell
-            raise ConfigError(f"backend: unknown backend {params['backend']!r:.200}. Fix: use one of "
-                              f"{', '.join(BACKENDS)}.")
-        cfg = validate(make_config(fields.pop("profile", None), **fields), check_paths=False, cuda_available=True)
-        if "data_dir" in params:  # the notebooks' own data_dir defaults are theirs; a given one is checked as the
-            # notebooks will use it (digits unless dataset says otherwise: 00 and every job export them there)
-            check_data(dataclasses.replace(cfg, dataset=params.get("dataset", "digits")), check_paths=True)
-        if "image_size" in params:  # 00 exports the digits at it (r43s: 10**9 px was refused in 00's sixth cell)
-            check_digits_size(cfg.image_size)
-        check_notebook_values(params)
-        if "n_samples" in params:
-            check_sample_count(params["n_samples"], "n_samples")
-    except (ConfigError, ValueError) as exc:
-        raise SystemExit(f"error: parameters: {exc} (nothing was run)") from None
-
-
-# notebook parameters (not training settings) that count something, so that 0 means nothing to do (r43t: classes 0
-# was a ZeroDivisionError in 02's fourth cell, allreduce_iters 0 reached sbatch), and the largest of some
-POSITIVE_PARAMETERS = ("classes", "per_class", "loader_batches", "bench_repeats", "jpeg_width", "jpeg_height",
-                       "global_batches", "schedule_batches", "exact_batch", "exact_steps", "cancel_epochs",
-                       "scale_values", "projected_gpus", "allreduce_iters", "netlab_repeats", "netlab_rates_mbit",
-                       "netlab_ranks_per_node", "diagram_ranks", "ps_workers", "ps_batch", "ps_steps",
-                       "example_gpus", "example_buckets", "whatif_batches", "n_samples")
-MOST_PARAMETERS = {"bench_repeats": 1000, "netlab_repeats": 1000, "allreduce_iters": 1_000_000,  # bench's limits
-                   "loader_batches": 1_000_000, "exact_steps": 1_000_000, "bench_warmup": 1_000_000,
-                   "bench_min_time": 3600, "workers_list": 1024}
-# parameters whose default is None (the bench's own default): a given value is checked here, kind and sign (r43u)
-OPTIONAL_COUNTS = {"bench_warmup": int, "bench_min_time": (int, float), "workers_list": int}
-
-
-# 07's parameter-server experiment: its parameters and the experiment's fields (r43v: ps_workers 100 ran 07 until
-# the experiment's cell)
-PARAMETER_SERVER_FIELDS = {"ps_workers": "workers", "ps_steps": "steps", "ps_batch": "per_worker_batch",
-                           "ps_lr": "lr", "straggler_delay_s": "straggler_delay_s", "straggler_prob": "straggler_prob"}
-
-
-def _check_parameter_server(params: dict) -> None:
-    """The parameter-server experiment's settings given as parameters, checked as it checks them."""
-    from tutorial_lib.param_server import ExperimentConfig, check_experiment
-
-    given = {field: params[name] for name, field in PARAMETER_SERVER_FIELDS.items() if name in params}
-    staleness = params.get("staleness", [0])
-    if given or "staleness" in params:
-        names = {field: name for name, field in PARAMETER_SERVER_FIELDS.items()}
-        check_experiment(dataclasses.replace(ExperimentConfig(), **given),
-                         tuple(staleness) if isinstance(staleness, (list, tuple)) else (staleness,), names)
-
-
-def check_notebook_values(params: dict) -> None:
-    """Refuse a notebook parameter that is of the right kind but no value its notebook can use: a count of 0, a count
-    over the benchmark's limit, a Slurm time Slurm would read otherwise, an all-reduce size list bench refuses.
-    Raises ConfigError naming it."""
-    from tutorial_lib.bench.comm import parse_size
-    from tutorial_lib.engine.config import ConfigError
-    from tutorial_lib.jobs.slurm_values import check_time
-    from tutorial_lib.numbers import finite
-
-    for name, kind in OPTIONAL_COUNTS.items():
-        given = params.get(name)
-        values = given if isinstance(given, (list, tuple)) and name == "workers_list" else [given]
-        if given is not None and (not values or not all(
-                isinstance(v, kind) and not isinstance(v, bool) and finite(v) and v >= 0 for v in values)):
-            what = ("a list of whole numbers" if name == "workers_list" else "a whole number" if kind is int
-                    else "a number")
-            raise ConfigError(f"{name}: {given!r:.100} is not {what} of 0 or more. Fix: e.g. -p {name} "
-                              f"{'[0, 2]' if name == 'workers_list' else '2'}, or leave it out (the bench's default).")
-    for name in (*POSITIVE_PARAMETERS, *OPTIONAL_COUNTS):
-        values = params.get(name)
-        values = values if isinstance(values, (list, tuple)) else [values]
-        if name in POSITIVE_PARAMETERS and any(isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1
-                                               for v in values):
-            example = "'[1, 2]'" if isinstance(params[name], (list, tuple)) else "2"
-            raise ConfigError(f"{name}: {params[name]!r:.100} holds a count below 1. Fix: counts of 1 or more, e.g. "
-                              f"-p {name} {example}.")
-        most = MOST_PARAMETERS.get(name)
-        if most is not None and any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > most
-                                    for v in values):
-            raise ConfigError(f"{name}: {params[name]!r:.100} is over {most:,}. Fix: at most {most:,}.")
-    _check_parameter_server(params)
-    if isinstance(params.get("time_limit"), str) and params["time_limit"]:
-        check_time(params["time_limit"], "time_limit")
-    if isinstance(params.get("allreduce_sizes"), str) and params["allreduce_sizes"]:
-        for size in params["allreduce_sizes"].split(","):
-            try:
-                parse_size(size)
-            except ValueError:
-                raise ConfigError(f"allreduce_sizes: {size!r:.60} is not a message size. Fix: a comma list such as "
-                                  "4K,1M,16M (bytes, K, M, G).") from None
 
 
 NO_JOBS = ("00_setup.ipynb",)  # the notebooks that submit no job (00 only reports where the later ones would run)

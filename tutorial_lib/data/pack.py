@@ -224,6 +224,9 @@ def _shard_name(split: str, number: int) -> str:
     return f"{split}-{number:06d}.tar"
 
 
+SHARD_MB = (0.001, 1_000_000)  # a shard of 1 KB to 1 TB: smaller holds no image, larger no tar tool copies well
+
+
 def pack(prepared: str | os.PathLike, shards: str | os.PathLike, shard_mb: float = 100, max_side: int = 0,
          seed: int = 0, progress: bool = True) -> dict:
     """Pack the class folders of ``prepared`` into tar shards in ``shards`` (see the module's docstring); return a
@@ -231,8 +234,9 @@ def pack(prepared: str | os.PathLike, shards: str | os.PathLike, shard_mb: float
     for what can be checked first; a fault of the file system while writing is one line too."""
     started = time.perf_counter()
     prepared, shards = Path(prepared).expanduser().absolute(), Path(shards).expanduser().absolute()
-    if not shard_mb > 0 or shard_mb == float("inf"):
-        _fail("--shard-mb", f"{shard_mb} is not a size", "pass a positive size in MB, e.g. 100")
+    if not SHARD_MB[0] <= shard_mb <= SHARD_MB[1]:  # nan too; past the largest, MB x 1e6 overflowed (r43v)
+        _fail("--shard-mb", f"{shard_mb} is not a size from {SHARD_MB[0]:g} to {SHARD_MB[1]:,} MB",
+              "pass a size in MB, e.g. 100")
     if max_side < 0:
         _fail("--max-side", f"{max_side} is not a side in pixels", "pass a positive number of pixels, or 0 for none")
     if not prepared.is_dir():

@@ -10,12 +10,12 @@ comparison as False, so each float is first checked with :func:`math.isfinite`: 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 from pathlib import Path
 
 from tutorial_lib.engine.errors import ConfigError, fail, shorten
+from tutorial_lib.numbers import finite
 from tutorial_lib.paths import LOOP_FIX, LOOP_REASON, STAGING_RAM_DISK, in_system_folder, path_problem
 
 MAX_BASE_LR = 1e6
@@ -47,12 +47,13 @@ def _interval(low, low_in, high, high_in) -> str:
 def check_float(name: str, value: float, low, low_in: bool, high, high_in: bool, example: str) -> None:
     """Raise ConfigError unless ``value`` is a finite number in the interval ``low..high``."""
     interval = _interval(low, low_in, high, high_in)
-    if not math.isfinite(value):
+    if not finite(value):
         fail(name, f"must be a finite number in {interval}, got {value}", f"pass e.g. {example}")
     too_low = low is not None and (value < low or (value == low and not low_in))
     too_high = high is not None and (value > high or (value == high and not high_in))
-    if too_low or too_high:
-        fail(name, f"must be in {interval}, got {value:g}", f"pass e.g. {example}")
+    if too_low or too_high:  # an int past float's range has no :g form (r43v)
+        shown = f"{value:g}" if abs(value) < 1e300 else f"about 10^{len(str(abs(value))) - 1}"
+        fail(name, f"must be in {interval}, got {shown}", f"pass e.g. {example}")
 
 
 INT_LIMITS = {"workers": 1024, "prefetch": 1024, "seed": 2**63 - 1}  # per rank; every other count: 2**31 - 1

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import secrets
 import shutil
@@ -34,6 +33,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tutorial_lib.numbers import finite
 
 PREFIX = "tlab"
 STATE_DIR = Path("/run/tutorial_lib-netlab")
@@ -104,10 +105,10 @@ class Lab:
         if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
             raise LabSettingError(f"nodes: must be a whole number from 1 to {MAX_NODES} (one address each in "
                                   f"{SUBNET}.0/24), got {nodes!r}. Fix: --nodes 2")
-        if rate_mbit is not None and not (isinstance(rate_mbit, (int, float)) and math.isfinite(rate_mbit)
+        if rate_mbit is not None and not (isinstance(rate_mbit, (int, float)) and finite(rate_mbit)
                                           and 0 < rate_mbit <= 1e6):
             raise LabSettingError(f"rate_mbit: must be a number of Mbit/s above 0 and at most 1e6 (or 0/None for "
-                                  f"no cap), got {rate_mbit!r}. Fix: --rate-mbit 200")
+                                  f"no cap), got {rate_mbit!r:.60}. Fix: --rate-mbit 200")
         self.nodes, self.rate_mbit = nodes, rate_mbit
         self.tag = tag or f"{PREFIX}{secrets.token_hex(3)}"
         check_tag(self.tag)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+from tutorial_lib.numbers import finite
 
 DIGITS = 1797  # scikit-learn's bundled set
 MOST_WORKERS = 15  # with the server 16 processes, what a job may always start on one machine (MIN_LOCAL_RANKS)
@@ -42,6 +42,6 @@ def check_experiment(cfg, staleness: tuple = (0,), names: dict | None = None) ->
     for field, (low, high, example, zero) in reals.items():
         value = getattr(cfg, field)
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not number or not math.isfinite(float(value)) or not (low <= value if zero else low < value) or value > high:
+        if not number or not finite(value) or not (low <= value if zero else low < value) or value > high:
             refuse(field, value, f"is not a number {'from' if zero else 'above'} {low:g} {'to' if zero else 'up to'} "
                    f"{high:g}", example)

@@ -1,0 +1,208 @@
+"""The course's parameter values checked before any notebook runs: each as its notebook's default says (kind, sign),
+the training settings as the trainer checks them, and what a notebook would only meet in a cell: a count of 0, a
+count past what its benchmark or generator takes, benchmark rounds of hours, jobs its plan cannot build. One line
+naming the parameter (SystemExit from :func:`check_parameter_values`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+
+def check_parameter_values(params: dict, to_run: list[Path]) -> None:
+    """Refuse, before anything runs, a parameter value that a notebook about to run would fail on: of another
+    kind than its default (:func:`parameter_problem`, the check each notebook makes of papermill's values), a
+    training setting that :func:`validate` refuses (a GPU assumed: the notebooks adapt to the machine), or a
+    sample grid too large to draw (:func:`check_sample_count`). One line naming the parameter."""
+    from tutorial_lib.course.environment import check_sample_count
+    from tutorial_lib.course.notebook import parameter_defaults, parameter_problem
+    from tutorial_lib.engine.config import ConfigError, TrainConfig, make_config, validate
+    from tutorial_lib.engine.input.folders import check_digits_size
+    from tutorial_lib.engine.validate import check_data
+    from tutorial_lib.jobs import BACKENDS
+
+    for notebook in to_run:
+        defaults = parameter_defaults(notebook)
+        for name, value in params.items():
+            problem = parameter_problem(defaults[name], value) if name in defaults else None
+            if problem:
+                raise SystemExit(f"error: parameters: {name} {problem} ({notebook.name}). Fix: e.g. -p {name} "
+                                 f"{defaults[name]!r} (nothing was run).")
+    fields = {name: value for name, value in params.items() if name in TrainConfig.__dataclass_fields__}
+    try:
+        if "backend" in params and params["backend"] not in BACKENDS:  # r43s: refused only in 00's fifth cell
+            raise ConfigError(f"backend: unknown backend {params['backend']!r:.200}. Fix: use one of "
+                              f"{', '.join(BACKENDS)}.")
+        cfg = validate(make_config(fields.pop("profile", None), **fields), check_paths=False, cuda_available=True)
+        if "data_dir" in params:  # the notebooks' own data_dir defaults are theirs; a given one is checked as the
+            # notebooks will use it (digits unless dataset says otherwise: 00 and every job export them there)
+            check_data(dataclasses.replace(cfg, dataset=params.get("dataset", "digits")), check_paths=True)
+        if "image_size" in params:  # 00 exports the digits at it (r43s: 10**9 px was refused in 00's sixth cell)
+            check_digits_size(cfg.image_size)
+        check_notebook_values(params)
+        if "n_samples" in params:
+            check_sample_count(params["n_samples"], "n_samples")
+        for notebook in to_run:  # each notebook's values as it will hold them: its defaults, then what was given
+            defaults = parameter_defaults(notebook)
+            values = {**defaults, **{name: value for name, value in params.items() if name in defaults}}
+            check_notebook_sizes(values, given=params)
+            if params:
+                check_notebook_plan(notebook, values, params)
+    except (ConfigError, ValueError) as exc:
+        raise SystemExit(f"error: parameters: {exc} (nothing was run)") from None
+
+
+# notebook parameters (not training settings) that count something, so that 0 means nothing to do (r43t: classes 0
+# was a ZeroDivisionError in 02's fourth cell, allreduce_iters 0 reached sbatch), and the largest of some
+POSITIVE_PARAMETERS = ("classes", "per_class", "loader_batches", "bench_repeats", "jpeg_width", "jpeg_height",
+                       "global_batches", "schedule_batches", "exact_batch", "exact_steps", "cancel_epochs",
+                       "scale_values", "projected_gpus", "allreduce_iters", "netlab_repeats", "netlab_rates_mbit",
+                       "netlab_ranks_per_node", "diagram_ranks", "ps_workers", "ps_batch", "ps_steps",
+                       "example_gpus", "example_buckets", "whatif_batches", "n_samples")
+MOST_PARAMETERS = {"bench_repeats": 1000, "netlab_repeats": 1000, "allreduce_iters": 1_000_000,  # bench's limits
+                   "loader_batches": 1_000_000, "exact_steps": 1_000_000, "bench_warmup": 1_000_000,
+                   "bench_min_time": 3600, "workers_list": 1024,
+                   "watch_timeout": 1_000_000_000}  # jobs.spec.MOST_SECONDS: 03 handed a job to sbatch, then failed
+# parameters whose default is None (the bench's own default): a given value is checked here, kind and sign (r43u)
+OPTIONAL_COUNTS = {"bench_warmup": int, "bench_min_time": (int, float), "workers_list": int}
+
+
+# 07's parameter-server experiment: its parameters and the experiment's fields (r43v: ps_workers 100 ran 07 until
+# the experiment's cell)
+PARAMETER_SERVER_FIELDS = {"ps_workers": "workers", "ps_steps": "steps", "ps_batch": "per_worker_batch",
+                           "ps_lr": "lr", "straggler_delay_s": "straggler_delay_s", "straggler_prob": "straggler_prob"}
+
+
+def _check_parameter_server(params: dict) -> None:
+    """The parameter-server experiment's settings given as parameters, checked as it checks them."""
+    from tutorial_lib.param_server import ExperimentConfig, check_experiment
+
+    given = {field: params[name] for name, field in PARAMETER_SERVER_FIELDS.items() if name in params}
+    staleness = params.get("staleness", [0])
+    if given or "staleness" in params:
+        names = {field: name for name, field in PARAMETER_SERVER_FIELDS.items()}
+        check_experiment(dataclasses.replace(ExperimentConfig(), **given),
+                         tuple(staleness) if isinstance(staleness, (list, tuple)) else (staleness,), names)
+
+
+def check_notebook_values(params: dict) -> None:
+    """Refuse a notebook parameter that is of the right kind but no value its notebook can use: a count of 0, a count
+    over the benchmark's limit, a Slurm time Slurm would read otherwise, an all-reduce size list bench refuses.
+    Raises ConfigError naming it."""
+    from tutorial_lib.bench.comm import parse_size
+    from tutorial_lib.engine.config import ConfigError
+    from tutorial_lib.jobs.slurm_values import check_time
+    from tutorial_lib.numbers import finite
+
+    for name, kind in OPTIONAL_COUNTS.items():
+        given = params.get(name)
+        values = given if isinstance(given, (list, tuple)) and name == "workers_list" else [given]
+        listed = name != "workers_list" or isinstance(given, (list, tuple))  # r43v: a bare 3 failed in 02's cell 6
+        if given is not None and (not listed or not values or not all(
+                isinstance(v, kind) and not isinstance(v, bool) and finite(v) and v >= 0 for v in values)):
+            what = ("a list of whole numbers" if name == "workers_list" else "a whole number" if kind is int
+                    else "a number")
+            raise ConfigError(f"{name}: {given!r:.100} is not {what} of 0 or more. Fix: e.g. -p {name} "
+                              f"{'[0, 2]' if name == 'workers_list' else '2'}, or leave it out (the bench's default).")
+    for name in dict.fromkeys((*POSITIVE_PARAMETERS, *OPTIONAL_COUNTS, *MOST_PARAMETERS)):
+        values = params.get(name)
+        values = values if isinstance(values, (list, tuple)) else [values]
+        if name in POSITIVE_PARAMETERS and any(isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1
+                                               for v in values):
+            example = "'[1, 2]'" if isinstance(params[name], (list, tuple)) else "2"
+            raise ConfigError(f"{name}: {params[name]!r:.100} holds a count below 1. Fix: counts of 1 or more, e.g. "
+                              f"-p {name} {example}.")
+        most = MOST_PARAMETERS.get(name)
+        if most is not None and any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > most
+                                    for v in values):
+            raise ConfigError(f"{name}: {params[name]!r:.100} is over {most:,}. Fix: at most {most:,}.")
+    _check_parameter_server(params)
+    if isinstance(params.get("time_limit"), str) and params["time_limit"]:
+        check_time(params["time_limit"], "time_limit")
+    if isinstance(params.get("allreduce_sizes"), str) and params["allreduce_sizes"]:
+        for size in params["allreduce_sizes"].split(","):
+            try:
+                parse_size(size)
+            except ValueError:
+                raise ConfigError(f"allreduce_sizes: {size!r:.60} is not a message size. Fix: a comma list such as "
+                                  "4K,1M,16M (bytes, K, M, G).") from None
+
+
+def check_notebook_sizes(values: dict, given: dict) -> None:
+    """What one notebook's values add up to, checked as bench checks its flags (r43v: each value within its limit,
+    a set of 10**9 classes generated on, JPEGs of 100,000 px a MemoryError in a cell, 1,000 rounds of an hour run
+    on): 02's generated set and its JPEG size, and the least time the benchmark rounds of 01 and 02 take. Raises
+    ConfigError naming the parameter (one that was ``given`` where several add up)."""
+    from tutorial_lib.bench.arguments import (
+        E2E_MAX_IMAGES_PER_SEC,
+        E2E_MAX_SECONDS,
+        FAKE_PIXEL_BYTES,
+        JPEG_MAX_SIDE,
+        MAX_FILES,
+    )
+    from tutorial_lib.engine.config import ConfigError
+    from tutorial_lib.engine.memory import available_bytes, check_fits
+
+    def counts(*names: str) -> list:
+        return [values.get(name) if isinstance(values.get(name), int) and not isinstance(values.get(name), bool)
+                else None for name in names]
+
+    def blamed(*names: str) -> str:  # the first of ``names`` that was given, else the first
+        return next((name for name in names if name in given), names[0])
+
+    classes, per_class, width, height = counts("classes", "per_class", "jpeg_width", "jpeg_height")
+    if classes and per_class and classes * per_class > MAX_FILES:
+        name = blamed("classes", "per_class")
+        raise ConfigError(f"{name}: {values[name]!r:.60} makes a set of {classes:,} classes x {per_class:,} images, "
+                          f"over the {MAX_FILES:,} files a generated set may have. Fix: e.g. -p classes 2 -p "
+                          "per_class 16.")
+    if width and height:
+        if max(width, height) > JPEG_MAX_SIDE:
+            name = "jpeg_width" if width > JPEG_MAX_SIDE else "jpeg_height"
+            raise ConfigError(f"{name}: {values[name]:,} px is longer than the {JPEG_MAX_SIDE:,} px of the largest "
+                              "JPEG libjpeg writes. Fix: e.g. -p jpeg_width 500 -p jpeg_height 375.")
+        check_fits(width * height * FAKE_PIXEL_BYTES, available_bytes("cpu"),
+                   f"{blamed('jpeg_width', 'jpeg_height')}: generating one {width}x{height} image",
+                   "e.g. -p jpeg_width 500 -p jpeg_height 375 (ImageNet's typical size)")
+    repeats, batches, batch = counts("bench_repeats", "loader_batches", "batch_size")
+    min_time = values.get("bench_min_time") if isinstance(values.get("bench_min_time"), (int, float)) else None
+    if not repeats or (min_time is None and not batches):
+        return
+    settings = len(values["workers_list"]) if isinstance(values.get("workers_list"), list) else 1  # at least
+    seconds = (min_time or 0) * repeats * settings
+    images = (batches or 0) * (batch or 1) * repeats * settings
+    lower = max(seconds, images / E2E_MAX_IMAGES_PER_SEC["cuda"])
+    if lower > E2E_MAX_SECONDS:
+        name = (blamed("bench_min_time", "bench_repeats") if seconds >= images / E2E_MAX_IMAGES_PER_SEC["cuda"]
+                else blamed("loader_batches", "bench_repeats"))
+        raise ConfigError(f"{name}: {values[name]!r:.60} makes the benchmark's {repeats:,} rounds of {settings} "
+                          f"setting(s) last at least {lower / 3600:,.1f} h, over the {E2E_MAX_SECONDS // 3600} h a "
+                          "benchmark may take. Fix: fewer bench_repeats, a shorter bench_min_time or fewer "
+                          "loader_batches (e.g. -p bench_repeats 3 -p bench_min_time 2).")
+
+
+def check_notebook_plan(notebook: Path, values: dict, given: dict) -> None:
+    """Build the jobs a notebook with a plan will submit (:mod:`tutorial_lib.course.plans`, the notebook's own
+    call) and validate them as ``jobs.submit`` will, a GPU assumed (r43v: 03 with
+    exact_workers 1,025 failed in its third cell, after --out was written). Data folders are not checked: the
+    notebooks export them first."""
+    import inspect
+
+    import torch
+
+    from tutorial_lib.course import plans
+    from tutorial_lib.engine.config import ConfigError
+
+    function = plans.PLANS.get(notebook.stem)
+    if function is None:
+        return
+    gpus = max(1, torch.cuda.device_count())  # a GPU assumed, as for the training settings above
+    backend = "slurm" if values.get("backend") == "slurm" else "local"
+    taken = inspect.signature(function).parameters
+    arguments = {k: v for k, v in values.items() if k in taken and k not in ("gpus", "backend")}
+    try:
+        plans_of_it = function(**arguments, gpus=gpus, backend=backend)
+        plans_of_it.check(gpus_assumed=True, check_data=False)
+    except ConfigError as exc:  # the job is named; the parameters that made it are the user's to change
+        shaped = [f"{name} {values[name]!r:.40}" for name in given if name in arguments]
+        raise ConfigError(f"{exc} ({notebook.stem}'s jobs, from {', '.join(shaped) or 'its defaults'})") from None
