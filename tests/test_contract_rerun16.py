@@ -15,6 +15,8 @@ before (checked by reverting the library change):
 * W8: ``data pack --shard-mb 1e308``: an OverflowError traceback;
 * W9: ``jobs.netlab.Lab(rate_mbit=10**400)``: an OverflowError traceback;
 * W11: ``bench data|e2e --classes`` huge without ``--per-class`` was never bounded: class folders made on;
+* W13: a launcher's world of 0, a rank past the world, or a world of 2 without MASTER_ADDR/MASTER_PORT reached
+  torch's rendezvous (a ValueError traceback);
 * W12: course sizes with no largest value (classes, JPEG sides, 03's equivalence check, watch_timeout) ran the
   notebook first.
 """
@@ -151,3 +153,28 @@ def test_a_network_lab_refuses_a_rate_past_float_naming_it():
     with pytest.raises(LabSettingError, match=r"^rate_mbit: .*Fix: ") as caught:
         Lab(rate_mbit=10**400)
     assert len(str(caught.value)) < 300
+
+
+@pytest.mark.parametrize("variables, named", [
+    ({"WORLD_SIZE": "0", "RANK": "0"}, "WORLD_SIZE"), ({"WORLD_SIZE": "2", "RANK": "3"}, "RANK"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "0", "MASTER_ADDR": "127.0.0.1"}, "SLURM_NTASKS"),
+    ({"WORLD_SIZE": "2", "RANK": "0"}, "MASTER_ADDR"), ({"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "h"},
+                                                       "MASTER_PORT"),
+    ({"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "h", "MASTER_PORT": "99999"}, "MASTER_PORT"),
+])
+def test_a_launcher_world_no_process_group_can_form_is_refused_before_training(tmp_path, monkeypatch, jpeg_tree,
+                                                                                variables, named):
+    from tutorial_lib.train import main
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "MASTER_ADDR",
+                "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in variables.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["--dataset", "imagefolder", "--data-dir", str(jpeg_tree), "--output-root",
+                                       "runs", "--name", "r", "--image-size", "16", "--epochs", "1", "--batch-size",
+                                       "4", "--progress", "false", "--device", "cpu", "--max-steps-per-epoch", "1"])
+    assert result.returncode == EXIT_REFUSED, result
+    assert "Fix: " in _one_line(result.stderr, f"{named}: ")
+    assert list(tmp_path.iterdir()) == []

@@ -56,11 +56,34 @@ def env_rank_info(environ=os.environ) -> tuple[int, int, int, int]:
         return number
 
     if "RANK" in environ and "WORLD_SIZE" in environ:
-        return get("RANK", 0), get("WORLD_SIZE", 1), get("LOCAL_RANK", 0), get("LOCAL_WORLD_SIZE", 1)
-    if "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ and "MASTER_ADDR" in environ:
-        return (get("SLURM_PROCID", 0), get("SLURM_NTASKS", 1), get("SLURM_LOCALID", 0),
+        names = ("RANK", "WORLD_SIZE")
+        info = get("RANK", 0), get("WORLD_SIZE", 1), get("LOCAL_RANK", 0), get("LOCAL_WORLD_SIZE", 1)
+    elif "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ and "MASTER_ADDR" in environ:
+        names = ("SLURM_PROCID", "SLURM_NTASKS")
+        info = (get("SLURM_PROCID", 0), get("SLURM_NTASKS", 1), get("SLURM_LOCALID", 0),
                 get("SLURM_NTASKS_PER_NODE", 1))
-    return 0, 1, 0, 1
+    else:
+        return 0, 1, 0, 1
+    if info[1] < 1 or info[0] >= info[1]:  # r43v: a world of 0 reached torch's rendezvous (a ValueError traceback)
+        raise ConfigError(f"{names[0] if info[1] >= 1 else names[1]}: rank {info[0]} of a world of {info[1]} "
+                          "process(es): a rank is below the world size, which is 1 or more. Fix: start the trainer "
+                          f"through torchrun or srun, which set both, or unset {names[0]} and {names[1]} for a single "
+                          "process.")
+    return info
+
+
+def check_rendezvous(environ=os.environ) -> None:
+    """The address and port the processes of a job meet at (torch's ``env://``), before they try: each set, the port
+    a whole number from 1 to 65,535 (r43v: a world of 2 without MASTER_PORT was torch's ValueError traceback)."""
+    for key in ("MASTER_ADDR", "MASTER_PORT"):
+        if not environ.get(key, "").strip():
+            raise ConfigError(f"{key}: not set, and the processes of a job meet at MASTER_ADDR:MASTER_PORT. Fix: "
+                              "start the trainer through torchrun (it sets both), or export MASTER_ADDR=<first node> "
+                              "MASTER_PORT=29500 before srun.")
+    port = whole_number(environ["MASTER_PORT"].strip(), 65536)
+    if not port:
+        raise ConfigError(f"MASTER_PORT: {shorten(environ['MASTER_PORT'])} is not a port from 1 to 65,535. Fix: e.g. "
+                          "MASTER_PORT=29500, or start the trainer through torchrun.")
 
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
@@ -76,6 +99,7 @@ def init_distributed(device: torch.device, timeout_s: float = 600) -> DistInfo:
     rank, world, local_rank, local_world = env_rank_info()
     if world == 1:
         return DistInfo()
+    check_rendezvous()
     os.environ.setdefault("RANK", str(rank))
     os.environ.setdefault("WORLD_SIZE", str(world))
     backend = "nccl" if device.type == "cuda" else "gloo"
