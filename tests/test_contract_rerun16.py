@@ -17,8 +17,11 @@ before (checked by reverting the library change):
 * W11: ``bench data|e2e --classes`` huge without ``--per-class`` was never bounded: class folders made on;
 * W13: a launcher's world of 0, a rank past the world, or a world of 2 without MASTER_ADDR/MASTER_PORT reached
   torch's rendezvous (a ValueError traceback);
-* W12: course sizes with no largest value (classes, JPEG sides, 03's equivalence check, watch_timeout) ran the
-  notebook first.
+* W12: course values with no largest value or no check (classes, JPEG sides, 03's equivalence check,
+  watch_timeout, 04's imagenet_epochs, 05's time limit, 06's preset, 07's rates, nodes and diagram) ran the
+  notebook first, up to a cell;
+* W10: ``python -m tutorial_lib.bench.extract_table`` of a user's text file printed an empty table, rc 0; W5 too:
+  ``evaluate --batch-size`` of 400 digits.
 """
 
 from __future__ import annotations
@@ -121,6 +124,13 @@ def test_bench_sizes_past_what_can_be_made_are_refused_before_anything_is(tmp_pa
     ("02", ["jpeg_width", "60000", "jpeg_height", "60000"], "jpeg_width"),
     ("03", ["exact_workers", "1025"], "exact_workers 1025"), ("03", ["exact_batch", "2147483648"], "exact_batch"),
     ("03", ["watch_timeout", "1000000001"], "watch_timeout"),
+    ("04", ["imagenet_epochs", "0"], "imagenet_epochs"), ("04", ["lars_base_lr", "0"], "lars_base_lr 0"),
+    ("05", ["time_limit", "'1:00'"], "time_limit '1:00'"), ("05", ["extra_sbatch", "'--outp=x'"], "--outp"),
+    ("05", ["nodes", "0"], "nodes"), ("06", ["scale_over", "x"], "scale_over"),
+    ("06", ["reference_preset", "x"], "reference_preset"), ("07", ["intra_gbit_s", "0"], "intra_gbit_s"),
+    ("07", ["nodes", "0"], "nodes"), ("07", ["diagram_ranks", "100000"], "diagram_ranks"),
+    ("07", ["max_gpus", "0"], "max_gpus"), ("07", ["netlab_sizes", "x;y"], "netlab_sizes"),
+    ("07", ["whatif_preset", "x"], "whatif_preset"),
 ])
 def test_course_values_a_notebook_would_meet_in_a_cell_are_refused_before_it_runs(tmp_path, monkeypatch, only, params,
                                                                                  named):
@@ -178,3 +188,20 @@ def test_a_launcher_world_no_process_group_can_form_is_refused_before_training(t
     assert result.returncode == EXIT_REFUSED, result
     assert "Fix: " in _one_line(result.stderr, f"{named}: ")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_table_generator_refuses_a_file_of_no_records(tmp_path):
+    from tutorial_lib.bench.extract_table import main
+
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    result = command_in_process(main, [str(tmp_path / "notes.txt")])
+    assert result.returncode == EXIT_REFUSED and result.stdout == ""
+    assert "holds no JSON records" in _one_line(result.stderr, "results: ")
+
+
+def test_evaluate_refuses_a_batch_past_any_count(tmp_path):
+    from tutorial_lib.evaluate import main
+
+    result = command_in_process(main, [str(tmp_path), "--data-dir", str(tmp_path), "--batch-size", HUGE])
+    assert result.returncode == EXIT_REFUSED, result
+    assert len(_one_line(result.stderr, "--batch-size: ")) < 300

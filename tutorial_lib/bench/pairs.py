@@ -102,6 +102,9 @@ def blocks_main(argv: list[str] | None, module: str, default_results: str,
             raise BlockError(f"results: {args.results} is not a file. Fix: pass the benchmark's JSON lines (default "
                              f"{default_results}, run from the project's root).")
         records = read_records(args.results)
+        if not records:  # r43v: a user's text file printed an empty table, rc 0 (and --update would write one)
+            raise BlockError(f"results: {args.results!r:.200} holds no JSON records. Fix: pass the benchmark's JSON "
+                             f"lines (default {default_results}).")
         if args.update:
             update_blocks(args.update, [(begin, end, lambda make=make: make(records))
                                         for begin, end, make in blocks.values()], what)

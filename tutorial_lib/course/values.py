@@ -54,7 +54,8 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
 
 # notebook parameters (not training settings) that count something, so that 0 means nothing to do (r43t: classes 0
 # was a ZeroDivisionError in 02's fourth cell, allreduce_iters 0 reached sbatch), and the largest of some
-POSITIVE_PARAMETERS = ("classes", "per_class", "loader_batches", "bench_repeats", "jpeg_width", "jpeg_height",
+POSITIVE_PARAMETERS = ("nodes", "ranks_per_node", "imagenet_epochs", "max_gpus", "example_mb",  # r43v: 04, 07
+                       "classes", "per_class", "loader_batches", "bench_repeats", "jpeg_width", "jpeg_height",
                        "global_batches", "schedule_batches", "exact_batch", "exact_steps", "cancel_epochs",
                        "scale_values", "projected_gpus", "allreduce_iters", "netlab_repeats", "netlab_rates_mbit",
                        "netlab_ranks_per_node", "diagram_ranks", "ps_workers", "ps_batch", "ps_steps",
@@ -63,6 +64,9 @@ MOST_PARAMETERS = {"bench_repeats": 1000, "netlab_repeats": 1000, "allreduce_ite
                    "loader_batches": 1_000_000, "exact_steps": 1_000_000, "bench_warmup": 1_000_000,
                    "bench_min_time": 3600, "workers_list": 1024,
                    "watch_timeout": 1_000_000_000}  # jobs.spec.MOST_SECONDS: 03 handed a job to sbatch, then failed
+# rates a worked example divides by: above 0 (r43v: 07's intra_gbit_s 0 was a ZeroDivisionError in its seventh cell)
+ABOVE_ZERO = ("intra_gbit_s", "inter_gbit_s")
+MOST_DIAGRAM_RANKS = 16  # 07's diagrams: a ring of 16 ranks is 30 panels already (r43v: 100,000 drew on)
 # parameters whose default is None (the bench's own default): a given value is checked here, kind and sign (r43u)
 OPTIONAL_COUNTS = {"bench_warmup": int, "bench_min_time": (int, float), "workers_list": int}
 
@@ -71,6 +75,29 @@ OPTIONAL_COUNTS = {"bench_warmup": int, "bench_min_time": (int, float), "workers
 # the experiment's cell)
 PARAMETER_SERVER_FIELDS = {"ps_workers": "workers", "ps_steps": "steps", "ps_batch": "per_worker_batch",
                            "ps_lr": "lr", "straggler_delay_s": "straggler_delay_s", "straggler_prob": "straggler_prob"}
+
+
+def _check_choices_and_rates(params: dict) -> None:
+    """Named settings against the names there are, rates above 0, the diagrams' rank count (r43v: 06's
+    reference_preset 'x' and 07's whatif_preset failed in a cell; 07's diagram_ranks 100,000 drew on)."""
+    from tutorial_lib.engine.config import ConfigError
+    from tutorial_lib.scaling.presets import PRESETS
+
+    choices = {"reference_preset": tuple(PRESETS), "whatif_preset": tuple(PRESETS),
+               "calibrate_level": ("inter", "intra")}
+    for name, allowed in choices.items():
+        if name in params and params[name] not in allowed:
+            raise ConfigError(f"{name}: {params[name]!r:.60} is not one of {', '.join(allowed)}. Fix: e.g. -p {name} "
+                              f"{allowed[0]}.")
+    for name in ABOVE_ZERO:
+        value = params.get(name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+            raise ConfigError(f"{name}: {value!r:.60} is not a rate above 0. Fix: e.g. -p {name} 100.")
+    ranks = params.get("diagram_ranks")
+    if isinstance(ranks, int) and not isinstance(ranks, bool) and (
+            ranks < 2 or ranks > MOST_DIAGRAM_RANKS or ranks & (ranks - 1)):
+        raise ConfigError(f"diagram_ranks: {ranks!r:.60} is not a power of two from 2 to {MOST_DIAGRAM_RANKS}. Fix: "
+                          "e.g. -p diagram_ranks 4.")
 
 
 def _check_parameter_server(params: dict) -> None:
@@ -117,15 +144,17 @@ def check_notebook_values(params: dict) -> None:
                                     for v in values):
             raise ConfigError(f"{name}: {params[name]!r:.100} is over {most:,}. Fix: at most {most:,}.")
     _check_parameter_server(params)
+    _check_choices_and_rates(params)
     if isinstance(params.get("time_limit"), str) and params["time_limit"]:
         check_time(params["time_limit"], "time_limit")
-    if isinstance(params.get("allreduce_sizes"), str) and params["allreduce_sizes"]:
-        for size in params["allreduce_sizes"].split(","):
-            try:
-                parse_size(size)
-            except ValueError:
-                raise ConfigError(f"allreduce_sizes: {size!r:.60} is not a message size. Fix: a comma list such as "
-                                  "4K,1M,16M (bytes, K, M, G).") from None
+    for name in ("allreduce_sizes", "netlab_sizes"):  # r43v: 07's netlab_sizes 'x;y' was not checked
+        if isinstance(params.get(name), str) and params[name]:
+            for size in params[name].split(","):
+                try:
+                    parse_size(size)
+                except ValueError:
+                    raise ConfigError(f"{name}: {size!r:.60} is not a message size. Fix: a comma list such as "
+                                      "4K,1M,16M (bytes, K, M, G).") from None
 
 
 def check_notebook_sizes(values: dict, given: dict) -> None:

@@ -116,8 +116,10 @@ def evaluate_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike, batch_
     problem = path_problem(str(data_dir), written=False)  # r43q: a loop or a long name blamed on prepare's mark
     if problem is not None:
         raise DataError(f"--data-dir: {shorten(str(data_dir))} {problem[0]}. Fix: {problem[1]}.")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise DataError(f"--batch-size: must be a whole number >= 1, got {batch_size!r}. Fix: --batch-size 64")
+    largest = INT_LIMITS.get("batch_size", 2**31 - 1)  # the trainer's: 400 digits overflowed the estimate (r43v)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= largest:
+        raise DataError(f"--batch-size: must be a whole number from 1 to {largest:,}, got {shorten(batch_size)}. "
+                        "Fix: --batch-size 64")
     most = INT_LIMITS["workers"]  # the trainer's cap: more processes than any machine can use
     if isinstance(workers, bool) or not isinstance(workers, int) or not 0 <= workers <= most:
         raise DataError(f"--workers: must be a whole number from 0 to {most}, got {shorten(workers)}. "
