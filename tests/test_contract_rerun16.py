@@ -131,6 +131,8 @@ def test_bench_sizes_past_what_can_be_made_are_refused_before_anything_is(tmp_pa
     ("07", ["nodes", "0"], "nodes"), ("07", ["diagram_ranks", "100000"], "diagram_ranks"),
     ("07", ["max_gpus", "0"], "max_gpus"), ("07", ["netlab_sizes", "x;y"], "netlab_sizes"),
     ("07", ["whatif_preset", "x"], "whatif_preset"),
+    # r43w (the sixteenth re-run): X2, X3
+    ("05", ["watch_timeout", "0"], "watch_timeout"), ("02", ["batch_size", "1000000000"], "batch_size: "),
 ])
 def test_course_values_a_notebook_would_meet_in_a_cell_are_refused_before_it_runs(tmp_path, monkeypatch, only, params,
                                                                                  named):
@@ -190,13 +192,22 @@ def test_a_launcher_world_no_process_group_can_form_is_refused_before_training(t
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_table_generator_refuses_a_file_of_no_records(tmp_path):
-    from tutorial_lib.bench.extract_table import main
+@pytest.mark.parametrize("content", ["my notes\n", '{"kind": "epoch", "step": 1}\n{"run": "ps_s0"}\n'])
+@pytest.mark.parametrize("module", ["extract_table", "scale_table", "shards_table"])
+def test_a_table_generator_refuses_a_file_of_no_record_of_its_benchmark(tmp_path, module, content):
+    """r43v W10: a user's text file printed an empty table, rc 0; r43w X1: so did records of another kind, and
+    ``--update`` replaced a document's block with an empty table."""
+    import importlib
 
-    (tmp_path / "notes.txt").write_text("my notes\n")
-    result = command_in_process(main, [str(tmp_path / "notes.txt")])
-    assert result.returncode == EXIT_REFUSED and result.stdout == ""
-    assert "holds no JSON records" in _one_line(result.stderr, "results: ")
+    main = importlib.import_module(f"tutorial_lib.bench.{module}").main
+    (tmp_path / "notes.txt").write_text(content)
+    doc = tmp_path / "doc.md"
+    doc.write_text("# my doc\n")
+    for extra in ([], ["--update", str(doc)]):
+        result = command_in_process(main, [str(tmp_path / "notes.txt"), *extra])
+        assert result.returncode == EXIT_REFUSED and result.stdout == ""
+        assert "holds no " in _one_line(result.stderr, "results: ")
+    assert doc.read_text() == "# my doc\n"
 
 
 def test_evaluate_refuses_a_batch_past_any_count(tmp_path):

@@ -101,10 +101,11 @@ def blocks_main(argv: list[str] | None, module: str, default_results: str,
         if not Path(args.results).is_file():
             raise BlockError(f"results: {args.results} is not a file. Fix: pass the benchmark's JSON lines (default "
                              f"{default_results}, run from the project's root).")
+        kind = Path(default_results).stem  # the benchmark's records: kind "extract" in results/extract.jsonl
         records = read_records(args.results)
-        if not records:  # r43v: a user's text file printed an empty table, rc 0 (and --update would write one)
-            raise BlockError(f"results: {args.results!r:.200} holds no JSON records. Fix: pass the benchmark's JSON "
-                             f"lines (default {default_results}).")
+        if not any(record.get("kind") == kind for record in records):  # r43v, r43w: a user's file printed an empty
+            raise BlockError(f"results: {args.results!r:.200} holds no {kind!r} record. Fix: pass the benchmark's "
+                             f"JSON lines (default {default_results}).")  # table, rc 0 (--update wrote one)
         if args.update:
             update_blocks(args.update, [(begin, end, lambda make=make: make(records))
                                         for begin, end, make in blocks.values()], what)

@@ -55,6 +55,7 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
 # notebook parameters (not training settings) that count something, so that 0 means nothing to do (r43t: classes 0
 # was a ZeroDivisionError in 02's fourth cell, allreduce_iters 0 reached sbatch), and the largest of some
 POSITIVE_PARAMETERS = ("nodes", "ranks_per_node", "imagenet_epochs", "max_gpus", "example_mb",  # r43v: 04, 07
+                       "watch_timeout",  # r43w: 0 reached the watcher in 05's tenth cell
                        "classes", "per_class", "loader_batches", "bench_repeats", "jpeg_width", "jpeg_height",
                        "global_batches", "schedule_batches", "exact_batch", "exact_steps", "cancel_epochs",
                        "scale_values", "projected_gpus", "allreduce_iters", "netlab_repeats", "netlab_rates_mbit",
@@ -198,11 +199,11 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
     lower = max(seconds, images / E2E_MAX_IMAGES_PER_SEC["cuda"])
     if lower > E2E_MAX_SECONDS:
         name = (blamed("bench_min_time", "bench_repeats") if seconds >= images / E2E_MAX_IMAGES_PER_SEC["cuda"]
-                else blamed("loader_batches", "bench_repeats"))
+                else blamed("loader_batches", "batch_size", "bench_repeats"))  # r43w: batch_size was not named
         raise ConfigError(f"{name}: {values[name]!r:.60} makes the benchmark's {repeats:,} rounds of {settings} "
                           f"setting(s) last at least {lower / 3600:,.1f} h, over the {E2E_MAX_SECONDS // 3600} h a "
-                          "benchmark may take. Fix: fewer bench_repeats, a shorter bench_min_time or fewer "
-                          "loader_batches (e.g. -p bench_repeats 3 -p bench_min_time 2).")
+                          "benchmark may take. Fix: fewer bench_repeats, a shorter bench_min_time, fewer "
+                          "loader_batches or a smaller batch_size (e.g. -p bench_repeats 3 -p bench_min_time 2).")
 
 
 def check_notebook_plan(notebook: Path, values: dict, given: dict) -> None:
