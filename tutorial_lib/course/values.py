@@ -66,7 +66,7 @@ MOST_PARAMETERS = {"bench_repeats": 1000, "netlab_repeats": 1000, "allreduce_ite
                    "bench_min_time": 3600, "workers_list": 1024,
                    "watch_timeout": 1_000_000_000}  # jobs.spec.MOST_SECONDS: 03 handed a job to sbatch, then failed
 # rates a worked example divides by: above 0 (r43v: 07's intra_gbit_s 0 was a ZeroDivisionError in its seventh cell)
-ABOVE_ZERO = ("intra_gbit_s", "inter_gbit_s")
+ABOVE_ZERO = ("intra_gbit_s", "inter_gbit_s", "whatif_bandwidths")  # r43w: a what-if bandwidth of 0 too
 MOST_DIAGRAM_RANKS = 16  # 07's diagrams: a ring of 16 ranks is 30 panels already (r43v: 100,000 drew on)
 # parameters whose default is None (the bench's own default): a given value is checked here, kind and sign (r43u)
 OPTIONAL_COUNTS = {"bench_warmup": int, "bench_min_time": (int, float), "workers_list": int}
@@ -92,8 +92,18 @@ def _check_choices_and_rates(params: dict) -> None:
                               f"{allowed[0]}.")
     for name in ABOVE_ZERO:
         value = params.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-            raise ConfigError(f"{name}: {value!r:.60} is not a rate above 0. Fix: e.g. -p {name} 100.")
+        if any(isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0
+               for v in (value if isinstance(value, (list, tuple)) else [value])):
+            raise ConfigError(f"{name}: {value!r:.60} holds a rate that is not above 0. Fix: e.g. -p {name} 100.")
+    from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS
+
+    lists = {"precisions": PRECISIONS, "train_precisions": PRECISIONS, "compile_modes": COMPILE_MODES}
+    for name, allowed in lists.items():  # r43w: 01 skipped every setting of '[fp64]' and ended rc 0
+        value = params.get(name)
+        odd = [v for v in value if v not in allowed] if isinstance(value, (list, tuple)) else []
+        if odd:
+            raise ConfigError(f"{name}: {odd[0]!r:.60} is not one of {', '.join(allowed)}. Fix: e.g. -p {name} "
+                              f"'[{allowed[0]}]'.")
     ranks = params.get("diagram_ranks")
     if isinstance(ranks, int) and not isinstance(ranks, bool) and (
             ranks < 2 or ranks > MOST_DIAGRAM_RANKS or ranks & (ranks - 1)):
@@ -193,7 +203,7 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
     min_time = values.get("bench_min_time") if isinstance(values.get("bench_min_time"), (int, float)) else None
     if not repeats or (min_time is None and not batches):
         return
-    settings = len(values["workers_list"]) if isinstance(values.get("workers_list"), list) else 1  # at least
+    settings = _settings_at_least(values)
     seconds = (min_time or 0) * repeats * settings
     images = (batches or 0) * (batch or 1) * repeats * settings
     lower = max(seconds, images / E2E_MAX_IMAGES_PER_SEC["cuda"])
@@ -231,3 +241,19 @@ def check_notebook_plan(notebook: Path, values: dict, given: dict) -> None:
     except ConfigError as exc:  # the job is named; the parameters that made it are the user's to change
         shaped = [f"{name} {values[name]!r:.40}" for name in given if name in arguments]
         raise ConfigError(f"{exc} ({notebook.stem}'s jobs, from {', '.join(shaped) or 'its defaults'})") from None
+
+
+def _settings_at_least(values: dict) -> int:
+    """The settings a notebook's benchmark surely times in each round (r43w: 1 was counted where 02 tries its default
+    worker list and 01 every channels_last option): 02 each worker count; 01 each channels_last option of fp32
+    (every device runs fp32) where the eager mode is among its compile modes."""
+    if "loader_batches" in values:  # 02
+        if isinstance(values.get("workers_list"), list):
+            return max(1, len(values["workers_list"]))
+        from tutorial_lib.bench.data import worker_counts
+
+        return len(worker_counts())
+    modes, layouts = values.get("compile_modes"), values.get("channels_last_options")
+    if isinstance(modes, list) and "none" in modes and isinstance(layouts, list):  # 01
+        return max(1, len(layouts))
+    return 1
