@@ -92,6 +92,8 @@ def test_the_api_refuses_what_the_command_refuses_naming_the_field():
         run_experiment(ExperimentConfig(per_worker_batch=0))
     with pytest.raises(ExperimentError, match=r"^staleness: -1 "):
         run_experiment(ExperimentConfig(), staleness=(-1,))
+    with pytest.raises(ExperimentError, match=r"^test_images: 1797 is not a whole number from 1 to 1,796"):
+        run_experiment(ExperimentConfig(test_images=1797))  # r43w X7: it was blamed on per_worker_batch
 
 
 def test_workers_build_the_model_without_touching_cuda(monkeypatch):

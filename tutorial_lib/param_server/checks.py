@@ -25,8 +25,9 @@ def check_experiment(cfg, staleness: tuple = (0,), names: dict | None = None) ->
         raise ExperimentError(f"{names.get(field, field)}: {value!r:.60} {rule}. Fix: e.g. "
                               f"{names.get(field, field)} {example}.")
 
-    wholes = {"workers": (1, MOST_WORKERS, 2), "steps": (1, MOST_STEPS, 60), "per_worker_batch": (1, train_images, 32),
-              "hidden": (1, 4096, 32), "seed": (0, 2**32 - 1, 0), "test_images": (1, DIGITS - 1, 297)}
+    # test_images first: the batch's range follows from it (r43w: test_images 1797 was blamed on per_worker_batch)
+    wholes = {"test_images": (1, DIGITS - 1, 297), "workers": (1, MOST_WORKERS, 2), "steps": (1, MOST_STEPS, 60),
+              "per_worker_batch": (1, train_images, 32), "hidden": (1, 4096, 32), "seed": (0, 2**32 - 1, 0)}
     for field, (low, high, example) in wholes.items():
         value = getattr(cfg, field)
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
