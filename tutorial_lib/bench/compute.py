@@ -34,6 +34,7 @@ from tutorial_lib.engine.device import (
     synchronize,
     usable_cpus,
 )
+from tutorial_lib.engine.errors import ConfigError
 
 FLOPS_METHOD = "FlopCounterMode on one forward+backward (meta device; convolutions and matmuls)"
 DEFAULTS = {
@@ -198,6 +199,9 @@ def measure_training(arch: str | None = None, precision: str = "fp32", channels_
     Unsupported precisions or compile modes give ``status: "skipped"`` with the reason; a failure
     (e.g. out of memory) gives ``status: "error"``.
     """
+    if not (channels_last == "auto" or isinstance(channels_last, bool)):  # r43w: bool('no') was channels-last on
+        raise ConfigError(f"channels_last: {channels_last!r:.60} is not auto, true or false. Fix: e.g. "
+                          "channels_last=False (papermill: -p channels_last false).")
     device = resolve_device(device)
     d = defaults(device)
     if channels_last == "auto":

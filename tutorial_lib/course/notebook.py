@@ -125,7 +125,8 @@ LARGEST_WHOLE = 2**63 - 1  # what torch, numpy and the C libraries below the not
 
 def parameter_problem(default, value) -> str | None:
     """Why ``value`` cannot stand for a parameter whose default is ``default``, or None: it must be of the default's
-    kind (on/off, a whole number, a number, one line of text, a list of such, not empty when the default is not),
+    kind (on/off, a whole number, a number, one line of text, a list of such, not empty when the default is not; a
+    default of "auto" also takes on/off),
     finite and within 64 bits, and not negative where the default is not (a parameter whose default is None takes
     any value)."""
     from tutorial_lib.numbers import finite
@@ -135,6 +136,8 @@ def parameter_problem(default, value) -> str | None:
     shown = repr(value)[:60]
     if value is _NOT_A_VALUE:
         return "is not a plain value (nan, inf or an expression)"
+    if isinstance(value, bool) and default == "auto":  # on, off, or as the machine suits (02's channels_last)
+        return None
     if isinstance(default, bool) or isinstance(value, bool):
         return None if isinstance(default, bool) and isinstance(value, bool) else f"must be true or false, got {shown}"
     if isinstance(default, (int, float)):

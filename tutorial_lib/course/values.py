@@ -29,6 +29,10 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
                 raise SystemExit(f"error: parameters: {name} {problem} ({notebook.name}). Fix: e.g. -p {name} "
                                  f"{defaults[name]!r} (nothing was run).")
     fields = {name: value for name, value in params.items() if name in TrainConfig.__dataclass_fields__}
+    layout = fields.pop("channels_last", False)  # 02's: auto (on a GPU only) or on/off (r43w: the trainer's check
+    if not (layout == "auto" or isinstance(layout, bool)):  # refused auto, the notebook's on/off)
+        raise SystemExit(f"error: parameters: channels_last: {layout!r:.60} is not auto, true or false. Fix: e.g. -p "
+                         "channels_last auto (nothing was run).")
     try:
         if "backend" in params and params["backend"] not in BACKENDS:  # r43s: refused only in 00's fifth cell
             raise ConfigError(f"backend: unknown backend {params['backend']!r:.200}. Fix: use one of "

@@ -74,7 +74,8 @@ def env_rank_info(environ=os.environ) -> tuple[int, int, int, int]:
 
 def check_rendezvous(environ=os.environ) -> None:
     """The address and port the processes of a job meet at (torch's ``env://``), before they try: each set, the port
-    a whole number from 1 to 65,535 (r43v: a world of 2 without MASTER_PORT was torch's ValueError traceback)."""
+    a whole number from 1 to 65,535, the address one the resolver knows (r43v: a world of 2 without MASTER_PORT was
+    torch's ValueError traceback)."""
     for key in ("MASTER_ADDR", "MASTER_PORT"):
         if not environ.get(key, "").strip():
             raise ConfigError(f"{key}: not set, and the processes of a job meet at MASTER_ADDR:MASTER_PORT. Fix: "
@@ -84,6 +85,14 @@ def check_rendezvous(environ=os.environ) -> None:
     if not port:
         raise ConfigError(f"MASTER_PORT: {shorten(environ['MASTER_PORT'])} is not a port from 1 to 65,535. Fix: e.g. "
                           "MASTER_PORT=29500, or start the trainer through torchrun.")
+    address = environ["MASTER_ADDR"].strip()
+    try:  # r43w: an address that does not resolve had torch's rendezvous retry for its whole timeout, silent
+        socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"MASTER_ADDR: {shorten(address)} does not resolve to an address ({reason[:80]}). "
+                          "Fix: export MASTER_ADDR=<the first node's host name or IP> (e.g. $(scontrol show hostnames "
+                          "$SLURM_JOB_NODELIST | head -n 1)), or start the trainer through torchrun.") from None
 
 
 def pick_device(requested: str, local_rank: int) -> torch.device:
