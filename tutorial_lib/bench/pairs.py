@@ -68,7 +68,8 @@ def shown_between(path: str | Path, begin: str, end: str) -> str | None:
 def update_blocks(docs: Iterable[str | Path], blocks: list[tuple[str, str, Callable[[], str]]], what: str) -> None:
     """Rewrite, in each of ``docs``, the generated blocks it has (``(begin, end, make)``: ``make()`` gives the
     text); BlockError for a document with none of them or with half a block."""
-    for doc in docs:
+    rewritten = {}
+    for doc in docs:  # every document's new text first: a block that cannot be made leaves all of them as they are
         path = Path(doc)
         text = original = path.read_text()
         present = [block for block in blocks if block[0] in text or block[1] in text]
@@ -78,7 +79,15 @@ def update_blocks(docs: Iterable[str | Path], blocks: list[tuple[str, str, Calla
         for begin, end, make in present:
             text = replace_between(text, begin, end, make(), str(path))
         if text != original:
-            path.write_text(text)
+            rewritten[path] = text
+    for path, text in rewritten.items():
+        path.write_text(text)
+
+
+def _table_rows(text: str) -> int | None:
+    """The body rows of a generated markdown table, None for text that is no table."""
+    lines = text.strip().splitlines()
+    return len(lines) - 2 if lines and lines[0].startswith("|") else None
 
 
 def blocks_main(argv: list[str] | None, module: str, default_results: str,
@@ -87,6 +96,7 @@ def blocks_main(argv: list[str] | None, module: str, default_results: str,
     result file: print the first block (``--<name>``: another), or ``--update DOC...`` to rewrite the blocks each
     document has. Exit statuses of :mod:`tutorial_lib.exits`."""
     from tutorial_lib.bench.records import read_records
+    from tutorial_lib.bench.table_records import checked_records
     from tutorial_lib.exits import ArgumentParser, run_main
 
     first, *others = blocks
@@ -102,16 +112,24 @@ def blocks_main(argv: list[str] | None, module: str, default_results: str,
             raise BlockError(f"results: {args.results} is not a file. Fix: pass the benchmark's JSON lines (default "
                              f"{default_results}, run from the project's root).")
         kind = Path(default_results).stem  # the benchmark's records: kind "extract" in results/extract.jsonl
-        records = read_records(args.results)
+        records = checked_records(read_records(args.results), args.results)
         if not any(record.get("kind") == kind for record in records):  # r43v, r43w: a user's file printed an empty
             raise BlockError(f"results: {args.results!r:.200} holds no {kind!r} record. Fix: pass the benchmark's "
                              f"JSON lines (default {default_results}).")  # table, rc 0 (--update wrote one)
+
+        def made(name: str) -> str:  # r43x: records of the kind that make no row printed (or wrote) an empty table
+            text = blocks[name][2](records)
+            if _table_rows(text) == 0:
+                raise BlockError(f"results: {args.results!r:.200} holds no complete set of {kind!r} records for the "
+                                 f"{name} block (an empty table). Fix: run the benchmark to its end (python -m "
+                                 f"tutorial_lib.bench {kind} --out {default_results}), or pass its JSON lines.")
+            return text
+
         if args.update:
-            update_blocks(args.update, [(begin, end, lambda make=make: make(records))
-                                        for begin, end, make in blocks.values()], what)
+            update_blocks(args.update, [(begin, end, lambda name=name: made(name))
+                                        for name, (begin, end, _) in blocks.items()], what)
             return 0
-        chosen = next((name for name in others if getattr(args, name)), first)
-        print(blocks[chosen][2](records), end="")
+        print(made(next((name for name in others if getattr(args, name)), first)), end="")
         return 0
 
     return run_main(body, refused=(BlockError,))

@@ -82,6 +82,11 @@ class Plan:
         return the JobSpecs. Raises ConfigError naming the job, the field and the fix."""
         from tutorial_lib.jobs.spec import make_spec
 
+        names = [job.name for job in self.jobs]
+        twice = next((name for name in names if names.count(name) > 1), None)
+        if twice:  # r43x: 04's global_batches [16, 16] sent the second job to sbatch, refused as a "live job"
+            raise ConfigError(f"job {twice}: planned twice, and two jobs cannot share one run directory. Fix: give "
+                              "each value of the notebook's list once.")
         specs = []
         for job in self.jobs:
             try:

@@ -37,6 +37,12 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
         if "backend" in params and params["backend"] not in BACKENDS:  # r43s: refused only in 00's fifth cell
             raise ConfigError(f"backend: unknown backend {params['backend']!r:.200}. Fix: use one of "
                               f"{', '.join(BACKENDS)}.")
+        if params.get("device") == "cuda":  # 01's and 02's benchmarks run here (r43x: 02 failed in its tenth cell)
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError("device: cuda, but this machine has no CUDA GPU that torch can use. Fix: -p device "
+                                  "auto (the GPU where there is one, else the CPU), or run on a GPU node.")
         cfg = validate(make_config(fields.pop("profile", None), **fields), check_paths=False, cuda_available=True)
         if "data_dir" in params:  # the notebooks' own data_dir defaults are theirs; a given one is checked as the
             # notebooks will use it (digits unless dataset says otherwise: 00 and every job export them there)
@@ -210,14 +216,23 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
     settings = _settings_at_least(values)
     seconds = (min_time or 0) * repeats * settings
     images = (batches or 0) * (batch or 1) * repeats * settings
-    lower = max(seconds, images / E2E_MAX_IMAGES_PER_SEC["cuda"])
+    import torch
+
+    gpu = values.get("device") == "cuda" or (values.get("device") != "cpu" and torch.cuda.is_available())
+    at_most = E2E_MAX_IMAGES_PER_SEC["cuda" if gpu else "cpu"]  # r43x: the GPU's rate was taken on -p device cpu
+    lower = max(seconds, images / at_most)
     if lower > E2E_MAX_SECONDS:
-        name = (blamed("bench_min_time", "bench_repeats") if seconds >= images / E2E_MAX_IMAGES_PER_SEC["cuda"]
-                else blamed("loader_batches", "batch_size", "bench_repeats"))  # r43w: batch_size was not named
+        if seconds >= images / at_most:
+            name, fix = blamed("bench_min_time", "bench_repeats"), ("fewer bench_repeats or a shorter bench_min_time "
+                                                                      "(e.g. -p bench_repeats 3 -p bench_min_time 2)")
+        else:  # r43w: batch_size was not named; r43x: nor was a loader_batches of 1 the one to lower
+            name = blamed(*[n for n in ("loader_batches", "batch_size", "bench_repeats") if counts(n)[0] != 1]
+                          or ["loader_batches"])
+            fix = ("fewer loader_batches, a smaller batch_size or fewer bench_repeats (e.g. -p loader_batches 4 -p "
+                   "batch_size 8)")
         raise ConfigError(f"{name}: {values[name]!r:.60} makes the benchmark's {repeats:,} rounds of {settings} "
                           f"setting(s) last at least {lower / 3600:,.1f} h, over the {E2E_MAX_SECONDS // 3600} h a "
-                          "benchmark may take. Fix: fewer bench_repeats, a shorter bench_min_time, fewer "
-                          "loader_batches or a smaller batch_size (e.g. -p bench_repeats 3 -p bench_min_time 2).")
+                          f"benchmark may take. Fix: {fix}.")
 
 
 def check_notebook_plan(notebook: Path, values: dict, given: dict) -> None:
@@ -249,8 +264,8 @@ def check_notebook_plan(notebook: Path, values: dict, given: dict) -> None:
 
 def _settings_at_least(values: dict) -> int:
     """The settings a notebook's benchmark surely times in each round (r43w: 1 was counted where 02 tries its default
-    worker list and 01 every channels_last option): 02 each worker count; 01 each channels_last option of fp32
-    (every device runs fp32) where the eager mode is among its compile modes."""
+    worker list and 01 every channels_last option): 02 each worker count; 01 each channels_last option of each
+    precision its device runs, where the eager mode is among its compile modes (a compiled setting may fail)."""
     if "loader_batches" in values:  # 02
         if isinstance(values.get("workers_list"), list):
             return max(1, len(values["workers_list"]))
@@ -258,6 +273,11 @@ def _settings_at_least(values: dict) -> int:
 
         return len(worker_counts())
     modes, layouts = values.get("compile_modes"), values.get("channels_last_options")
-    if isinstance(modes, list) and "none" in modes and isinstance(layouts, list):  # 01
-        return max(1, len(layouts))
+    precisions = values.get("precisions")
+    if isinstance(modes, list) and "none" in modes and isinstance(layouts, list) and isinstance(precisions, list):
+        from tutorial_lib.engine.device import precision_support, resolve_device
+
+        device = resolve_device(values.get("device", "auto"))  # r43x: fp32 alone was counted; a CPU times bf16 too
+        runs = {precision for precision in precisions if precision_support(precision, device) is None}
+        return max(1, len(layouts) * len(runs))  # 01
     return 1

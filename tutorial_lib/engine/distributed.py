@@ -85,7 +85,7 @@ def check_rendezvous(environ=os.environ) -> None:
     if not port:
         raise ConfigError(f"MASTER_PORT: {shorten(environ['MASTER_PORT'])} is not a port from 1 to 65,535. Fix: e.g. "
                           "MASTER_PORT=29500, or start the trainer through torchrun.")
-    address = environ["MASTER_ADDR"].strip()
+    address = environ["MASTER_ADDR"]  # as torch reads it (r43x: ' 127.0.0.1' resolved here once stripped)
     try:  # r43w: an address that does not resolve had torch's rendezvous retry for its whole timeout, silent
         socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError, ValueError) as exc:
