@@ -178,7 +178,8 @@ def test_the_course_judges_02_by_the_device_it_runs_on(tmp_path, monkeypatch, pa
     from tutorial_lib.course.runner import main
 
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("tutorial_lib.engine.memory.available_bytes", lambda device="cpu": 1 << 60)  # the rounds
+    monkeypatch.chdir(tmp_path)  # are judged here, not the memory
     pairs = [part for name, value in zip(params[::2], params[1::2], strict=True) for part in ("-p", name, value)]
     result = command_in_process(main, ["--only", "02", *pairs, "--out", "out"])
     assert result.returncode == EXIT_REFUSED, result
@@ -216,3 +217,68 @@ def test_a_list_that_plans_one_job_twice_is_refused_before_any_job(tmp_path, mon
     line = _one_line(result.stderr, "parameters: ")
     assert named in line and params[0] in line and "Fix: " in line
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------------- r43x: Y9-Y13
+@pytest.mark.parametrize("only, params, named", [
+    ("02", ["batch_size", "100000", "device", "cpu"], "image_size/batch_size: "),  # Y9: no estimate, set made first
+    ("07", ["seed", "4294967296"], "seed: "),  # Y10: refused by the experiment's cell, after the all-reduce job
+])
+def test_the_course_refuses_what_a_later_cell_would(tmp_path, monkeypatch, only, params, named):
+    from tutorial_lib.course.runner import main
+
+    monkeypatch.setattr("tutorial_lib.engine.memory.available_bytes", lambda device="cpu": 8 << 30)
+    monkeypatch.chdir(tmp_path)
+    pairs = [part for name, value in zip(params[::2], params[1::2], strict=True) for part in ("-p", name, value)]
+    result = command_in_process(main, ["--only", only, *pairs, "-p", "backend", "local", "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    assert "Fix: " in _one_line(result.stderr, f"parameters: {named}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_submit_names_an_output_root_holding_a_nul(tmp_path):
+    """Y11: a TrainConfig changed with dataclasses.replace skips make_config's check; submit's was a ValueError."""
+    import dataclasses
+
+    from tutorial_lib import jobs
+    from tutorial_lib.engine.config import make_config
+    from tutorial_lib.engine.errors import ConfigError
+
+    cfg = make_config("smoke", output_root=str(tmp_path / "runs"), name="r", device="cpu")
+    with pytest.raises(ConfigError, match=r"^output_root: .*NUL.*Fix: "):
+        jobs.submit(dataclasses.replace(cfg, output_root="a\x00b"), backend="local")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_whole_number_past_pythons_text_limit_is_named_where_it_is(tmp_path):
+    """Y12: 5,000 digits in a YAML file, or as a site's env value through the API: Python's own ValueError."""
+    from tutorial_lib.engine.config import make_config
+    from tutorial_lib.engine.errors import ConfigError, shorten
+    from tutorial_lib.jobs.spec import make_spec
+    from tutorial_lib.yamlfile import YamlFileError, read_yaml
+
+    site = tmp_path / "site.yaml"
+    site.write_text("env:\n  A: " + "9" * 5000 + "\n")
+    with pytest.raises(YamlFileError, match=r"^site '.*site.yaml'.*line 2.*5,000 characters.*Fix: "):
+        read_yaml(site, "site")
+    cfg = make_config("smoke", output_root=str(tmp_path / "runs"), name="r", device="cpu")
+    with pytest.raises(ConfigError, match=r"^site.env.A: .*Fix: quote"):
+        make_spec(cfg, site={"env": {"A": 10**5000}}, on_cluster=True)
+    assert "bits" in shorten(10**5000)
+
+
+@pytest.mark.parametrize("params, named", [
+    ({"classes": 0}, "classes: 0"), ({"channels_last": "no"}, "channels_last: 'no'"),
+])
+def test_a_notebook_papermill_runs_alone_refuses_in_its_first_cell_what_the_course_refuses(params, named):
+    """Y13: ``papermill 02... -p classes 0`` was a ZeroDivisionError in the fourth cell, ``channels_last no`` a
+    ConfigError in the tenth, after the set was generated and the loader timed."""
+    from tutorial_lib.course.notebook import NotebookParameterError, _parameters_cell
+    from tutorial_lib.course.runner import notebooks
+    from tutorial_lib.course.values import check_injected_values
+
+    cell = _parameters_cell(notebooks(["02"])[0])
+    injected = "# Parameters\n" + "".join(f"{name} = {value!r}\n" for name, value in params.items())
+    with pytest.raises(NotebookParameterError, match=rf"^parameters: {named}.*Fix: .*given with papermill"):
+        check_injected_values(["", cell, injected])
+    check_injected_values(["", cell, "# Parameters\nclasses = 3\nchannels_last = False\n"])  # values it takes

@@ -92,6 +92,8 @@ def resolve_problem(value: str | os.PathLike) -> tuple[str, str] | None:
         Path(os.path.expanduser(value)).resolve()
     except (OSError, RuntimeError) as exc:
         return f"cannot be followed ({getattr(exc, 'strerror', None) or LOOP_REASON})", LOOP_FIX
+    except ValueError:  # r43x: a NUL in a TrainConfig built without make_config reached jobs.submit
+        return "holds a NUL character, which no file name can", "use a path of printable characters"
     return None
 
 

@@ -9,6 +9,7 @@ number (``1:00:00``) is kept as the text written, as YAML 1.2 reads it. No torch
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import yaml
@@ -39,7 +40,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_yaml_int(self, node):
         """An integer, but YAML 1.1's base 60 (``1:00:00`` read as 3600) kept as the text written, as YAML 1.2
         reads it: a site's unquoted ``time: 1:00:00`` reached sbatch as 3,600 minutes (r43m)."""
-        return self.construct_scalar(node) if ":" in node.value else super().construct_yaml_int(node)
+        if ":" in node.value:
+            return self.construct_scalar(node)
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # past Python's int-to-text limit (r43x: a site's env value of 5,000 digits)
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a whole number of {len(node.value):,} characters, past the "
+                f"{sys.get_int_max_str_digits():,} digits Python reads", node.start_mark) from None
 
     def construct_yaml_float(self, node):
         """A float, but base 60 (``1:30.5``) kept as the text written (see :meth:`construct_yaml_int`)."""

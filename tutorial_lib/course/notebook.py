@@ -1,6 +1,6 @@
-"""The first cell of every notebook: :func:`setup_notebook`, and the check that refuses a parameter papermill
-injected that the notebook does not declare (papermill itself only warns, and the notebook would run with its
-default).
+"""A notebook's parameters: the names and defaults of its ``parameters`` cell, and the check (run by
+:func:`tutorial_lib.course.setup.setup_notebook`) that refuses a parameter papermill injected that the notebook does
+not declare (papermill itself only warns, and the notebook would run with its default) or of another kind.
 
 The refusal is one line wherever the notebook runs: JupyterLab, the course's own runner, plain
 ``papermill nb.ipynb out.ipynb -p epoch 3`` (whose last line is then that message, not the cell's traceback),
@@ -12,10 +12,7 @@ from __future__ import annotations
 import ast
 import difflib
 import json
-import os
 from pathlib import Path
-
-from tutorial_lib import REPO_ROOT
 
 
 class NotebookParameterError(ValueError):
@@ -26,23 +23,6 @@ class NotebookParameterError(ValueError):
 
     def _render_traceback_(self) -> list[str]:
         return [f"{type(self).__name__}: {self}"]
-
-
-def setup_notebook(quiet: bool = False) -> None:
-    """Call first in every notebook: refuse a parameter papermill injected that the notebook does not
-    declare (:func:`check_injected_parameters`); work from the repository root so relative paths (data/,
-    runs/) mean the same under JupyterLab, papermill and nbval; set readable plot defaults.
-
-    Returns nothing, so that a cell ending with this call shows no stray value."""
-    import matplotlib
-
-    check_injected_parameters()
-    if (REPO_ROOT / "notebooks").is_dir():
-        os.chdir(REPO_ROOT)
-    matplotlib.rcParams.update({"figure.dpi": 80, "figure.figsize": (9, 4), "axes.grid": True,
-                                "grid.alpha": 0.3})
-    if not quiet:
-        print(f"working directory: {Path.cwd()}")
 
 
 def assigned_names(source: str) -> list[str]:
@@ -77,25 +57,36 @@ def check_injected_parameters(history: list[str] | None = None) -> None:
     which papermill only warns about (the notebook would run with its default). ``history``: the sources of
     the cells run so far (IPython's ``In``); papermill's injected cell starts with ``# Parameters`` and runs
     right after the parameters cell. Raises :class:`NotebookParameterError` (one line)."""
+    for cell, source in injected_cells(history):
+        declared = assigned_names(cell)
+        unknown = [name for name in assigned_names(source) if name not in declared]
+        if unknown:
+            raise NotebookParameterError(unknown_parameter_message(
+                unknown[0], declared, "parameters: this notebook", "given with papermill -p or -f"))
+        defaults, given = _literals(cell), _literals(source)
+        for name in assigned_names(source):
+            problem = parameter_problem(defaults.get(name), given.get(name, _NOT_A_VALUE))
+            if problem:
+                raise NotebookParameterError(f"parameters: {name} {problem} (given with papermill -p or -f). "
+                                             f"Fix: e.g. -p {name} {defaults.get(name)!r}.")
+
+
+def injected_cells(history: list[str] | None = None) -> list[tuple[str, str]]:
+    """``(parameters cell, papermill's injected cell)`` of each injection among the cells run so far (``history``:
+    IPython's ``In`` by default). A cell re-run by hand out of order is not one: the cell before papermill's
+    ``# Parameters`` cell must be a parameters cell."""
     if history is None:
         from IPython import get_ipython
 
         shell = get_ipython()
         history = list(shell.user_ns.get("In", [])) if shell is not None else []
-    for position, source in enumerate(history[1:], 1):
-        declared = assigned_names(history[position - 1])
-        # a cell re-run by hand out of order is not checked: the cell before must be a parameters cell
-        if source.startswith("# Parameters\n") and _only_assignments(history[position - 1]):
-            unknown = [name for name in assigned_names(source) if name not in declared]
-            if unknown:
-                raise NotebookParameterError(unknown_parameter_message(
-                    unknown[0], declared, "parameters: this notebook", "given with papermill -p or -f"))
-            defaults, given = _literals(history[position - 1]), _literals(source)
-            for name in assigned_names(source):
-                problem = parameter_problem(defaults.get(name), given.get(name, _NOT_A_VALUE))
-                if problem:
-                    raise NotebookParameterError(f"parameters: {name} {problem} (given with papermill -p or -f). "
-                                                 f"Fix: e.g. -p {name} {defaults.get(name)!r}.")
+    return [(history[position - 1], source) for position, source in enumerate(history[1:], 1)
+            if source.startswith("# Parameters\n") and _only_assignments(history[position - 1])]
+
+
+def injected_values(source: str) -> dict:
+    """The plain values an injected cell gives (an expression that is no plain value left out)."""
+    return {name: value for name, value in _literals(source).items() if value is not _NOT_A_VALUE}
 
 
 _NOT_A_VALUE = object()  # an injected expression that is no plain value (papermill writes nan as float('nan'))

@@ -56,6 +56,8 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
             defaults = parameter_defaults(notebook)
             values = {**defaults, **{name: value for name, value in params.items() if name in defaults}}
             check_notebook_sizes(values, given=params)
+            if "seed" in params and "ps_workers" in defaults:  # 07 seeds its experiment with it (r43x: 2**32 was
+                _check_parameter_server(params, {**PARAMETER_SERVER_FIELDS, "seed": "seed"})  # refused in a cell)
             if params:
                 check_notebook_plan(notebook, values, params)
     except (ConfigError, ValueError) as exc:
@@ -121,14 +123,15 @@ def _check_choices_and_rates(params: dict) -> None:
                           "e.g. -p diagram_ranks 4.")
 
 
-def _check_parameter_server(params: dict) -> None:
-    """The parameter-server experiment's settings given as parameters, checked as it checks them."""
+def _check_parameter_server(params: dict, fields: dict = PARAMETER_SERVER_FIELDS) -> None:
+    """The parameter-server experiment's settings given as parameters (``fields``: {parameter: the experiment's
+    field}), checked as it checks them."""
     from tutorial_lib.param_server import ExperimentConfig, check_experiment
 
-    given = {field: params[name] for name, field in PARAMETER_SERVER_FIELDS.items() if name in params}
+    given = {field: params[name] for name, field in fields.items() if name in params}
     staleness = params.get("staleness", [0])
     if given or "staleness" in params:
-        names = {field: name for name, field in PARAMETER_SERVER_FIELDS.items()}
+        names = {field: name for name, field in fields.items()}
         check_experiment(dataclasses.replace(ExperimentConfig(), **given),
                          tuple(staleness) if isinstance(staleness, (list, tuple)) else (staleness,), names)
 
@@ -209,6 +212,7 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
         check_fits(width * height * FAKE_PIXEL_BYTES, available_bytes("cpu"),
                    f"{blamed('jpeg_width', 'jpeg_height')}: generating one {width}x{height} image",
                    "e.g. -p jpeg_width 500 -p jpeg_height 375 (ImageNet's typical size)")
+    _check_02_step(values, given)
     repeats, batches, batch = counts("bench_repeats", "loader_batches", "batch_size")
     min_time = values.get("bench_min_time") if isinstance(values.get("bench_min_time"), (int, float)) else None
     if not repeats or (min_time is None and not batches):
@@ -233,6 +237,20 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
         raise ConfigError(f"{name}: {values[name]!r:.60} makes the benchmark's {repeats:,} rounds of {settings} "
                           f"setting(s) last at least {lower / 3600:,.1f} h, over the {E2E_MAX_SECONDS // 3600} h a "
                           f"benchmark may take. Fix: {fix}.")
+
+
+def _check_02_step(values: dict, given: dict) -> None:
+    """02's model step (its batch_size x image_size, on its device), estimated as bench estimates it (r43x: a batch
+    of 100,000 was accepted and generated the set first; ``bench e2e`` refuses it at once)."""
+    from tutorial_lib.engine.device import resolve_device
+    from tutorial_lib.engine.memory import check_step_fits
+
+    batch, size, classes = (values.get(name) for name in ("batch_size", "image_size", "classes"))
+    if "loader_batches" not in values or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                                                 for v in (batch, size, classes)):
+        return
+    check_step_fits(values.get("arch", "resnet18"), classes, size, batch, resolve_device(values.get("device", "auto")),
+                    values.get("precision", "fp32"))
 
 
 def check_notebook_plan(notebook: Path, values: dict, given: dict) -> None:
@@ -281,3 +299,30 @@ def _settings_at_least(values: dict) -> int:
         runs = {precision for precision in precisions if precision_support(precision, device) is None}
         return max(1, len(layouts) * len(runs))  # 01
     return 1
+
+
+def check_injected_values(history: list[str] | None = None) -> None:
+    """Under papermill: the values injected into a notebook of the course, checked as the course's runner checks
+    them before it starts (:func:`check_parameter_values`; r43x: ``papermill 02... -p classes 0`` was a
+    ZeroDivisionError in the fourth cell). The notebook is known by its parameters cell's names (a copy of it, as
+    nbval's, too). Raises NotebookParameterError (one line)."""
+    from tutorial_lib.course.notebook import (
+        NotebookParameterError,
+        assigned_names,
+        declared_parameters,
+        injected_cells,
+        injected_values,
+    )
+    from tutorial_lib.course.runner import notebooks
+
+    for cell, source in injected_cells(history):
+        notebook = next((nb for nb in notebooks() if declared_parameters(nb) == assigned_names(cell)), None)
+        if notebook is None:
+            continue
+        try:
+            check_parameter_values(injected_values(source), [notebook])
+        except SystemExit as exc:
+            message = str(exc.code).removeprefix("error: ").replace("(nothing was run)", "(given with papermill -p "
+                                                                                            "or -f)")
+            raise NotebookParameterError(message) from None
+

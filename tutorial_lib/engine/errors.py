@@ -24,7 +24,10 @@ class ConfigError(OneLineError):
 
 def shorten(value, limit: int = 60) -> str:
     """``repr(value)`` cut to about ``limit`` characters for messages (a 4 KB name stays readable)."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # a whole number past Python's int-to-text limit, 4,300 digits (r43x: a site's env value)
+        return f"a whole number of {value.bit_length():,} bits"
     if len(text) <= limit:
         return text
     size = f" ({len(value)} characters)" if isinstance(value, (str, bytes, list, tuple)) else ""

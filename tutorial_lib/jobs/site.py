@@ -154,6 +154,9 @@ def _site_env(value) -> tuple[tuple[str, str], ...]:
             raise ConfigError(f"site.env.{name}: {shorten(text)} is YAML's {type(text).__name__}, not text, and "
                               f"would be exported as {shorten(str(text))}. Fix: quote the value, e.g. {name}: "
                               f"'{str(text).lower() if isinstance(text, bool) else text}'.")
+        if isinstance(text, int) and abs(text) > 2**63 - 1:  # r43x: 10**5000 was str()'s ValueError traceback
+            raise ConfigError(f"site.env.{name}: a whole number of {text.bit_length():,} bits, past what a program "
+                              f"reads from its environment. Fix: quote the value, e.g. {name}: '42'.")
         if not str(text).isprintable():
             raise ConfigError(f"site.env.{name}: {shorten(text)} must be a single-line value. Fix: e.g. {name}: ib0.")
     return tuple((name, str(text)) for name, text in value.items())
