@@ -23,7 +23,8 @@ LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "S
 
 
 @pytest.mark.parametrize("address", ["no.such.host.invalid", "-x", "$(touch hacked)", "a" * 300,
-                                     " 127.0.0.1"])  # r43x Y8: torch takes the blank too, and retried for 600 s
+                                     # r43x Y8: torch takes the blank as set, and the IDNA-mapped digits as written
+                                     " 127.0.0.1", "127.0.0.1\t", "\uff11\uff12\uff17.0.0.1", "127.0.0.1\xa0"])
 def test_a_world_whose_master_address_does_not_resolve_is_refused_before_the_rendezvous(tmp_path, monkeypatch,
                                                                                         jpeg_tree, address):
     from tutorial_lib.train import main
@@ -40,7 +41,7 @@ def test_a_world_whose_master_address_does_not_resolve_is_refused_before_the_ren
                                        "4", "--progress", "false", "--device", "cpu", "--max-steps-per-epoch", "1"])
     assert result.returncode == EXIT_REFUSED, result
     line = _one_line(result.stderr, "MASTER_ADDR: ")
-    assert "does not resolve" in line and "Fix: " in line and len(line) < 400
+    assert ("does not resolve" in line or "holds a blank" in line) and "Fix: " in line and len(line) < 400
     assert list(tmp_path.iterdir()) == []
 
 
@@ -212,7 +213,7 @@ def test_a_list_that_plans_one_job_twice_is_refused_before_any_job(tmp_path, mon
     from tutorial_lib.course.runner import main
 
     monkeypatch.chdir(tmp_path)
-    result = command_in_process(main, ["--only", only, "-p", *params, "-p", "backend", "local", "--out", "out"])
+    result = command_in_process(main, ["--only", only, "-p", *params, *_local(only), "--out", "out"])
     assert result.returncode == EXIT_REFUSED, result
     line = _one_line(result.stderr, "parameters: ")
     assert named in line and params[0] in line and "Fix: " in line
@@ -230,7 +231,7 @@ def test_the_course_refuses_what_a_later_cell_would(tmp_path, monkeypatch, only,
     monkeypatch.setattr("tutorial_lib.engine.memory.available_bytes", lambda device="cpu": 8 << 30)
     monkeypatch.chdir(tmp_path)
     pairs = [part for name, value in zip(params[::2], params[1::2], strict=True) for part in ("-p", name, value)]
-    result = command_in_process(main, ["--only", only, *pairs, "-p", "backend", "local", "--out", "out"])
+    result = command_in_process(main, ["--only", only, *pairs, *_local(only), "--out", "out"])
     assert result.returncode == EXIT_REFUSED, result
     assert "Fix: " in _one_line(result.stderr, f"parameters: {named}")
     assert list(tmp_path.iterdir()) == []
@@ -282,3 +283,50 @@ def test_a_notebook_papermill_runs_alone_refuses_in_its_first_cell_what_the_cour
     with pytest.raises(NotebookParameterError, match=rf"^parameters: {named}.*Fix: .*given with papermill"):
         check_injected_values(["", cell, injected])
     check_injected_values(["", cell, "# Parameters\nclasses = 3\nchannels_last = False\n"])  # values it takes
+
+
+HUGE_INT = 10**5000  # past Python's int-to-text limit: repr(), str() and f"{x:,}" raise ValueError
+
+
+@pytest.mark.parametrize("case", ["site time", "experiment steps", "lab rate", "lab nodes", "sweep value",
+                                  "sweep nodes"])
+def test_the_api_names_a_whole_number_past_pythons_text_limit(tmp_path, case):
+    """Y12 widened: each a bare ValueError from the message meant to refuse it."""
+    import dataclasses
+
+    from tutorial_lib import jobs
+    from tutorial_lib import param_server as ps
+    from tutorial_lib.engine.config import make_config
+    from tutorial_lib.jobs.netlab import Lab
+    from tutorial_lib.jobs.spec import make_spec
+
+    cfg = make_config("smoke", output_root=str(tmp_path / "runs"), name="r", device="cpu")
+    calls = {
+        "site time": lambda: make_spec(cfg, site={"time": HUGE_INT}, on_cluster=True),
+        "experiment steps": lambda: ps.check_experiment(dataclasses.replace(ps.ExperimentConfig(), steps=HUGE_INT)),
+        "lab rate": lambda: Lab(rate_mbit=HUGE_INT), "lab nodes": lambda: Lab(nodes=HUGE_INT),
+        "sweep value": lambda: jobs.sweep(cfg, over="batch_size", values=[2, HUGE_INT], backend="local"),
+        "sweep nodes": lambda: jobs.sweep(cfg, over="nodes", values=[HUGE_INT], backend="local"),
+    }
+    with pytest.raises(ValueError, match=r"a whole number of 16,610 bits.*Fix: ") as caught:
+        calls[case]()
+    assert type(caught.value).__name__ != "ValueError" and len(str(caught.value)) < 400
+    assert list(tmp_path.iterdir()) == []
+
+
+def _local(only: str) -> list[str]:
+    """``-p backend local`` for a notebook that runs jobs (02 has no backend: the course refuses it there)."""
+    return [] if only == "02" else ["-p", "backend", "local"]
+
+
+@pytest.mark.parametrize("only, name, value", [("00", "channels_last", "no"), ("01", "classes", "3")])
+def test_a_parameter_of_a_notebook_not_run_is_refused_naming_its_notebook(tmp_path, monkeypatch, only, name, value):
+    """Y7: ``--only 00 -p channels_last no`` ran 00 (rc 0), the value used by nothing."""
+    from tutorial_lib.course.runner import main
+
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["--only", only, "-p", name, value, "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    line = _one_line(result.stderr, "-p: ")
+    assert f"{name!r} is a parameter of notebook 02" in line and "Fix: add 02 to --only" in line
+    assert list(tmp_path.iterdir()) == []

@@ -20,3 +20,12 @@ def whole_number(text: str, below: int = 2**31) -> int | None:
         return None
     value = int(text)
     return value if value < below else None
+
+
+def shown(value) -> str:
+    """``repr(value)``, or for a whole number past Python's int-to-text limit (4,300 digits, where ``repr`` raises
+    ValueError) its size in bits: messages that show a refused value must not fail on it (r43x)."""
+    try:
+        return repr(value)
+    except ValueError:
+        return f"a whole number of {value.bit_length():,} bits"

@@ -29,12 +29,20 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
     return found
 
 
-def check_parameter_names(params: dict, where: str = "parameters") -> None:
+def check_parameter_names(params: dict, where: str = "parameters", only: list[str] | None = None) -> None:
     """Refuse a parameter that no notebook declares (papermill would only warn, and the course would run
-    with the notebook's default instead), naming it and the closest declared names."""
+    with the notebook's default instead), naming it and the closest declared names; with ``only``, one that none
+    of those notebooks declares (r43x: ``--only 00 -p channels_last no`` ran 00, rc 0, the value unused)."""
     import difflib
 
     declared = sorted({name for notebook in notebooks() for name in declared_parameters(notebook)})
+    chosen = {name for notebook in notebooks(only) for name in declared_parameters(notebook)} if only else None
+    elsewhere = [name for name in params if name in declared and chosen is not None and name not in chosen]
+    if elsewhere:
+        owners = [nb.name[:2] for nb in notebooks() if elsewhere[0] in declared_parameters(nb)]
+        raise SystemExit(f"error: {where}: {elsewhere[0]!r} is a parameter of notebook {', '.join(owners)}, not of "
+                         f"--only {' '.join(only)}. Fix: add {owners[0]} to --only, or leave -p {elsewhere[0]} out "
+                         "(nothing was run).")
     unknown = [name for name in params if name not in declared]
     if unknown:
         close = difflib.get_close_matches(unknown[0], declared, n=3) if isinstance(unknown[0], str) else []
@@ -230,7 +238,7 @@ def _main(argv: list[str] | None) -> int:
         params.update({name: parse_yaml(value, f"-p {name}") for name, value in args.p})
     except YamlFileError as exc:
         raise SystemExit(f"error: {exc}") from None
-    check_parameter_names(params, "-p")
+    check_parameter_names(dict(args.p), "-p", args.only if args.only and all(args.only) else None)
     params = from_here(params)
     import papermill
 

@@ -212,7 +212,7 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
         check_fits(width * height * FAKE_PIXEL_BYTES, available_bytes("cpu"),
                    f"{blamed('jpeg_width', 'jpeg_height')}: generating one {width}x{height} image",
                    "e.g. -p jpeg_width 500 -p jpeg_height 375 (ImageNet's typical size)")
-    _check_02_step(values, given)
+    _check_local_step(values)
     repeats, batches, batch = counts("bench_repeats", "loader_batches", "batch_size")
     min_time = values.get("bench_min_time") if isinstance(values.get("bench_min_time"), (int, float)) else None
     if not repeats or (min_time is None and not batches):
@@ -239,18 +239,24 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
                           f"benchmark may take. Fix: {fix}.")
 
 
-def _check_02_step(values: dict, given: dict) -> None:
-    """02's model step (its batch_size x image_size, on its device), estimated as bench estimates it (r43x: a batch
-    of 100,000 was accepted and generated the set first; ``bench e2e`` refuses it at once)."""
+def _check_local_step(values: dict) -> None:
+    """The model step 01's and 02's benchmarks take on their own device (batch_size x image_size; 01: its heaviest
+    precision, 1,000 classes as it builds the model; 02: its precision and its set's classes), estimated as bench
+    estimates it (r43x: a batch of 100,000 was accepted and the set generated first; ``bench e2e`` refuses it)."""
     from tutorial_lib.engine.device import resolve_device
     from tutorial_lib.engine.memory import check_step_fits
 
-    batch, size, classes = (values.get(name) for name in ("batch_size", "image_size", "classes"))
-    if "loader_batches" not in values or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
-                                                 for v in (batch, size, classes)):
+    batch, size = values.get("batch_size"), values.get("image_size")
+    if "loader_batches" in values:  # 02
+        classes, precision = values.get("classes"), values.get("precision", "fp32")
+    elif isinstance(values.get("precisions"), list) and values["precisions"]:  # 01
+        classes = 1000
+        precision = "fp32" if {"fp32", "tf32"} & set(values["precisions"]) else values["precisions"][0]
+    else:
         return
-    check_step_fits(values.get("arch", "resnet18"), classes, size, batch, resolve_device(values.get("device", "auto")),
-                    values.get("precision", "fp32"))
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (batch, size, classes)):
+        check_step_fits(values.get("arch", "resnet18"), classes, size, batch,
+                        resolve_device(values.get("device", "auto")), precision)
 
 
 def check_notebook_plan(notebook: Path, values: dict, given: dict) -> None:

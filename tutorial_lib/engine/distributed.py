@@ -86,6 +86,10 @@ def check_rendezvous(environ=os.environ) -> None:
         raise ConfigError(f"MASTER_PORT: {shorten(environ['MASTER_PORT'])} is not a port from 1 to 65,535. Fix: e.g. "
                           "MASTER_PORT=29500, or start the trainer through torchrun.")
     address = environ["MASTER_ADDR"]  # as torch reads it (r43x: ' 127.0.0.1' resolved here once stripped)
+    if not (address.isascii() and address.isprintable()) or " " in address:  # Python's resolver maps '１２７' (IDNA),
+        raise ConfigError(f"MASTER_ADDR: {shorten(address)} holds a blank or a character no host name has. Fix: "
+                          "export MASTER_ADDR=<the first node's host name or IP> without blanks or quotes, or start "
+                          "the trainer through torchrun.")  # torch's does not: it retried for its 600 s
     try:  # r43w: an address that does not resolve had torch's rendezvous retry for its whole timeout, silent
         socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError, ValueError) as exc:

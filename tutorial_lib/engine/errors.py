@@ -6,6 +6,8 @@ without an import cycle; ``config`` re-exports both names.
 
 from __future__ import annotations
 
+from tutorial_lib.numbers import shown
+
 
 class OneLineError(ValueError):
     """Bad input, said in one line that names the field and the fix (:func:`tutorial_lib.exits.one_line`): line
@@ -24,10 +26,9 @@ class ConfigError(OneLineError):
 
 def shorten(value, limit: int = 60) -> str:
     """``repr(value)`` cut to about ``limit`` characters for messages (a 4 KB name stays readable)."""
-    try:
-        text = repr(value)
-    except ValueError:  # a whole number past Python's int-to-text limit, 4,300 digits (r43x: a site's env value)
-        return f"a whole number of {value.bit_length():,} bits"
+    text = shown(value)
+    if text.startswith("a whole number of "):  # past Python's int-to-text limit (r43x: a site's env value)
+        return text
     if len(text) <= limit:
         return text
     size = f" ({len(value)} characters)" if isinstance(value, (str, bytes, list, tuple)) else ""

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from tutorial_lib.numbers import finite
+from tutorial_lib.numbers import finite, shown
 
 PREFIX = "tlab"
 STATE_DIR = Path("/run/tutorial_lib-netlab")
@@ -104,11 +104,11 @@ class Lab:
     def __init__(self, nodes: int = 2, rate_mbit: float | None = 200, tag: str | None = None):
         if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
             raise LabSettingError(f"nodes: must be a whole number from 1 to {MAX_NODES} (one address each in "
-                                  f"{SUBNET}.0/24), got {nodes!r}. Fix: --nodes 2")
+                                  f"{SUBNET}.0/24), got {shown(nodes):.60}. Fix: --nodes 2")
         if rate_mbit is not None and not (isinstance(rate_mbit, (int, float)) and finite(rate_mbit)
                                           and 0 < rate_mbit <= 1e6):
             raise LabSettingError(f"rate_mbit: must be a number of Mbit/s above 0 and at most 1e6 (or 0/None for "
-                                  f"no cap), got {rate_mbit!r:.60}. Fix: --rate-mbit 200")
+                                  f"no cap), got {shown(rate_mbit):.60}. Fix: --rate-mbit 200")
         self.nodes, self.rate_mbit = nodes, rate_mbit
         self.tag = tag or f"{PREFIX}{secrets.token_hex(3)}"
         check_tag(self.tag)

@@ -41,7 +41,8 @@ def check_time(value: str | int, what: str = "time") -> str:
     field after the first within its range (hours < 24 after days, minutes and seconds < 60): Slurm would add up
     the rest silently, so the limit would not be the one written. ``what`` names the field in the message (an
     sbatch option's value: ``sbatch_options: --time-min=...``)."""
-    text = str(value).strip(" ")
+    huge = isinstance(value, int) and value.bit_length() > 64  # r43x: str() of 5,000 digits is Python's ValueError
+    text = "" if huge else str(value).strip(" ")
     fields = _TIME.fullmatch(text) if not isinstance(value, bool) else None
     if fields is None:
         raise ConfigError(f"{what}: {shorten(value)} is not a Slurm time limit. Fix: use minutes (30), "

@@ -38,6 +38,10 @@ def sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfig
                           "4, 8]), or split the sweep and submit each part after the last has ended.")
     planned = []
     for value in values:
+        if over in ("nodes", "ranks_per_node"):  # the value first: a name is made of it (r43x: 5,000 digits were
+            check_counts(**{over: value})  # str()'s ValueError)
+        else:
+            validate(dataclasses.replace(config, **{over: value}), check_paths=False, cuda_available=True)
         name = f"{config.name}-{over}{value}"
         if any(job_config.name == name for job_config, _ in planned):  # the second would find the first's job
             raise ConfigError(f"values: {shorten(value)} is given twice, and each value is one job of its own "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tutorial_lib.numbers import finite
+from tutorial_lib.numbers import finite, shown
 
 DIGITS = 1797  # scikit-learn's bundled set
 MOST_WORKERS = 15  # with the server 16 processes, what a job may always start on one machine (MIN_LOCAL_RANKS)
@@ -22,7 +22,7 @@ def check_experiment(cfg, staleness: tuple = (0,), names: dict | None = None) ->
     train_images = DIGITS - cfg.test_images if isinstance(cfg.test_images, int) else DIGITS
 
     def refuse(field: str, value, rule: str, example) -> None:
-        raise ExperimentError(f"{names.get(field, field)}: {value!r:.60} {rule}. Fix: e.g. "
+        raise ExperimentError(f"{names.get(field, field)}: {shown(value):.60} {rule}. Fix: e.g. "
                               f"{names.get(field, field)} {example}.")
 
     # test_images first: the batch's range follows from it (r43w: test_images 1797 was blamed on per_worker_batch)
