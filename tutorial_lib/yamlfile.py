@@ -19,6 +19,9 @@ class YamlFileError(ValueError):
     """A YAML file (or value) the project cannot use: one line naming the file, the place and the fix."""
 
 
+_MOST_BITS = 14_000  # about 4,214 decimal digits: every whole number read can be shown again (the limit is 4,300)
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that raises on a mapping holding one key twice."""
 
@@ -43,11 +46,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         if ":" in node.value:
             return self.construct_scalar(node)
         try:
-            return super().construct_yaml_int(node)
+            value = super().construct_yaml_int(node)
         except ValueError:  # past Python's int-to-text limit (r43x: a site's env value of 5,000 digits)
+            value = None
+        if value is None or value.bit_length() > _MOST_BITS:  # r43y: hex, octal and binary are read without it
             raise yaml.constructor.ConstructorError(
-                None, None, f"a whole number of {len(node.value):,} characters, past the "
-                f"{sys.get_int_max_str_digits():,} digits Python reads", node.start_mark) from None
+                None, None, f"a whole number of {len(node.value):,} characters, too large to use (the most is "
+                f"about {_MOST_BITS * 30103 // 100000:,} decimal digits; Python reads at most "
+                f"{sys.get_int_max_str_digits():,})", node.start_mark) from None
+        return value
 
     def construct_yaml_float(self, node):
         """A float, but base 60 (``1:30.5``) kept as the text written (see :meth:`construct_yaml_int`)."""

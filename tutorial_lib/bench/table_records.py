@@ -10,32 +10,35 @@ and the field in one line.
 
 from __future__ import annotations
 
-import math
-
 from tutorial_lib.bench.pairs import BlockError
+from tutorial_lib.numbers import finite
 
 
 def _text(value) -> bool:
     return isinstance(value, str)
 
 
+LARGEST = 2**63 - 1  # a count, a size or seconds past it is no measurement, and overflows a float's arithmetic (r43y)
+
+
 def _whole(least: int):
-    return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= least
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and least <= value <= LARGEST
 
 
 def _number(above_zero: bool):
-    return lambda value: (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-                          and (value > 0 if above_zero else value >= 0))
+    return lambda value: (isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value)
+                          and (0 < value if above_zero else 0 <= value) and value <= LARGEST)
 
 
 # what each field the tables read holds, and how it is said in the message
 FIELDS = {
     **{name: (_text, "a text") for name in ("kind", "status", "step", "form", "side", "set", "format")},
-    **{name: (_whole(0), "a whole number >= 0") for name in ("round", "val_images", "workers")},
-    **{name: (_whole(1), "a whole number >= 1") for name in ("files", "train_images", "shards")},
-    **{name: (_number(True), "a finite number > 0") for name in ("seconds", "seconds_to_disk", "images_per_sec",
-                                                                "goal_s", "archive_bytes", "bytes")},
-    **{name: (_number(False), "a finite number >= 0") for name in ("load_average_1m", "disk_wait_s", "timestamp")},
+    **{name: (_whole(0), "a whole number from 0 to 2**63-1") for name in ("round", "val_images", "workers")},
+    **{name: (_whole(1), "a whole number from 1 to 2**63-1") for name in ("files", "train_images", "shards")},
+    **{name: (_number(True), "a number above 0 and at most 2**63-1") for name in (
+        "seconds", "seconds_to_disk", "images_per_sec", "goal_s", "archive_bytes", "bytes")},
+    **{name: (_number(False), "a number from 0 to 2**63-1") for name in ("load_average_1m", "disk_wait_s",
+                                                                        "timestamp")},
     "cold_cache": (lambda value: isinstance(value, bool), "true or false"),
 }
 

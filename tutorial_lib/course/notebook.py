@@ -121,10 +121,11 @@ def parameter_problem(default, value) -> str | None:
     finite and within 64 bits, and not negative where the default is not (a parameter whose default is None takes
     any value)."""
     from tutorial_lib.numbers import finite
+    from tutorial_lib.numbers import shown as text_of
 
     if default is None:
         return None
-    shown = repr(value)[:60]
+    shown = text_of(value)[:60]
     if value is _NOT_A_VALUE:
         return "is not a plain value (nan, inf or an expression)"
     if isinstance(value, bool) and default == "auto":  # on, off, or as the machine suits (02's channels_last)

@@ -1,0 +1,65 @@
+"""What the eighteenth re-run of issue 43 (/work/wt/notes/r43y-report.md) found at be938e4, each failing on the code
+before (checked by reverting the library change):
+
+* Z1: a table generator's record with a number of 400 digits: ``math.isfinite`` of it, or the float arithmetic of
+  a whole number that passed, raised OverflowError (a traceback);
+* Z2: a YAML whole number written in hex, octal or binary past 4,300 decimal digits (PyYAML reads those without
+  Python's limit) reached a ``repr()`` in a message: a ValueError traceback.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import command_in_process
+from tests.test_contract_rerun2 import _one_line
+from tutorial_lib.exits import EXIT_REFUSED
+
+HEX = "0x" + "f" * 4000  # 16,000 bits, about 4,817 decimal digits
+
+
+@pytest.mark.parametrize("module, record, field", [
+    ("shards_table", dict(kind="shards", status="ok", step="pack", set="s", files=10, shards=1, bytes=10**400,
+                          seconds=1.0, load_average_1m=1.0, timestamp=1.0), "bytes"),
+    ("extract_table", dict(kind="extract", status="ok", side="gnu_tar", round=0, disk_wait_s=5.0,
+                           train_images=10**400, val_images=1, archive_bytes=1e8, seconds_to_disk=2.0,
+                           load_average_1m=1.0, timestamp=1.0), "train_images"),
+])
+def test_a_table_record_of_a_number_past_float_is_named(tmp_path, module, record, field):
+    import importlib
+
+    generator = importlib.import_module(f"tutorial_lib.bench.{module}")
+    results = tmp_path / "r.jsonl"
+    paired = [record, {**record, "side": "prepare", "timestamp": 2.0}] if module == "extract_table" else [record]
+    results.write_text("".join(json.dumps(r) + "\n" for r in paired))
+    result = command_in_process(generator.main, [str(results)])
+    assert result.returncode == EXIT_REFUSED, result
+    line = _one_line(result.stderr, "results: ")
+    assert f"{field} is " in line and "Fix: " in line and len(line) < 400
+
+
+def test_a_course_parameter_in_hex_past_pythons_limit_is_refused_in_one_line(tmp_path, monkeypatch):
+    from tutorial_lib.course.runner import main
+
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["--only", "02", "-p", "classes", HEX, "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    assert "too large to use" in _one_line(result.stderr, "-p classes: ")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("written", [HEX, "0" + "7" * 5400, "0b" + "1" * 16000])
+def test_yaml_refuses_a_whole_number_no_message_could_show(written):
+    from tutorial_lib.yamlfile import YamlFileError, parse_yaml
+
+    with pytest.raises(YamlFileError, match=r"^epochs: .*too large to use.*Fix: "):
+        parse_yaml(f"epochs: {written}\n", "epochs")
+    assert parse_yaml("epochs: 0x10\n", "epochs") == {"epochs": 16}
+
+
+def test_a_notebook_parameter_past_pythons_limit_is_shown_by_its_size():
+    from tutorial_lib.course.notebook import parameter_problem
+
+    assert "16,001 bits" in parameter_problem(3, 16**4000)
