@@ -63,3 +63,19 @@ def test_a_notebook_parameter_past_pythons_limit_is_shown_by_its_size():
     from tutorial_lib.course.notebook import parameter_problem
 
     assert "16,001 bits" in parameter_problem(3, 16**4000)
+
+
+def test_scale_records_at_no_size_of_the_table_make_no_table(tmp_path):
+    """Z3: records at 5 files (no column of the table) printed rows of "-" alone, rc 0; --update wrote them."""
+    from tutorial_lib.bench.scale_table import BEGIN, END, main
+
+    results, doc = tmp_path / "r.jsonl", tmp_path / "doc.md"
+    results.write_text("".join(json.dumps(dict(kind="scale", status="ok", step=step, form=form, files=5, seconds=1.0,
+                                               load_average_1m=1.0, timestamp=1.0)) + "\n"
+                               for step, form in (("build", "base"), ("prepare", "kaggle"))))
+    doc.write_text(f"{BEGIN}\n| my | rows |\n{END}\n")
+    for args in ([str(results)], [str(results), "--update", str(doc)]):
+        result = command_in_process(main, args)
+        assert result.returncode == EXIT_REFUSED, result
+        assert "an empty table" in _one_line(result.stderr, "results: ")
+    assert "| my | rows |" in doc.read_text()

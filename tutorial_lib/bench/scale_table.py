@@ -61,8 +61,8 @@ def scale_table(records: list[dict]) -> str:
     sizes = sorted(SIZES.values())
     head = ["step", "form", *[f"{n:,} files" for n in sizes], "k, 10k to full", "k, 100k to full"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    rows = sorted({(step, form) for step, form, _ in chosen if step in _ORDER},
-                  key=lambda row: (_ORDER.index(row[0]), row[1]))
+    rows = sorted({(step, form) for step, form, files in chosen if step in _ORDER and files in sizes},  # r43y: a
+                  key=lambda row: (_ORDER.index(row[0]), row[1]))  # row of "-" alone was a table
     for step, form in rows:
         cells, points = [], {}
         for files in sizes:
