@@ -79,3 +79,28 @@ def test_scale_records_at_no_size_of_the_table_make_no_table(tmp_path):
         assert result.returncode == EXIT_REFUSED, result
         assert "an empty table" in _one_line(result.stderr, "results: ")
     assert "| my | rows |" in doc.read_text()
+
+
+@pytest.mark.parametrize("only, params, named", [
+    # Z4: 1.6 million JPEGs (at least 90 GB) generated for days on a disk with less free
+    ("02", ["classes", "100000", "device", "cpu"], "classes: a generated set of 1,600,000 JPEGs"),
+    # Z5: the compiled settings a CPU runs were not counted
+    ("01", ["compile_modes", "[default]", "bench_min_time", "1200"], "of 4 setting(s)"),
+    ("01", ["compile_modes", "[none, default]", "bench_min_time", "300"], "of 8 setting(s)"),
+    # Z6: no precision this device runs: every setting skipped, rc 0
+    ("01", ["precisions", "[fp16, tf32]"], "precisions: ['fp16', 'tf32'] holds no precision this machine's cpu"),
+])
+def test_the_course_refuses_what_01_and_02_would_spend_days_or_nothing_on(tmp_path, monkeypatch, only, params, named):
+    from tutorial_lib.course.runner import main
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr("shutil.disk_usage", lambda path: type("usage", (), {"free": 50 * 10**9})())
+    monkeypatch.chdir(tmp_path)
+    pairs = [part for name, value in zip(params[::2], params[1::2], strict=True) for part in ("-p", name, value)]
+    where = [] if only == "02" else ["-p", "backend", "local", "-p", "output_root", str(tmp_path / "runs")]
+    result = command_in_process(main, ["--only", only, *pairs, *where, "-p", "data_dir", str(tmp_path / "d"),
+                                       "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    line = _one_line(result.stderr, "parameters: ")
+    assert named in line and "Fix: " in line
+    assert list(tmp_path.iterdir()) == []

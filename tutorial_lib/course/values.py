@@ -212,7 +212,17 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
         check_fits(width * height * FAKE_PIXEL_BYTES, available_bytes("cpu"),
                    f"{blamed('jpeg_width', 'jpeg_height')}: generating one {width}x{height} image",
                    "e.g. -p jpeg_width 500 -p jpeg_height 375 (ImageNet's typical size)")
+    if classes and per_class and width and height and isinstance(values.get("data_dir"), str):
+        from tutorial_lib import REPO_ROOT
+        from tutorial_lib.bench.fake_imagenet import check_set_space, real_data_set
+
+        root = Path(REPO_ROOT, values["data_dir"])  # the notebooks' cwd; a given one was made absolute
+        if real_data_set(root) is None:  # generated there (a set of one's own is used as it is)
+            check_set_space(root, classes * per_class, (width, height),
+                            blamed("classes", "per_class", "jpeg_width", "jpeg_height"))
     _check_local_step(values)
+    if isinstance(values.get("precisions"), list) and values["precisions"] and "compile_modes" in values:
+        _precisions_run(values)
     repeats, batches, batch = counts("bench_repeats", "loader_batches", "batch_size")
     min_time = values.get("bench_min_time") if isinstance(values.get("bench_min_time"), (int, float)) else None
     if not repeats or (min_time is None and not batches):
@@ -298,13 +308,30 @@ def _settings_at_least(values: dict) -> int:
         return len(worker_counts())
     modes, layouts = values.get("compile_modes"), values.get("channels_last_options")
     precisions = values.get("precisions")
-    if isinstance(modes, list) and "none" in modes and isinstance(layouts, list) and isinstance(precisions, list):
-        from tutorial_lib.engine.device import precision_support, resolve_device
+    if isinstance(modes, list) and isinstance(layouts, list) and isinstance(precisions, list):  # 01
+        from tutorial_lib.engine.device import compile_support, resolve_device
 
         device = resolve_device(values.get("device", "auto"))  # r43x: fp32 alone was counted; a CPU times bf16 too
-        runs = {precision for precision in precisions if precision_support(precision, device) is None}
-        return max(1, len(layouts) * len(runs))  # 01
+        compiled = {mode for mode in modes if compile_support(mode, device) is None}  # r43y: and compiled ones
+        return max(1, len(layouts) * len(_precisions_run(values)) * len(compiled))
     return 1
+
+
+def _precisions_run(values: dict) -> set:
+    """01's precisions its device runs; ConfigError where it runs none (r43y: '[fp16, tf32]' on a CPU skipped every
+    setting and ended rc 0)."""
+    from tutorial_lib.engine.config import ConfigError
+    from tutorial_lib.engine.device import precision_support, resolve_device
+    from tutorial_lib.engine.errors import shorten
+
+    device = resolve_device(values.get("device", "auto"))
+    precisions = values["precisions"]
+    reasons = {precision: precision_support(precision, device) for precision in precisions}
+    runs = {precision for precision, reason in reasons.items() if reason is None}
+    if not runs:
+        raise ConfigError(f"precisions: {shorten(precisions, 60)} holds no precision this machine's {device.type} "
+                          f"runs ({reasons[precisions[0]]}). Fix: e.g. -p precisions '[fp32, bf16]'.")
+    return runs
 
 
 def check_injected_values(history: list[str] | None = None) -> None:
