@@ -104,3 +104,36 @@ def test_the_course_refuses_what_01_and_02_would_spend_days_or_nothing_on(tmp_pa
     line = _one_line(result.stderr, "parameters: ")
     assert named in line and "Fix: " in line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("site", [{"partition": 10**5000}, {"python": 10**5000}])
+def test_a_site_name_past_pythons_text_limit_is_refused_naming_it(tmp_path, site):
+    """Z7: ``str()`` of the value, to match it, was Python's ValueError."""
+    from tutorial_lib.engine.config import ConfigError, make_config
+    from tutorial_lib.jobs.spec import make_spec
+
+    cfg = make_config("smoke", output_root=str(tmp_path / "runs"), name="r", device="cpu")
+    with pytest.raises(ConfigError, match=rf"^site.{next(iter(site))}: .*16,610 bits.*Fix: "):
+        make_spec(cfg, site=site, on_cluster=True)
+
+
+def test_an_only_that_matches_no_notebook_is_named_before_a_parameter(tmp_path, monkeypatch):
+    """Z8: ``--only 00,02 -p data_dir d`` blamed -p data_dir, with the fix "add 00 to --only"."""
+    from tutorial_lib.course.runner import main
+
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["--only", "00,02", "-p", "data_dir", "d", "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    assert "Fix: give number prefixes" in _one_line(result.stderr, "--only: ")
+
+
+@pytest.mark.parametrize("out", ["d", "d/o"])
+def test_an_out_in_the_data_folder_is_refused_before_anything_is_written(tmp_path, monkeypatch, out):
+    """Z9: --out was written into data_dir, then 00's third cell refused data_dir as a folder of other files."""
+    from tutorial_lib.course.runner import main
+
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["--only", "00", "--out", out, "-p", "data_dir", "d"])
+    assert result.returncode == EXIT_REFUSED, result
+    assert "Fix: an --out outside the data_dir" in _one_line(result.stderr, "--out: ")
+    assert list(tmp_path.iterdir()) == []

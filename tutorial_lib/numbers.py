@@ -28,4 +28,6 @@ def shown(value) -> str:
     try:
         return repr(value)
     except ValueError:
-        return f"a whole number of {value.bit_length():,} bits"
+        if isinstance(value, int):
+            return f"a whole number of {value.bit_length():,} bits"
+        return f"a {type(value).__name__} holding a whole number too large to show"

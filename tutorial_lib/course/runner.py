@@ -104,6 +104,7 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
                          "run them all.")
     check_parameter_values(params or {}, notebooks(only))
     check_cluster_site(params or {}, notebooks(only))
+    _check_out_apart(out, params or {})
     out = check_output_folder(out)
     before = os.environ.get(SUMMARY_ENV)
     os.environ[SUMMARY_ENV] = str(out / "summary")  # the kernels papermill starts write their summaries there
@@ -138,6 +139,23 @@ def run_course(out: str | os.PathLike = DEFAULT_OUT, params: dict | None = None,
 
 
 OUTPUT_MARKER = ".tutorial_course_output"
+
+
+def _check_out_apart(out: str | os.PathLike, params: dict) -> None:
+    """Refuse an ``out`` that is, or is inside, a given ``data_dir``: the course would write its notebooks into it,
+    and then find it holding files it did not write there (r43y: 00 refused data_dir in its third cell, after
+    --out was written into it)."""
+    from tutorial_lib.paths import user_path
+
+    where = Path(os.path.abspath(user_path(str(out))))
+    for name in ("data_dir",):
+        value = params.get(name)
+        if isinstance(value, str) and value:
+            folder = Path(os.path.abspath(os.path.join(REPO_ROOT, user_path(value))))
+            if where == folder or folder in where.parents:
+                raise SystemExit(f"error: --out: {str(out)!r:.200} is {'' if where == folder else 'inside '}the "
+                                 f"{name} {value!r:.200}, and the course would write its notebooks there. Fix: an "
+                                 f"--out outside the {name} (nothing was run).")
 
 
 def check_output_folder(out: str | os.PathLike) -> Path:
@@ -238,7 +256,8 @@ def _main(argv: list[str] | None) -> int:
         params.update({name: parse_yaml(value, f"-p {name}") for name, value in args.p})
     except YamlFileError as exc:
         raise SystemExit(f"error: {exc}") from None
-    check_parameter_names(dict(args.p), "-p", args.only if args.only and all(args.only) else None)
+    only = args.only if args.only and all(args.only) and notebooks(args.only) else None  # r43y: else --only's own
+    check_parameter_names(dict(args.p), "-p", only)  # message comes first (run_course), not a -p blamed
     params = from_here(params)
     import papermill
 

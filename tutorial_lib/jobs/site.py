@@ -12,6 +12,7 @@ from pathlib import Path
 from tutorial_lib.engine.config import ConfigError, shorten
 from tutorial_lib.engine.validate import check_path_text
 from tutorial_lib.jobs.slurm_values import check_sbatch_option, check_time, check_time_against_warning, check_word
+from tutorial_lib.numbers import shown
 
 SITE_ENV = "TUTORIAL_SITE"  # a YAML file whose `site:` block every Slurm job gets when none is passed
 GPU_REQUESTS = ("gpus-per-node", "gres")
@@ -117,7 +118,8 @@ def _site_int(value) -> int:
 
 def _site_match(what: str, pattern: re.Pattern, example: str):
     def check(value):
-        if not isinstance(value, (str, int)) or isinstance(value, bool) or not pattern.fullmatch(str(value)):
+        if not isinstance(value, (str, int)) or isinstance(value, bool) or not pattern.fullmatch(
+                shown(value) if isinstance(value, int) else value):  # r43y: str() of 5,000 digits raised
             raise ConfigError(f"site.{what}: {shorten(value)} is refused. Fix: e.g. {what}: {example}.")
         return str(value)
     return check

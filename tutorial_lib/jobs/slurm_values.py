@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from tutorial_lib.engine.config import ConfigError, shorten
+from tutorial_lib.numbers import shown
 
 # Slurm's six time forms (sbatch(1) --time; parse_time.c): minutes, minutes:seconds, hours:minutes:seconds,
 # days-hours, days-hours:minutes, days-hours:minutes:seconds. Matched whole with re.fullmatch (`$` alone would also
@@ -130,7 +131,7 @@ def check_word(what: str, value: str | None) -> str | None:
         raise ConfigError(f"{what}: {shorten(value)} ({type(value).__name__}) is not a Slurm {what} name. Fix: give "
                           f"the name as text (in YAML quote it: {what}: 'yes').")
     if isinstance(value, int):
-        value = str(value)
+        value = shown(value)  # r43y: str() of 5,000 digits raised; that text is no name, and is refused below
     if value is not None and (not _SLURM_WORD.fullmatch(value) or ".." in value or value.startswith("-")):
         raise ConfigError(f"{what}: {shorten(value)} is not a valid Slurm {what} name (letters, digits, '_', '.', "
                           f"'-', not starting with '-', which sbatch would read as an option). Fix: pass the {what} "
@@ -172,5 +173,5 @@ def is_job_id(value) -> bool:
     """Whether ``value`` is a Slurm job id as sbatch prints one: a number of at most 10 ASCII digits (Slurm's ids
     are 32-bit). Anything else in a record (its pending placeholder, a changed or damaged one: 5,000 digits made
     ``int()`` raise) means no job of this record ran on the cluster."""
-    return re.fullmatch(r"[0-9]{1,10}", str(value)) is not None
+    return re.fullmatch(r"[0-9]{1,10}", shown(value) if isinstance(value, int) else str(value)) is not None
 
