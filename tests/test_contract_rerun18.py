@@ -137,3 +137,11 @@ def test_an_out_in_the_data_folder_is_refused_before_anything_is_written(tmp_pat
     assert result.returncode == EXIT_REFUSED, result
     assert "Fix: an --out outside the data_dir" in _one_line(result.stderr, "--out: ")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_milestones_past_pythons_text_limit_are_refused_in_one_line():
+    """Z7: the message meant to refuse ``lr_milestones=[10**5000, 1]`` was str()'s ValueError."""
+    from tutorial_lib.engine.config import ConfigError, make_config, validate
+
+    with pytest.raises(ConfigError, match=r"^lr_milestones: .*too large to show.*Fix: "):
+        validate(make_config("smoke", lr_milestones=[10**5000, 1]), check_paths=False)

@@ -82,7 +82,7 @@ def check_numbers(cfg) -> None:
              "pass e.g. --warmup-epochs 5 (Goyal et al.) or 0 to turn warmup off")
     milestones = cfg.lr_milestones  # strictly increasing: a repeated epoch would decay twice there
     if any(b <= a for a, b in zip(milestones, milestones[1:], strict=False)) or min(milestones, default=1) <= 0:
-        fail("lr_milestones", f"must be increasing positive epochs, got {cfg.lr_milestones}",
+        fail("lr_milestones", f"must be increasing positive epochs, got {shorten(cfg.lr_milestones)}",
              "pass e.g. --lr-milestones 30,60,80")
 
 
