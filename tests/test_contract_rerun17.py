@@ -276,7 +276,7 @@ def test_a_notebook_papermill_runs_alone_refuses_in_its_first_cell_what_the_cour
     ConfigError in the tenth, after the set was generated and the loader timed."""
     from tutorial_lib.course.notebook import NotebookParameterError, _parameters_cell
     from tutorial_lib.course.runner import notebooks
-    from tutorial_lib.course.values import check_injected_values
+    from tutorial_lib.course.setup import check_injected_values
 
     cell = _parameters_cell(notebooks(["02"])[0])
     injected = "# Parameters\n" + "".join(f"{name} = {value!r}\n" for name, value in params.items())

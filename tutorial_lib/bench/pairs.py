@@ -3,6 +3,12 @@ and the generated blocks of a document (between two HTML comment markers) that s
 
 Used by :mod:`tutorial_lib.bench.scale_table` (``prepare`` against GNU tar at ImageNet's file count) and
 :mod:`tutorial_lib.bench.extract_table` (the same at ImageNet's file size, and the full set's time).
+
+The records are read back checked, each field as it is read (:class:`CheckedRecord`): a result file is the user's to
+pass, and a record torn by a killed benchmark, edited by hand or of another version may lack a field or hold one of
+another type (r43x: ``{"kind": "scale", "status": "ok"}`` was a KeyError traceback). Checking each field where it is
+read, against one table of what each field holds, keeps the generators' code as it is and names the record and the
+field in one line.
 """
 
 from __future__ import annotations
@@ -11,10 +17,70 @@ import statistics
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from tutorial_lib.numbers import finite
+
 
 class BlockError(ValueError):
     """Bad input to the generated blocks: a document without their markers, a result file that is not there; the
     message names it and the fix."""
+
+
+def _text(value) -> bool:
+    return isinstance(value, str)
+
+
+LARGEST = 2**63 - 1  # a count, a size or seconds past it is no measurement, and overflows a float's arithmetic (r43y)
+
+
+def _whole(least: int):
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and least <= value <= LARGEST
+
+
+def _number(above_zero: bool):
+    return lambda value: (isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value)
+                          and (0 < value if above_zero else 0 <= value) and value <= LARGEST)
+
+
+# what each field the tables read holds, and how it is said in the message
+FIELDS = {
+    **{name: (_text, "a text") for name in ("kind", "status", "step", "form", "side", "set", "format")},
+    **{name: (_whole(0), "a whole number from 0 to 2**63-1") for name in ("round", "val_images", "workers")},
+    **{name: (_whole(1), "a whole number from 1 to 2**63-1") for name in ("files", "train_images", "shards")},
+    **{name: (_number(True), "a number above 0 and at most 2**63-1") for name in (
+        "seconds", "seconds_to_disk", "images_per_sec", "goal_s", "archive_bytes", "bytes")},
+    **{name: (_number(False), "a number from 0 to 2**63-1") for name in ("load_average_1m", "disk_wait_s",
+                                                                        "timestamp")},
+    "cold_cache": (lambda value: isinstance(value, bool), "true or false"),
+}
+
+
+class CheckedRecord(dict):
+    """A record whose fields are checked against :data:`FIELDS` as they are read (``record[name]`` and
+    ``record.get(name)``): a missing or ill-typed field raises :class:`BlockError` naming ``where`` and the field."""
+
+    def __init__(self, record: dict, where: str):
+        super().__init__(record)
+        self.where = where
+
+    def __getitem__(self, name):
+        if name not in self:
+            raise BlockError(f"results: {self.where} lacks the field {name!r:.60}. Fix: pass the benchmark's own "
+                             "JSON lines, or remove that record.")
+        value = super().__getitem__(name)
+        holds, said = FIELDS.get(name, (lambda _: True, ""))
+        if not holds(value):
+            raise BlockError(f"results: {self.where}: {name} is {value!r:.60}, not {said}. Fix: pass the "
+                             "benchmark's own JSON lines, or remove that record.")
+        return value
+
+    def get(self, name, default=None):
+        """The field checked as ``record[name]`` reads it, or ``default`` where the record lacks it."""
+        return self[name] if name in self else default
+
+
+def checked_records(records: list[dict], path: str) -> list[CheckedRecord]:
+    """``records`` read from ``path``, each checked as its fields are read."""
+    return [CheckedRecord(record, f"{path!r:.200} record {number}") for number, record in enumerate(records, 1)]
 
 
 def paired_sets(records: list[dict], side_of: Callable[[dict], str | None],
@@ -96,7 +162,6 @@ def blocks_main(argv: list[str] | None, module: str, default_results: str,
     result file: print the first block (``--<name>``: another), or ``--update DOC...`` to rewrite the blocks each
     document has. Exit statuses of :mod:`tutorial_lib.exits`."""
     from tutorial_lib.bench.records import read_records
-    from tutorial_lib.bench.table_records import checked_records
     from tutorial_lib.exits import ArgumentParser, run_main
 
     first, *others = blocks

@@ -332,30 +332,3 @@ def _precisions_run(values: dict) -> set:
         raise ConfigError(f"precisions: {shorten(precisions, 60)} holds no precision this machine's {device.type} "
                           f"runs ({reasons[precisions[0]]}). Fix: e.g. -p precisions '[fp32, bf16]'.")
     return runs
-
-
-def check_injected_values(history: list[str] | None = None) -> None:
-    """Under papermill: the values injected into a notebook of the course, checked as the course's runner checks
-    them before it starts (:func:`check_parameter_values`; r43x: ``papermill 02... -p classes 0`` was a
-    ZeroDivisionError in the fourth cell). The notebook is known by its parameters cell's names (a copy of it, as
-    nbval's, too). Raises NotebookParameterError (one line)."""
-    from tutorial_lib.course.notebook import (
-        NotebookParameterError,
-        assigned_names,
-        declared_parameters,
-        injected_cells,
-        injected_values,
-    )
-    from tutorial_lib.course.runner import notebooks
-
-    for cell, source in injected_cells(history):
-        notebook = next((nb for nb in notebooks() if declared_parameters(nb) == assigned_names(cell)), None)
-        if notebook is None:
-            continue
-        try:
-            check_parameter_values(injected_values(source), [notebook])
-        except SystemExit as exc:
-            message = str(exc.code).removeprefix("error: ").replace("(nothing was run)", "(given with papermill -p "
-                                                                                            "or -f)")
-            raise NotebookParameterError(message) from None
-
