@@ -185,6 +185,14 @@ def release_memory(device: torch.device) -> None:
         sys.modules["torch._dynamo"].reset()
 
 
+def check_layout(channels_last) -> None:
+    """Refuse (ConfigError) a ``channels_last`` that is neither ``"auto"`` (on a GPU only) nor on/off: ``bool('no')``
+    would turn channels-last on (r43w). The one check for the benchmark and the course's 02."""
+    if not (channels_last == "auto" or isinstance(channels_last, bool)):
+        raise ConfigError(f"channels_last: {channels_last!r:.60} is not auto, true or false. Fix: e.g. -p "
+                          "channels_last auto (or false; in Python channels_last=False).")
+
+
 def measure_training(arch: str | None = None, precision: str = "fp32", channels_last: bool = False,
                      batch_size: int | None = None, image_size: int | None = None, steps: int | None = None,
                      warmup: int | None = None, compile_mode: str = "none", device: str | torch.device | None = "auto",
@@ -199,9 +207,7 @@ def measure_training(arch: str | None = None, precision: str = "fp32", channels_
     Unsupported precisions or compile modes give ``status: "skipped"`` with the reason; a failure
     (e.g. out of memory) gives ``status: "error"``.
     """
-    if not (channels_last == "auto" or isinstance(channels_last, bool)):  # r43w: bool('no') was channels-last on
-        raise ConfigError(f"channels_last: {channels_last!r:.60} is not auto, true or false. Fix: e.g. "
-                          "channels_last=False (papermill: -p channels_last false).")
+    check_layout(channels_last)
     device = resolve_device(device)
     d = defaults(device)
     if channels_last == "auto":

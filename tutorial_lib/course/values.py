@@ -14,6 +14,7 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
     kind than its default (:func:`parameter_problem`, the check each notebook makes of papermill's values), a
     training setting that :func:`validate` refuses (a GPU assumed: the notebooks adapt to the machine), or a
     sample grid too large to draw (:func:`check_sample_count`). One line naming the parameter."""
+    from tutorial_lib.bench.compute import check_layout
     from tutorial_lib.course.environment import check_sample_count
     from tutorial_lib.course.notebook import parameter_defaults, parameter_problem
     from tutorial_lib.engine.config import ConfigError, TrainConfig, make_config, validate
@@ -29,10 +30,11 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
                 raise SystemExit(f"error: parameters: {name} {problem} ({notebook.name}). Fix: e.g. -p {name} "
                                  f"{defaults[name]!r} (nothing was run).")
     fields = {name: value for name, value in params.items() if name in TrainConfig.__dataclass_fields__}
-    layout = fields.pop("channels_last", False)  # 02's: auto (on a GPU only) or on/off (r43w: the trainer's check
-    if not (layout == "auto" or isinstance(layout, bool)):  # refused auto, the notebook's on/off)
-        raise SystemExit(f"error: parameters: channels_last: {layout!r:.60} is not auto, true or false. Fix: e.g. -p "
-                         "channels_last auto (nothing was run).")
+    layout = fields.pop("channels_last", False)  # 02's: checked as its benchmark checks it (r43w: the trainer's
+    try:  # check refused auto, the notebook's on/off)
+        check_layout(layout)
+    except ConfigError as exc:
+        raise SystemExit(f"error: parameters: {exc} (nothing was run)") from None
     try:
         if "backend" in params and params["backend"] not in BACKENDS:  # r43s: refused only in 00's fifth cell
             raise ConfigError(f"backend: unknown backend {params['backend']!r:.200}. Fix: use one of "
