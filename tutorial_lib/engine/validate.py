@@ -84,6 +84,9 @@ def check_numbers(cfg) -> None:
     if any(b <= a for a, b in zip(milestones, milestones[1:], strict=False)) or min(milestones, default=1) <= 0:
         fail("lr_milestones", f"must be increasing positive epochs, got {shorten(cfg.lr_milestones)}",
              "pass e.g. --lr-milestones 30,60,80")
+    if max(milestones, default=0) > 2**31 - 1:  # an epoch no run reaches; past 4,300 digits str() raises (r43z)
+        fail("lr_milestones", f"must be epochs of at most {2**31 - 1:,}, got {shorten(cfg.lr_milestones)}",
+             "pass e.g. --lr-milestones 30,60,80")
 
 
 _STAGE_VARIABLE = re.compile(r"\$(\w+|\{\w+\})(/.*)?")
