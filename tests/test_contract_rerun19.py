@@ -36,3 +36,76 @@ def test_a_milestone_too_large_is_refused_before_submit_makes_the_run_folder(tmp
     with pytest.raises(ConfigError, match=r"^lr_milestones: "):
         jobs.submit(cfg, backend="local")
     assert not (tmp_path / "runs").exists()
+
+
+def _scale_record(files: int, seconds: float) -> dict:
+    return dict(kind="scale", status="ok", step="prepare", form="kaggle", files=files, seconds=seconds,
+                load_average_1m=1.0, timestamp=float(files))
+
+
+@pytest.mark.parametrize("small, large", [(10_000, 1_331_167), (100_000, 1_331_167)])
+@pytest.mark.parametrize("update", [False, True])
+def test_two_valid_times_whose_ratio_underflows_give_a_growth(tmp_path, small, large, update):
+    """A2: 5e-324 s after 1e18 s: their ratio is 0.0, and ``math.log`` of it was a ValueError traceback."""
+    import json
+
+    from tests.conftest import command_in_process
+    from tutorial_lib.bench.scale_table import BEGIN, END, main
+
+    results, doc = tmp_path / "r.jsonl", tmp_path / "doc.md"
+    results.write_text("".join(json.dumps(_scale_record(files, seconds)) + "\n"
+                               for files, seconds in ((small, 1e18), (large, 5e-324))))
+    doc.write_text(f"{BEGIN}\n| my | rows |\n{END}\n")
+    result = command_in_process(main, [str(results), *(["--update", str(doc)] if update else [])])
+    assert result.returncode == 0, result
+    table = doc.read_text() if update else result.stdout
+    row = next(line for line in table.splitlines() if line.startswith("| prepare | kaggle |"))
+    assert "linear or better" in row and "nan" not in row
+
+
+def test_the_growth_of_ordinary_times_is_unchanged():
+    """The difference of logs is the log of the ratio: seconds ~ files**2 still gives k = 2."""
+    from tutorial_lib.bench.scale_table import growth
+
+    assert growth({10_000: 1.0, 1_000_000: 10_000.0}) == pytest.approx(2.0)
+    assert growth({10_000: 2.0, 1_000_000: 2.0}) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("classes, free, named", [
+    # A3: 640,000 JPEGs of 500x375 px: ~60 GB (0.3 B a pixel said 36 GB) and ~18 h here; 2 cores, 70.7 GB free
+    ("40000", 70_700_000_000, "takes at least 1.7 h to make on 2 core(s)"),
+    ("40000", 50_000_000_000, "takes at least 60 GB on disk"),
+])
+def test_the_course_refuses_a_set_02_cannot_generate_within_its_disk_and_hour(tmp_path, monkeypatch, classes, free,
+                                                                             named):
+    from tests.conftest import command_in_process
+    from tests.test_contract_rerun2 import _one_line
+    from tutorial_lib.course.runner import main
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr("shutil.disk_usage", lambda path: type("usage", (), {"free": free})())
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["--only", "02", "-p", "classes", classes, "-p", "device", "cpu",
+                                       "-p", "data_dir", str(tmp_path / "d"), "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    line = _one_line(result.stderr, "parameters: ")
+    assert "classes: a generated set of 640,000 JPEGs of 500x375 px " + named in line and "Fix: " in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("images, cores, fits", [(80_000, 2, True), (300_000, 2, True), (640_000, 2, False),
+                                                 (640_000, 16, True)])
+def test_a_set_is_refused_where_even_the_fastest_generator_takes_over_the_hour(tmp_path, monkeypatch, images, cores,
+                                                                               fits):
+    """The bound is a lower one (10 million pixels a second a core): sets that may finish within the hour pass."""
+    from tutorial_lib.bench.fake_imagenet import check_set_fits
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: type("usage", (), {"free": 10**15})())
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    if fits:
+        check_set_fits(tmp_path, images, (500, 375))
+    else:
+        with pytest.raises(ConfigError, match=r"^classes: .* h to make on 2 core\(s\).*Fix: "):
+            check_set_fits(tmp_path, images, (500, 375))

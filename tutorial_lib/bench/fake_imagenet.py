@@ -74,7 +74,7 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
         return root
 
     check_replaceable(root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
-    check_set_space(root, classes * (per_class + val_per_class), size)
+    check_set_fits(root, classes * (per_class + val_per_class), size)
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".fake-imagenet-", dir=root.parent))
     jobs = []
@@ -101,25 +101,42 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
     return publish_tree(staging, root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
 
 
-JPEG_BYTES_PER_PIXEL = 0.3  # at least: the generator's photo-like JPEGs take about 0.6 B a pixel (112 KB at 500x375)
+# a JPEG byte for every 2 pixels, at least: this generator's JPEGs took 0.57-0.59 B a pixel from 500x375 to
+# 2000x1500 px, and more below (0.78 at 64 px)
+PIXELS_PER_JPEG_BYTE = 2
+# at most, per core: ~4x the 2.0-2.7 million pixels a second a core of this project's 2-core machine generated
+# (under a load of 5)
+GENERATED_PIXELS_PER_SEC = 10_000_000
 
 
-def check_set_space(root: str | os.PathLike, images: int, size: tuple[int, int], name: str = "classes") -> None:
+def check_set_fits(root: str | os.PathLike, images: int, size: tuple[int, int], name: str = "classes") -> None:
     """Refuse (ConfigError naming ``name``) a generated set of ``images`` JPEGs of ``size`` that cannot fit on the
-    disk of ``root``, with the least it takes and the space there is (r43y: 100,000 classes were 180 GB generated
-    for days on a disk of 54 GB, printing nothing)."""
+    disk of ``root`` (r43y: 100,000 classes were 180 GB generated for days on a disk of 54 GB, printing nothing), or
+    whose generation would take over the hour a benchmark may take even at :data:`GENERATED_PIXELS_PER_SEC` on every
+    core the generator uses (r43z: 640,000 JPEGs, about 18 h here, were accepted). Both are lower bounds."""
     import shutil
 
+    from tutorial_lib.bench.durations import E2E_MAX_SECONDS, count_text
     from tutorial_lib.engine.errors import ConfigError
     from tutorial_lib.engine.memory import human_bytes
 
-    needed = int(images * size[0] * size[1] * JPEG_BYTES_PER_PIXEL)
+    pixels = images * size[0] * size[1]
+    needed = pixels // PIXELS_PER_JPEG_BYTE  # whole numbers: a count past float's range is refused, not raised
     existing = next(p for p in (Path(root), *Path(root).parents) if p.exists())
     free = shutil.disk_usage(existing).free
+    made = f"a generated set of {count_text(images)} JPEGs of {size[0]}x{size[1]} px"
+    fix = "Fix: fewer classes or images per class (e.g. classes 2, per_class 16)"
     if needed > free:
-        raise ConfigError(f"{name}: a generated set of {images:,} JPEGs of {size[0]}x{size[1]} px takes at least "
-                          f"{human_bytes(needed)} on disk, and {existing} has {human_bytes(free)} free. Fix: fewer "
-                          "classes or images per class (e.g. classes 2, per_class 16), or a data_dir on a larger disk.")
+        raise ConfigError(f"{name}: {made} takes at least "
+                          f"{human_bytes(needed)} on disk, and {existing} has {human_bytes(free)} free. {fix}, or a "
+                          "data_dir on a larger disk.")
+    cores = min(32, os.cpu_count() or 1)  # make_fake_imagenet's workers
+    seconds = pixels // (GENERATED_PIXELS_PER_SEC * cores)
+    if seconds > E2E_MAX_SECONDS:
+        hours = f"{seconds / 3600:,.1f}" if seconds < 10**15 else count_text(seconds // 3600)
+        raise ConfigError(f"{name}: {made} takes at least "
+                          f"{hours} h to make on {cores} core(s), over the {E2E_MAX_SECONDS // 3600} h a "
+                          f"benchmark may take. {fix}, or a machine with more cores.")
 
 
 def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int = 2, per_class: int = 16,

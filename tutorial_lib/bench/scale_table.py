@@ -43,7 +43,8 @@ def growth(points: dict[int, float]) -> float | None:
     small, large = min(points), max(points)
     if points[small] <= 0 or points[large] <= 0:
         return None
-    return math.log(points[large] / points[small]) / math.log(large / small)
+    # a difference of logs: the ratio of two valid times can underflow to 0 (5e-324 / 1e18) or overflow (r43z)
+    return (math.log(points[large]) - math.log(points[small])) / math.log(large / small)
 
 
 def _seconds(value: float) -> str:

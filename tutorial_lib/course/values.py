@@ -216,11 +216,11 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
                    "e.g. -p jpeg_width 500 -p jpeg_height 375 (ImageNet's typical size)")
     if classes and per_class and width and height and isinstance(values.get("data_dir"), str):
         from tutorial_lib import REPO_ROOT
-        from tutorial_lib.bench.fake_imagenet import check_set_space, real_data_set
+        from tutorial_lib.bench.fake_imagenet import check_set_fits, real_data_set
 
         root = Path(REPO_ROOT, values["data_dir"])  # the notebooks' cwd; a given one was made absolute
         if real_data_set(root) is None:  # generated there (a set of one's own is used as it is)
-            check_set_space(root, classes * per_class, (width, height),
+            check_set_fits(root, classes * per_class, (width, height),
                             blamed("classes", "per_class", "jpeg_width", "jpeg_height"))
     _check_local_step(values)
     if isinstance(values.get("precisions"), list) and values["precisions"] and "compile_modes" in values:
