@@ -4,6 +4,16 @@ before (checked by reverting the library change):
 * A1: ``lr_milestones`` holding an increasing list whose last epoch is past Python's 4,300 digits was accepted by
   ``validate``; ``jobs.submit`` then raised str()'s ValueError while writing the job's command line, after the run
   folder was made.
+* A2: two valid scale times whose ratio underflows to 0.0: ``math.log`` of it, a traceback.
+* A3: 02's set was bounded by 0.3 B a pixel (its JPEGs take 0.57 or more) and not by its generation time: 640,000
+  JPEGs, about 18 h here, were accepted.
+* A4: 02 raises its images per class to fill ``loader_batches`` batches; the course counted ``per_class`` alone, and
+  the notebook refused the set in its fourth cell (or made it for hours), blaming ``classes``.
+* A5: a benchmark list naming a setting twice (``compile_modes '[default, default]'``) was timed twice, counted once.
+* A6: ``compile_modes '[reduce-overhead]'`` on a CPU: every setting skipped, rc 0.
+* A7: an ``--out`` reaching ``data_dir`` through a symbolic link was written into the data folder.
+* A8: ``sweep(over='lr_milestones', values=[[1], [2]])`` was refused naming ``name`` (the sweep's own suffix
+  ``[1]``).
 """
 
 from __future__ import annotations
@@ -72,9 +82,10 @@ def test_the_growth_of_ordinary_times_is_unchanged():
 
 
 @pytest.mark.parametrize("classes, free, named", [
-    # A3: 640,000 JPEGs of 500x375 px: ~60 GB (0.3 B a pixel said 36 GB) and ~18 h here; 2 cores, 70.7 GB free
-    ("40000", 70_700_000_000, "takes at least 1.7 h to make on 2 core(s)"),
-    ("40000", 50_000_000_000, "takes at least 60 GB on disk"),
+    # A3: 640,000 JPEGs of 500x375 px and 80,000 for validation: ~80 GB (0.3 B a pixel said 36 GB) and ~18 h here;
+    # 2 cores, 70.7 GB free
+    ("40000", 70_700_000_000, "takes at least 1.9 h to make on 2 core(s)"),
+    ("40000", 50_000_000_000, "takes at least 67.5 GB on disk"),
 ])
 def test_the_course_refuses_a_set_02_cannot_generate_within_its_disk_and_hour(tmp_path, monkeypatch, classes, free,
                                                                              named):
@@ -91,7 +102,7 @@ def test_the_course_refuses_a_set_02_cannot_generate_within_its_disk_and_hour(tm
                                        "-p", "data_dir", str(tmp_path / "d"), "--out", "out"])
     assert result.returncode == EXIT_REFUSED, result
     line = _one_line(result.stderr, "parameters: ")
-    assert "classes: a generated set of 640,000 JPEGs of 500x375 px " + named in line and "Fix: " in line
+    assert "classes: a generated set of 720,000 JPEGs of 500x375 px " + named in line and "Fix: " in line
     assert list(tmp_path.iterdir()) == []
 
 
@@ -109,3 +120,102 @@ def test_a_set_is_refused_where_even_the_fastest_generator_takes_over_the_hour(t
     else:
         with pytest.raises(ConfigError, match=r"^classes: .* h to make on 2 core\(s\).*Fix: "):
             check_set_fits(tmp_path, images, (500, 375))
+
+
+def _course(tmp_path, monkeypatch, only: str, params: list[str], free: int = 50 * 10**9):
+    """The course's command in process on a CPU with ``free`` bytes of disk; returns its result."""
+    from tests.conftest import command_in_process
+    from tutorial_lib.course.runner import main
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr("shutil.disk_usage", lambda path: type("usage", (), {"free": free})())
+    monkeypatch.chdir(tmp_path)
+    pairs = [part for name, value in zip(params[::2], params[1::2], strict=True) for part in ("-p", name, value)]
+    where = [] if only == "02" else ["-p", "backend", "local", "-p", "output_root", str(tmp_path / "runs")]
+    return command_in_process(main, ["--only", only, *pairs, *where, "-p", "data_dir", str(tmp_path / "d"),
+                                     "--out", "out"])
+
+
+@pytest.mark.parametrize("params, free, named", [
+    # A4: 20,000 batches of 64 make 02 generate 1,440,288 JPEGs (81 GB): refused in its fourth cell, naming classes
+    (["loader_batches", "20000", "batch_size", "64", "workers_list", "[0]"], 55 * 10**9,
+     "loader_batches: a generated set of 1,440,288 JPEGs of 500x375 px takes at least"),
+    # ...and 5,000 batches: 360,000 JPEGs, ~40 GB, generated for hours on a disk that holds them
+    (["loader_batches", "5000", "batch_size", "64", "workers_list", "[0]"], 10**15,
+     "loader_batches: a generated set of 360,288 JPEGs of 500x375 px takes at least 1.9 h to make on 1 core(s)"),
+])
+def test_the_course_counts_the_set_02_makes_for_its_batches(tmp_path, monkeypatch, params, free, named):
+    from tests.test_contract_rerun2 import _one_line
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    result = _course(tmp_path, monkeypatch, "02", [*params, "device", "cpu"], free)
+    assert result.returncode == EXIT_REFUSED, result
+    line = _one_line(result.stderr, "parameters: ")
+    assert named in line and "Fix: fewer images, e.g. -p loader_batches 4 -p batch_size 8" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("only, params, named", [
+    # A5: each entry is timed
+    ("01", ["compile_modes", "[default, default]"], "compile_modes: 'default' is listed twice"),
+    ("01", ["precisions", "[fp32, fp32]"], "precisions: 'fp32' is listed twice"),
+    ("01", ["channels_last_options", "[false, false]"], "channels_last_options: False is listed twice"),
+    ("02", ["workers_list", "[0, 1, 0]", "device", "cpu"], "workers_list: 0 is listed twice"),
+    # A6: no compile mode this device runs
+    ("01", ["compile_modes", "[reduce-overhead]"], "compile_modes: ['reduce-overhead'] holds no compile mode this "
+                                                   "machine's cpu runs (reduce-overhead uses CUDA graphs"),
+])
+def test_the_course_refuses_benchmark_lists_it_would_time_twice_or_not_at_all(tmp_path, monkeypatch, only, params,
+                                                                            named):
+    from tests.test_contract_rerun2 import _one_line
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    result = _course(tmp_path, monkeypatch, only, params)
+    assert result.returncode == EXIT_REFUSED, result
+    line = _one_line(result.stderr, "parameters: ")
+    assert named in line and "Fix: " in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_list_with_one_runnable_compile_mode_is_counted_by_what_runs():
+    """[none, reduce-overhead] on a CPU: the eager mode runs, so it is taken, and counted as one mode."""
+    from tutorial_lib.course.values import _settings_at_least
+
+    values = {"compile_modes": ["none", "reduce-overhead"], "channels_last_options": [False, True],
+              "precisions": ["fp32"], "device": "cpu"}
+    assert _settings_at_least(values) == 2
+
+
+@pytest.mark.parametrize("link_at", ["out", "inside"])
+def test_an_out_reaching_the_data_dir_through_a_link_is_refused_before_anything_is_written(tmp_path, monkeypatch,
+                                                                                           link_at):
+    """A7: compared by their real paths."""
+    from tests.conftest import command_in_process
+    from tests.test_contract_rerun2 import _one_line
+    from tutorial_lib.course.runner import main
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "lnk").symlink_to(real)
+    out = tmp_path / "lnk" if link_at == "out" else tmp_path / "lnk" / "o"
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["--only", "00", "--out", str(out), "-p", "data_dir", str(real),
+                                       "-p", "output_root", str(tmp_path / "runs")])
+    assert result.returncode == EXIT_REFUSED, result
+    assert "Fix: an --out outside the data_dir" in _one_line(result.stderr, "--out: ")
+    assert list(real.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["lnk", "real"]
+
+
+@pytest.mark.parametrize("values, names", [
+    ([[1], [2]], ["r-lr_milestones1", "r-lr_milestones2"]),
+    ([[30, 60], []], ["r-lr_milestones30_60", "r-lr_milestonesnone"]),
+])
+def test_a_sweep_over_milestones_names_its_jobs_with_safe_suffixes(values, names):
+    """A8: the sweep's suffix was the list's text ('[1]'), refused as the user's ``name``."""
+    from tutorial_lib.jobs.sweep_plan import sweep_plan
+
+    planned = sweep_plan(make_config("smoke", name="r"), "lr_milestones", values)
+    assert [cfg.name for cfg, _ in planned] == names
+    assert [cfg.lr_milestones for cfg, _ in planned] == [list(v) for v in values]

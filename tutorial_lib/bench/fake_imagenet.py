@@ -63,7 +63,7 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
     ``workers`` threads, or processes (``processes``; default: for sets of 512 images or more).
     """
     root = Path(root)
-    val_per_class = max(1, per_class // 8) if val_per_class is None else val_per_class
+    val_per_class = default_val_per_class(per_class) if val_per_class is None else val_per_class
     settings = {"classes": classes, "per_class": per_class, "val_per_class": val_per_class, "size": list(size),
                 "quality": quality, "seed": seed, "version": 1}
     marker = root / FAKE_MARKER
@@ -109,11 +109,13 @@ PIXELS_PER_JPEG_BYTE = 2
 GENERATED_PIXELS_PER_SEC = 10_000_000
 
 
-def check_set_fits(root: str | os.PathLike, images: int, size: tuple[int, int], name: str = "classes") -> None:
+def check_set_fits(root: str | os.PathLike, images: int, size: tuple[int, int], name: str = "classes",
+                   fewer: str = "fewer classes or images per class (e.g. classes 2, per_class 16)") -> None:
     """Refuse (ConfigError naming ``name``) a generated set of ``images`` JPEGs of ``size`` that cannot fit on the
     disk of ``root`` (r43y: 100,000 classes were 180 GB generated for days on a disk of 54 GB, printing nothing), or
     whose generation would take over the hour a benchmark may take even at :data:`GENERATED_PIXELS_PER_SEC` on every
-    core the generator uses (r43z: 640,000 JPEGs, about 18 h here, were accepted). Both are lower bounds."""
+    core the generator uses (r43z: 640,000 JPEGs, about 18 h here, were accepted). Both are lower bounds; ``fewer``
+    begins the fix."""
     import shutil
 
     from tutorial_lib.bench.durations import E2E_MAX_SECONDS, count_text
@@ -125,7 +127,7 @@ def check_set_fits(root: str | os.PathLike, images: int, size: tuple[int, int], 
     existing = next(p for p in (Path(root), *Path(root).parents) if p.exists())
     free = shutil.disk_usage(existing).free
     made = f"a generated set of {count_text(images)} JPEGs of {size[0]}x{size[1]} px"
-    fix = "Fix: fewer classes or images per class (e.g. classes 2, per_class 16)"
+    fix = f"Fix: {fewer}"
     if needed > free:
         raise ConfigError(f"{name}: {made} takes at least "
                           f"{human_bytes(needed)} on disk, and {existing} has {human_bytes(free)} free. {fix}, or a "
@@ -148,9 +150,23 @@ def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: i
     real = real_data_set(root)
     if real is not None:
         return real
+    return make_fake_imagenet(root, classes, planned_per_class(classes, per_class, batch_size, loader_batches, device),
+                              tuple(size))
+
+
+def planned_per_class(classes: int, per_class: int, batch_size: int = 8, loader_batches: int = 4,
+                      device: str | torch.device | None = "auto") -> int:
+    """The training images per class :func:`prepare_fake_imagenet` generates: ``per_class``, raised to enough for
+    ``loader_batches + 4`` batches and the device's default e2e steps."""
     d = defaults(device)
     needed = batch_size * max(loader_batches + 4, d["e2e_steps"] + d["warmup"] + 1)
-    return make_fake_imagenet(root, classes, max(per_class, math.ceil(needed / classes)), tuple(size))
+    return max(per_class, math.ceil(needed / classes))
+
+
+def default_val_per_class(per_class: int) -> int:
+    """The validation images per class :func:`make_fake_imagenet` writes by default: an eighth of ``per_class``,
+    at least 1."""
+    return max(1, per_class // 8)
 
 
 def real_data_set(root: str | os.PathLike) -> Path | None:

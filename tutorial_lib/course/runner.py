@@ -147,11 +147,11 @@ def _check_out_apart(out: str | os.PathLike, params: dict) -> None:
     --out was written into it)."""
     from tutorial_lib.paths import user_path
 
-    where = Path(os.path.abspath(user_path(str(out))))
+    where = Path(os.path.realpath(user_path(str(out))))  # r43z: a link to the data folder was not followed
     for name in ("data_dir",):
         value = params.get(name)
         if isinstance(value, str) and value:
-            folder = Path(os.path.abspath(os.path.join(REPO_ROOT, user_path(value))))
+            folder = Path(os.path.realpath(os.path.join(REPO_ROOT, user_path(value))))
             if where == folder or folder in where.parents:
                 raise SystemExit(f"error: --out: {str(out)!r:.200} is {'' if where == folder else 'inside '}the "
                                  f"{name} {value!r:.200}, and the course would write its notebooks there. Fix: an "

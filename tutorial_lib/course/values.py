@@ -201,11 +201,21 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
         return next((name for name in names if name in given), names[0])
 
     classes, per_class, width, height = counts("classes", "per_class", "jpeg_width", "jpeg_height")
-    if classes and per_class and classes * per_class > MAX_FILES:
-        name = blamed("classes", "per_class")
-        raise ConfigError(f"{name}: {values[name]!r:.60} makes a set of {classes:,} classes x {per_class:,} images, "
-                          f"over the {MAX_FILES:,} files a generated set may have. Fix: e.g. -p classes 2 -p "
-                          "per_class 16.")
+    made, fewer = per_class, "-p classes 2 -p per_class 16"  # 02 makes more per class where its batches need them
+    if classes and per_class and "loader_batches" in values:
+        from tutorial_lib.bench.fake_imagenet import planned_per_class
+
+        batch, batches = counts("batch_size", "loader_batches")
+        if batch and batches and values.get("device", "auto") in ("auto", "cpu", "cuda"):
+            made = planned_per_class(classes, per_class, batch, batches, values.get("device", "auto"))
+    raised = made is not None and per_class is not None and made > per_class  # r43z: the set 02 makes was not counted
+    set_names = ("loader_batches", "batch_size") if raised else ("classes", "per_class")
+    if raised:
+        fewer = "-p loader_batches 4 -p batch_size 8 (02 makes enough images for its batches)"
+    if classes and made and classes * made > MAX_FILES:
+        name = blamed(*set_names)
+        raise ConfigError(f"{name}: {values[name]!r:.60} makes a set of {classes:,} classes x {made:,} images, "
+                          f"over the {MAX_FILES:,} files a generated set may have. Fix: e.g. {fewer}.")
     if width and height:
         if max(width, height) > JPEG_MAX_SIDE:
             name = "jpeg_width" if width > JPEG_MAX_SIDE else "jpeg_height"
@@ -214,17 +224,20 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
         check_fits(width * height * FAKE_PIXEL_BYTES, available_bytes("cpu"),
                    f"{blamed('jpeg_width', 'jpeg_height')}: generating one {width}x{height} image",
                    "e.g. -p jpeg_width 500 -p jpeg_height 375 (ImageNet's typical size)")
-    if classes and per_class and width and height and isinstance(values.get("data_dir"), str):
+    if classes and made and width and height and isinstance(values.get("data_dir"), str):
         from tutorial_lib import REPO_ROOT
-        from tutorial_lib.bench.fake_imagenet import check_set_fits, real_data_set
+        from tutorial_lib.bench.fake_imagenet import check_set_fits, default_val_per_class, real_data_set
 
         root = Path(REPO_ROOT, values["data_dir"])  # the notebooks' cwd; a given one was made absolute
         if real_data_set(root) is None:  # generated there (a set of one's own is used as it is)
-            check_set_fits(root, classes * per_class, (width, height),
-                            blamed("classes", "per_class", "jpeg_width", "jpeg_height"))
+            check_set_fits(root, classes * (made + default_val_per_class(made)), (width, height),
+                           blamed(*set_names, "jpeg_width", "jpeg_height"), f"fewer images, e.g. {fewer}")
     _check_local_step(values)
+    _check_listed_once(values)
     if isinstance(values.get("precisions"), list) and values["precisions"] and "compile_modes" in values:
         _precisions_run(values)
+    if isinstance(values.get("compile_modes"), list) and values["compile_modes"] and "precisions" in values:
+        _compile_modes_run(values)
     repeats, batches, batch = counts("bench_repeats", "loader_batches", "batch_size")
     min_time = values.get("bench_min_time") if isinstance(values.get("bench_min_time"), (int, float)) else None
     if not repeats or (min_time is None and not batches):
@@ -301,7 +314,7 @@ def check_notebook_plan(notebook: Path, values: dict, given: dict) -> None:
 def _settings_at_least(values: dict) -> int:
     """The settings a notebook's benchmark surely times in each round (r43w: 1 was counted where 02 tries its default
     worker list and 01 every channels_last option): 02 each worker count; 01 each channels_last option of each
-    precision its device runs, where the eager mode is among its compile modes (a compiled setting may fail)."""
+    precision and compile mode its device runs."""
     if "loader_batches" in values:  # 02
         if isinstance(values.get("workers_list"), list):
             return max(1, len(values["workers_list"]))
@@ -311,12 +324,47 @@ def _settings_at_least(values: dict) -> int:
     modes, layouts = values.get("compile_modes"), values.get("channels_last_options")
     precisions = values.get("precisions")
     if isinstance(modes, list) and isinstance(layouts, list) and isinstance(precisions, list):  # 01
-        from tutorial_lib.engine.device import compile_support, resolve_device
-
-        device = resolve_device(values.get("device", "auto"))  # r43x: fp32 alone was counted; a CPU times bf16 too
-        compiled = {mode for mode in modes if compile_support(mode, device) is None}  # r43y: and compiled ones
-        return max(1, len(layouts) * len(_precisions_run(values)) * len(compiled))
+        # r43x: fp32 alone was counted, and a CPU times bf16 too; r43y: and the compiled modes it runs
+        return max(1, len(layouts) * len(_precisions_run(values)) * len(_compile_modes_run(values)))
     return 1
+
+
+BENCHMARK_LISTS = ("precisions", "channels_last_options", "compile_modes", "workers_list")  # 01's and 02's settings
+
+
+def _check_listed_once(values: dict) -> None:
+    """Refuse a setting listed twice in 01's or 02's benchmark lists: the benchmark times every entry, so the hour
+    was counted for half of what ran (r43z: ``compile_modes '[default, default]'``)."""
+    from tutorial_lib.engine.config import ConfigError
+    from tutorial_lib.engine.errors import shorten
+
+    for name in BENCHMARK_LISTS:
+        listed = values.get(name)
+        if not isinstance(listed, list):
+            continue
+        once, twice = [], []
+        for item in listed:  # True == 1 in Python: a layout and a worker count are not the same entry
+            (twice if any(item == seen and type(item) is type(seen) for seen in once) else once).append(item)
+        if twice:
+            raise ConfigError(f"{name}: {shorten(twice[0], 40)} is listed twice, and the benchmark times each entry. "
+                              f"Fix: list each setting once, e.g. -p {name} '[{', '.join(str(v) for v in once)}]'.")
+
+
+def _compile_modes_run(values: dict) -> set:
+    """01's compile modes its device runs; ConfigError where it runs none (r43z: '[reduce-overhead]' on a CPU
+    skipped every setting and ended rc 0)."""
+    from tutorial_lib.engine.config import ConfigError
+    from tutorial_lib.engine.device import compile_support, resolve_device
+    from tutorial_lib.engine.errors import shorten
+
+    device = resolve_device(values.get("device", "auto"))
+    modes = values["compile_modes"]
+    reasons = {mode: compile_support(mode, device) for mode in modes}
+    runs = {mode for mode, reason in reasons.items() if reason is None}
+    if not runs:
+        raise ConfigError(f"compile_modes: {shorten(modes, 60)} holds no compile mode this machine's {device.type} "
+                          f"runs ({reasons[modes[0]]}). Fix: e.g. -p compile_modes '[none, default]'.")
+    return runs
 
 
 def _precisions_run(values: dict) -> set:

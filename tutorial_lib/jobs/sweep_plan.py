@@ -4,6 +4,7 @@ is submitted (:func:`tutorial_lib.jobs.sweep` submits them)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from tutorial_lib.engine.config import ConfigError, TrainConfig, check_is_config, shorten, validate
 from tutorial_lib.jobs.spec import check_counts
@@ -42,7 +43,7 @@ def sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfig
             check_counts(**{over: value})  # str()'s ValueError)
         else:
             validate(dataclasses.replace(config, **{over: value}), check_paths=False, cuda_available=True)
-        name = f"{config.name}-{over}{value}"
+        name = f"{config.name}-{over}{name_suffix(value)}"
         if any(job_config.name == name for job_config, _ in planned):  # the second would find the first's job
             raise ConfigError(f"values: {shorten(value)} is given twice, and each value is one job of its own "
                               f"name ({name}). Fix: give each value once, e.g. values={list(dict.fromkeys(values))}.")
@@ -54,3 +55,11 @@ def sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfig
             validate(job_config, check_paths=False, cuda_available=True)  # the data and GPUs: at submit
             planned.append((job_config, {}))
     return planned
+
+
+def name_suffix(value) -> str:
+    """A swept value as a run name's suffix: a list's items joined by '_' (``[30, 60]``: ``30_60``; none: ``none``),
+    any character a run name may not hold made '_' (r43z: ``lr_milestones=[1]`` made the name 'r-lr_milestones[1]',
+    refused as the user's ``name``)."""
+    text = ("_".join(str(item) for item in value) or "none") if isinstance(value, (list, tuple)) else str(value)
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)
