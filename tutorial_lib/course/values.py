@@ -200,6 +200,7 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
     def blamed(*names: str) -> str:  # the first of ``names`` that was given, else the first
         return next((name for name in names if name in given), names[0])
 
+    _check_local_step(values)  # the step's memory first: a batch that cannot fit is named as such
     classes, per_class, width, height = counts("classes", "per_class", "jpeg_width", "jpeg_height")
     made, fewer = per_class, "-p classes 2 -p per_class 16"  # 02 makes more per class where its batches need them
     if classes and per_class and "loader_batches" in values:
@@ -209,7 +210,8 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
         if batch and batches and values.get("device", "auto") in ("auto", "cpu", "cuda"):
             made = planned_per_class(classes, per_class, batch, batches, values.get("device", "auto"))
     raised = made is not None and per_class is not None and made > per_class  # r43z: the set 02 makes was not counted
-    set_names = ("loader_batches", "batch_size") if raised else ("classes", "per_class")
+    set_names = (tuple(n for n in ("loader_batches", "batch_size") if counts(n)[0] != 1) or ("loader_batches",)
+                 if raised else ("classes", "per_class"))
     if raised:
         fewer = "-p loader_batches 4 -p batch_size 8 (02 makes enough images for its batches)"
     if classes and made and classes * made > MAX_FILES:
@@ -232,7 +234,6 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
         if real_data_set(root) is None:  # generated there (a set of one's own is used as it is)
             check_set_fits(root, classes * (made + default_val_per_class(made)), (width, height),
                            blamed(*set_names, "jpeg_width", "jpeg_height"), f"fewer images, e.g. {fewer}")
-    _check_local_step(values)
     _check_listed_once(values)
     if isinstance(values.get("precisions"), list) and values["precisions"] and "compile_modes" in values:
         _precisions_run(values)
