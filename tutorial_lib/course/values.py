@@ -236,9 +236,9 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
                            blamed(*set_names, "jpeg_width", "jpeg_height"), f"fewer images, e.g. {fewer}")
     _check_listed_once(values)
     if isinstance(values.get("precisions"), list) and values["precisions"] and "compile_modes" in values:
-        _precisions_run(values)
+        _runnable(values, "precisions")
     if isinstance(values.get("compile_modes"), list) and values["compile_modes"] and "precisions" in values:
-        _compile_modes_run(values)
+        _runnable(values, "compile_modes")
     repeats, batches, batch = counts("bench_repeats", "loader_batches", "batch_size")
     min_time = values.get("bench_min_time") if isinstance(values.get("bench_min_time"), (int, float)) else None
     if not repeats or (min_time is None and not batches):
@@ -326,7 +326,7 @@ def _settings_at_least(values: dict) -> int:
     precisions = values.get("precisions")
     if isinstance(modes, list) and isinstance(layouts, list) and isinstance(precisions, list):  # 01
         # r43x: fp32 alone was counted, and a CPU times bf16 too; r43y: and the compiled modes it runs
-        return max(1, len(layouts) * len(_precisions_run(values)) * len(_compile_modes_run(values)))
+        return max(1, len(layouts) * len(_runnable(values, "precisions")) * len(_runnable(values, "compile_modes")))
     return 1
 
 
@@ -351,35 +351,25 @@ def _check_listed_once(values: dict) -> None:
                               f"Fix: list each setting once, e.g. -p {name} '[{', '.join(str(v) for v in once)}]'.")
 
 
-def _compile_modes_run(values: dict) -> set:
-    """01's compile modes its device runs; ConfigError where it runs none (r43z: '[reduce-overhead]' on a CPU
-    skipped every setting and ended rc 0)."""
+# 01's lists of settings its device may not run: (what an entry is, whether the device runs it, an example)
+_RUNNABLE = {"precisions": ("precision", "precision_support", "'[fp32, bf16]'"),
+             "compile_modes": ("compile mode", "compile_support", "'[none, default]'")}
+
+
+def _runnable(values: dict, name: str) -> set:
+    """The entries of 01's list ``name`` (precisions or compile_modes) its device runs; ConfigError where it runs
+    none (r43y: precisions '[fp16, tf32]' on a CPU, r43z: compile_modes '[reduce-overhead]': every setting skipped,
+    rc 0)."""
+    from tutorial_lib.engine import device as devices
     from tutorial_lib.engine.config import ConfigError
-    from tutorial_lib.engine.device import compile_support, resolve_device
     from tutorial_lib.engine.errors import shorten
 
-    device = resolve_device(values.get("device", "auto"))
-    modes = values["compile_modes"]
-    reasons = {mode: compile_support(mode, device) for mode in modes}
-    runs = {mode for mode, reason in reasons.items() if reason is None}
+    noun, support, example = _RUNNABLE[name]
+    device = devices.resolve_device(values.get("device", "auto"))
+    listed = values[name]
+    reasons = {entry: getattr(devices, support)(entry, device) for entry in listed}
+    runs = {entry for entry, reason in reasons.items() if reason is None}
     if not runs:
-        raise ConfigError(f"compile_modes: {shorten(modes, 60)} holds no compile mode this machine's {device.type} "
-                          f"runs ({reasons[modes[0]]}). Fix: e.g. -p compile_modes '[none, default]'.")
-    return runs
-
-
-def _precisions_run(values: dict) -> set:
-    """01's precisions its device runs; ConfigError where it runs none (r43y: '[fp16, tf32]' on a CPU skipped every
-    setting and ended rc 0)."""
-    from tutorial_lib.engine.config import ConfigError
-    from tutorial_lib.engine.device import precision_support, resolve_device
-    from tutorial_lib.engine.errors import shorten
-
-    device = resolve_device(values.get("device", "auto"))
-    precisions = values["precisions"]
-    reasons = {precision: precision_support(precision, device) for precision in precisions}
-    runs = {precision for precision, reason in reasons.items() if reason is None}
-    if not runs:
-        raise ConfigError(f"precisions: {shorten(precisions, 60)} holds no precision this machine's {device.type} "
-                          f"runs ({reasons[precisions[0]]}). Fix: e.g. -p precisions '[fp32, bf16]'.")
+        raise ConfigError(f"{name}: {shorten(listed, 60)} holds no {noun} this machine's {device.type} runs "
+                          f"({reasons[listed[0]]}). Fix: e.g. -p {name} {example}.")
     return runs
