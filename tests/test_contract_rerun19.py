@@ -18,6 +18,8 @@ before (checked by reverting the library change):
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tutorial_lib.engine.config import ConfigError, make_config, validate
@@ -219,3 +221,72 @@ def test_a_sweep_over_milestones_names_its_jobs_with_safe_suffixes(values, names
     planned = sweep_plan(make_config("smoke", name="r"), "lr_milestones", values)
     assert [cfg.name for cfg, _ in planned] == names
     assert [cfg.lr_milestones for cfg, _ in planned] == [list(v) for v in values]
+
+
+# The twentieth re-run (r43aa, /work/wt/notes/r43aa-report.md) at 07eb6e3: the generated set's API.
+# * B1: prepare_fake_imagenet blamed ``classes`` for a set its batches sized, with a fix the caller had followed;
+# * B2: a count past 4,300 digits: str()'s ValueError in the message that refused it;
+# * B3: prepare_fake_imagenet took ``batch_size=-64`` (used nowhere); ``classes=0`` was a ZeroDivisionError and
+#   ``size=(0, 375)`` a numpy ValueError.
+
+@pytest.mark.parametrize("batch_size, loader_batches, named", [(64, 20000, "loader_batches"),
+                                                               (400000, 4, "batch_size")])
+def test_prepare_blames_the_batches_that_size_its_set(tmp_path, batch_size, loader_batches, named):
+    from tutorial_lib.bench.fake_imagenet import prepare_fake_imagenet
+
+    with pytest.raises(ConfigError, match=rf"^{named}: a generated set of .* Fix: a smaller batch_size or fewer "
+                                          r"loader_batches"):
+        prepare_fake_imagenet(tmp_path / "f", 2, 16, (500, 375), batch_size, loader_batches, "cpu")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("maker", ["make_fake_imagenet", "prepare_fake_imagenet"])
+def test_a_count_past_pythons_text_limit_is_refused_by_its_size(tmp_path, maker):
+    import tutorial_lib.bench.fake_imagenet as fake
+
+    with pytest.raises(ConfigError, match=r"^per_class: a generated set of about 2\^16610 JPEGs .* Fix: ") as refused:
+        getattr(fake, maker)(tmp_path / "f", 2, 10**5000)
+    assert len(str(refused.value)) < 400
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("arguments, named", [
+    (dict(classes=0), "classes: expected a whole number of at least 1, got 0"),
+    (dict(per_class=-1), "per_class: expected a whole number of at least 1, got -1"),
+    (dict(batch_size=-64), "batch_size: expected a whole number of at least 1, got -64"),
+    (dict(loader_batches=0), "loader_batches: expected a whole number of at least 1, got 0"),
+    (dict(classes=2.5), "classes: expected a whole number of at least 1, got 2.5"),
+    (dict(classes="2"), "classes: expected a whole number of at least 1, got '2'"),
+    (dict(size=(0, 375)), "size: expected (width, height) in whole pixels from 1 to 65,500, got (0, 375)"),
+    (dict(size="500x375"), "size: expected (width, height)"),
+    (dict(size=(60000, 60000)), "size: generating one 60000x60000 image needs at least 57.6 GB of memory"),
+])
+def test_prepare_refuses_counts_and_sizes_it_cannot_use(tmp_path, monkeypatch, arguments, named):
+    from tutorial_lib.bench.fake_imagenet import prepare_fake_imagenet
+
+    monkeypatch.setattr("tutorial_lib.engine.memory.available_bytes", lambda device="cpu": 16 * 10**9)
+    taken = dict(classes=2, per_class=16, size=(500, 375), batch_size=8, loader_batches=4, device="cpu")
+    with pytest.raises(ConfigError) as refused:
+        prepare_fake_imagenet(tmp_path / "f", **{**taken, **arguments})
+    assert str(refused.value).startswith(named) and "Fix: " in str(refused.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("arguments, named", [(dict(quality=101), "quality: expected a whole number from 1 to 100"),
+                                              (dict(val_per_class=-1), "val_per_class: expected a whole number of "
+                                                                       "at least 0"),
+                                              (dict(workers=0), "workers: expected a whole number of at least 1")])
+def test_make_refuses_counts_it_cannot_use(tmp_path, arguments, named):
+    from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
+
+    with pytest.raises(ConfigError, match="^" + re.escape(named)):
+        make_fake_imagenet(tmp_path / "f", 2, 4, (32, 24), **arguments)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_least_set_is_still_made(tmp_path):
+    """The smallest values each argument takes: one class, one image, a 1x1 JPEG, no validation images."""
+    from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
+
+    root = make_fake_imagenet(tmp_path / "f", 1, 1, (1, 1), val_per_class=0, quality=1, workers=1)
+    assert [p.name for p in (root / "train").rglob("*.JPEG")] == ["n00000000_0.JPEG"]

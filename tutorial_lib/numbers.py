@@ -31,3 +31,12 @@ def shown(value) -> str:
         if isinstance(value, int):
             return f"a whole number of {value.bit_length():,} bits"
         return f"a {type(value).__name__} holding a whole number too large to show"
+
+
+def magnitude(value: int) -> str:
+    """A whole number too long for a message, by its power of ten (``about 10^400``), or past Python's 4,300-digit
+    int-to-text limit by its power of two (r43aa: ``len(str(...))`` of a 5,000-digit count raised ValueError)."""
+    try:
+        return f"about 10^{len(str(abs(value))) - 1}"
+    except ValueError:
+        return f"about 2^{abs(value).bit_length() - 1}"

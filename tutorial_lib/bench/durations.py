@@ -73,4 +73,6 @@ def duration_problem(values: dict) -> tuple[str, object, str] | None:
 def count_text(number: int) -> str:
     """A whole number for a message: with thousands separators, or past 10**15 its power of ten (r43v: a 30-digit
     --warmup made a 300-character number of hours)."""
-    return f"{number:,}" if number < 10**15 else f"about 10^{len(str(number)) - 1}"
+    from tutorial_lib.numbers import magnitude
+
+    return f"{number:,}" if number < 10**15 else magnitude(number)

@@ -62,6 +62,8 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
     reused; the tree is built in a temporary folder and renamed into place. Images are made by
     ``workers`` threads, or processes (``processes``; default: for sets of 512 images or more).
     """
+    check_set_arguments(classes=classes, per_class=per_class, size=size, val_per_class=val_per_class,
+                        quality=quality, seed=seed, workers=workers)
     root = Path(root)
     val_per_class = default_val_per_class(per_class) if val_per_class is None else val_per_class
     settings = {"classes": classes, "per_class": per_class, "val_per_class": val_per_class, "size": list(size),
@@ -74,7 +76,8 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
         return root
 
     check_replaceable(root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
-    check_set_fits(root, classes * (per_class + val_per_class), size)
+    check_set_fits(root, classes * (per_class + val_per_class), size,
+                   "classes" if classes >= per_class else "per_class")
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".fake-imagenet-", dir=root.parent))
     jobs = []
@@ -147,11 +150,53 @@ def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: i
     """The data set the benchmarks read: ``root`` as it is if it already holds images that were not
     generated here (a real ImageNet, say), else :func:`make_fake_imagenet` with at least enough
     training images for ``loader_batches + 4`` batches and the device's default e2e steps."""
+    check_set_arguments(classes=classes, per_class=per_class, size=size, batch_size=batch_size,
+                        loader_batches=loader_batches)
     real = real_data_set(root)
     if real is not None:
         return real
-    return make_fake_imagenet(root, classes, planned_per_class(classes, per_class, batch_size, loader_batches, device),
-                              tuple(size))
+    made = planned_per_class(classes, per_class, batch_size, loader_batches, device)
+    if made > per_class:  # r43aa: a set sized by the batches was blamed on classes, with a fix already followed
+        name = "batch_size" if batch_size / 8 >= loader_batches / 4 else "loader_batches"  # the further from default
+        check_set_fits(root, classes * (made + default_val_per_class(made)), tuple(size), name,
+                       "a smaller batch_size or fewer loader_batches (e.g. batch_size 8, loader_batches 4): the set "
+                       "holds enough images for them")
+    return make_fake_imagenet(root, classes, made, tuple(size))
+
+
+# make_fake_imagenet's and prepare_fake_imagenet's counts: (least, an example for the fix)
+_SET_COUNTS = {"classes": (1, 2), "per_class": (1, 16), "val_per_class": (0, 2), "quality": (1, 90), "seed": (0, 0),
+               "workers": (1, 4), "batch_size": (1, 8), "loader_batches": (1, 4)}
+
+
+def check_set_arguments(size=None, **counts) -> None:
+    """Refuse (ConfigError naming the argument) a count of :data:`_SET_COUNTS` that is not a whole number at least
+    its least (None is taken for ``val_per_class`` and ``workers``: their defaults), a quality over 100, and a
+    ``size`` that is not two whole numbers of pixels libjpeg writes whose generation fits in memory (r43aa:
+    ``classes=0`` was a ZeroDivisionError, ``batch_size=-64`` was taken, ``size=(0, 375)`` a numpy ValueError)."""
+    from tutorial_lib.bench.arguments import FAKE_PIXEL_BYTES, JPEG_MAX_SIDE
+    from tutorial_lib.engine.errors import ConfigError
+    from tutorial_lib.engine.memory import available_bytes, check_fits
+    from tutorial_lib.numbers import shown
+
+    for name, value in counts.items():
+        least, example = _SET_COUNTS[name]
+        if value is None and name in ("val_per_class", "workers"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < least or (name == "quality" and
+                                                                                       value > 100):
+            bound = "from 1 to 100" if name == "quality" else f"of at least {least}"
+            raise ConfigError(f"{name}: expected a whole number {bound}, got {shown(value)[:60]}. Fix: e.g. "
+                              f"{name}={example}.")
+    if size is None:
+        return
+    if (not isinstance(size, (tuple, list)) or len(size) != 2
+            or any(isinstance(side, bool) or not isinstance(side, int) or not 1 <= side <= JPEG_MAX_SIDE
+                   for side in size)):
+        raise ConfigError(f"size: expected (width, height) in whole pixels from 1 to {JPEG_MAX_SIDE:,}, got "
+                          f"{shown(size)[:60]}. Fix: e.g. size=(500, 375), ImageNet's typical size.")
+    check_fits(size[0] * size[1] * FAKE_PIXEL_BYTES, available_bytes("cpu"),
+               f"size: generating one {size[0]}x{size[1]} image", "e.g. size=(500, 375)")
 
 
 def planned_per_class(classes: int, per_class: int, batch_size: int = 8, loader_batches: int = 4,

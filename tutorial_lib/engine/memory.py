@@ -29,7 +29,9 @@ MOMENTUM_BYTES = 4  # the optimiser's float32 momentum buffer, per weight
 def human_bytes(count: float) -> str:
     """``count`` bytes as a short figure (``3.2 GB``, ``640 TB``)."""
     if count >= 1e300:  # an int past float's range has no float form (r43v)
-        return f"about 10^{len(str(int(count))) - 1} B"
+        from tutorial_lib.numbers import magnitude
+
+        return f"{magnitude(int(count))} B"
     for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
         if abs(count) < 1000 or unit == "PB":
             return f"{count:.3g} {unit}" if unit != "B" else f"{int(count)} B"

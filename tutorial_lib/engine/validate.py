@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from tutorial_lib.engine.errors import ConfigError, fail, shorten
-from tutorial_lib.numbers import finite
+from tutorial_lib.numbers import finite, magnitude
 from tutorial_lib.paths import LOOP_FIX, LOOP_REASON, STAGING_RAM_DISK, in_system_folder, path_problem
 
 MAX_BASE_LR = 1e6
@@ -52,7 +52,7 @@ def check_float(name: str, value: float, low, low_in: bool, high, high_in: bool,
     too_low = low is not None and (value < low or (value == low and not low_in))
     too_high = high is not None and (value > high or (value == high and not high_in))
     if too_low or too_high:  # an int past float's range has no :g form (r43v)
-        shown = f"{value:g}" if abs(value) < 1e300 else f"about 10^{len(str(abs(value))) - 1}"
+        shown = f"{value:g}" if abs(value) < 1e300 else magnitude(int(value))
         fail(name, f"must be in {interval}, got {shown}", f"pass e.g. {example}")
 
 
