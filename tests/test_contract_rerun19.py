@@ -290,3 +290,130 @@ def test_the_least_set_is_still_made(tmp_path):
 
     root = make_fake_imagenet(tmp_path / "f", 1, 1, (1, 1), val_per_class=0, quality=1, workers=1)
     assert [p.name for p in (root / "train").rglob("*.JPEG")] == ["n00000000_0.JPEG"]
+
+
+# * B4: a sweep given one list twice: the refusal's own example hashed the lists (TypeError);
+# * B5: 1 and 1.0, 0.0 and -0.0 swept as two jobs of one setting;
+# * B6: a value making a run name over 100 characters was refused as the user's ``name``.
+
+@pytest.mark.parametrize("over, values, twice", [("lr_milestones", [[30, 60], [30, 60]], "[30, 60]"),
+                                                 ("base_lr", [1, 1.0], "1.0"),
+                                                 ("weight_decay", [0.0, -0.0], "-0.0")])
+def test_a_sweep_refuses_one_setting_given_twice(over, values, twice):
+    from tutorial_lib.jobs.sweep_plan import sweep_plan
+
+    with pytest.raises(ConfigError, match=rf"^values: {re.escape(twice)} is given twice.*Fix: give each value once, "
+                                          rf"e\.g\. values=\[{re.escape(str(values[0]))}\]"):
+        sweep_plan(make_config("smoke", name="r"), over, values)
+
+
+def test_a_sweep_value_making_a_name_too_long_is_refused_naming_values():
+    from tutorial_lib.jobs.sweep_plan import sweep_plan
+
+    with pytest.raises(ConfigError, match=r"^values: .* \(702 characters\), over the 100 a run name may have.*Fix: "):
+        sweep_plan(make_config("smoke", name="r"), "lr_milestones", [list(range(1, 200))])
+
+
+def test_a_sweep_of_distinct_values_is_planned():
+    from tutorial_lib.jobs.sweep_plan import sweep_plan
+
+    planned = sweep_plan(make_config("smoke", name="r"), "base_lr", [0.1, 0.2, 1])
+    assert [cfg.name for cfg, _ in planned] == ["r-base_lr0.1", "r-base_lr0.2", "r-base_lr1"]
+
+
+def test_bench_shards_names_jpeg_images_for_a_set_it_cannot_make_within_the_hour(tmp_path, monkeypatch):
+    """B7: the set of ``--jpeg-images`` was refused naming ``classes``, a flag shards does not have."""
+    from tests.conftest import command_in_process
+    from tutorial_lib.bench.cli import main
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    result = command_in_process(main, ["shards", "--work-dir", str(tmp_path / "sh"), "--sets", "jpeg",
+                                       "--jpeg-images", "400000"])
+    assert result.returncode == EXIT_REFUSED, result
+    assert "--jpeg-images: a generated set of 400,100 JPEGs" in result.stderr and "Fix: fewer --jpeg-images" in \
+        result.stderr
+    assert not (tmp_path / "sh" / "jpeg-400000").exists()
+
+
+@pytest.mark.parametrize("layouts", ["on,true", "off,0", "yes,1"])
+def test_bench_train_refuses_a_layout_given_twice_in_two_spellings(layouts):
+    """B8: the items were compared as text before ``parse_bool``: one layout was timed twice."""
+    from tests.conftest import command_in_process
+    from tutorial_lib.bench.cli import main
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    result = command_in_process(main, ["train", "--device", "cpu", "--image-size", "16", "--batch-size", "2",
+                                       "--steps", "2", "--channels-last", layouts])
+    assert result.returncode == EXIT_REFUSED, result
+    assert "--channels-last" in result.stderr and "repeated item" in result.stderr
+
+
+@pytest.mark.parametrize("params, named", [
+    # B9: 2**31 epochs drawn at 20 points an epoch for each batch: cell 5 never ended
+    (["imagenet_epochs", "2147483648"], "imagenet_epochs: 2147483648 is over 1,000"),
+    # B10: a warmup longer than the schedule was drawn
+    (["imagenet_warmup_epochs", "2147483648"], "imagenet_warmup_epochs: a warmup of 2147483648 epochs in a schedule "
+                                               "of 90 epochs"),
+    (["imagenet_epochs", "4"], "imagenet_epochs: a warmup of 5 epochs in a schedule of 4 epochs"),
+])
+def test_the_course_refuses_an_imagenet_schedule_04_cannot_draw(tmp_path, monkeypatch, params, named):
+    from tests.test_contract_rerun2 import _one_line
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    result = _course(tmp_path, monkeypatch, "04", params)
+    assert result.returncode == EXIT_REFUSED, result
+    line = _one_line(result.stderr, "parameters: ")
+    assert named in line and "Fix: " in line
+    assert list(tmp_path.iterdir()) == []
+
+
+# * B11: 07's allreduce_sizes '4K,4K' reached the job's bench, which refused it after the submit; '4K,4096' measured
+#   4 KiB twice;
+# * B12: make_fake_imagenet(size=(15000, 15000)) allocated first: a MemoryError, its half-made folder left behind.
+
+@pytest.mark.parametrize("params, named", [
+    (["allreduce_sizes", "4K,4K"], "allreduce_sizes: '4K' is 4,096 bytes again"),
+    (["allreduce_sizes", "4K,4096"], "allreduce_sizes: '4096' is 4,096 bytes again"),
+    (["netlab_sizes", "1M,64K,1M"], "netlab_sizes: '1M' is 1,048,576 bytes again"),
+    (["staleness", "[0, 1, 0]"], "staleness: 0 is listed twice"),
+    (["netlab_rates_mbit", "[200, 200]"], "netlab_rates_mbit: 200 is listed twice"),
+])
+def test_the_course_refuses_07s_lists_with_a_repeated_entry(tmp_path, monkeypatch, params, named):
+    from tests.test_contract_rerun2 import _one_line
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    from tests.conftest import command_in_process
+    from tutorial_lib.course.runner import main
+
+    result = command_in_process(main, ["--only", "07", "-p", params[0], params[1], "-p", "backend", "local",
+                                       "-p", "output_root", str(tmp_path / "runs"), "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    line = _one_line(result.stderr, "parameters: ")
+    assert named in line and "Fix: list each" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_make_estimates_one_images_memory_before_making_anything(tmp_path, monkeypatch):
+    """B12: refused with the estimate, and no folder is made."""
+    from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
+
+    monkeypatch.setattr("tutorial_lib.engine.memory.available_bytes", lambda device="cpu": 2 * 10**9)
+    with pytest.raises(ConfigError, match=r"^size: generating one 15000x15000 image needs at least 3.6 GB"):
+        make_fake_imagenet(tmp_path / "f", 2, 100, (15000, 15000))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_set_that_fails_midway_leaves_no_folder_behind(tmp_path, monkeypatch):
+    """B12: the staging folder of a generation that raised was left beside the user's folders."""
+    import tutorial_lib.bench.fake_imagenet as fake
+
+    def fails(*args):
+        raise MemoryError("Unable to allocate")
+
+    monkeypatch.setattr(fake, "_fake_image", fails)
+    with pytest.raises(MemoryError):
+        fake.make_fake_imagenet(tmp_path / "f", 2, 4, (32, 24), workers=1, processes=False)
+    assert list(tmp_path.iterdir()) == []

@@ -56,8 +56,9 @@ Defaults depend on the device: tiny on a CPU, ResNet-50 / 224 px / batch 256 on 
 
 
 def _parse_list(text: str, kind=str) -> list:
-    """A comma list; an empty or repeated item is refused (``resnet18,,resnet18`` measured one model twice). An empty
-    text is an empty list, which :func:`tutorial_lib.bench.arguments.check_arguments` refuses naming the choices."""
+    """A comma list; an empty or repeated item is refused, compared as ``kind`` reads it (``resnet18,,resnet18``
+    measured one model twice, r43aa: ``on,true`` one layout twice). An empty text is an empty list, which
+    :func:`tutorial_lib.bench.arguments.check_arguments` refuses naming the choices."""
     items = str(text).replace(" ", "").split(",")
     values = [kind(v) for v in items if v]
     if (values and not all(items)) or len(set(values)) < len(values):
@@ -103,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", parents=[common], help="training throughput on synthetic batches")
     train.add_argument("--arch", type=_parse_list, help="comma list of torchvision models")
     train.add_argument("--precision", type=_parse_list, help="comma list of fp32,tf32,fp16,bf16")
-    train.add_argument("--channels-last", type=lambda t: [parse_bool(v) for v in _parse_list(t)],
+    train.add_argument("--channels-last", type=lambda t: _parse_list(t, parse_bool),
                        help="comma list of on/off")
     train.add_argument("--compile", type=_parse_list, help="comma list of torch.compile modes (none, default, ...)")
     train.add_argument("--batch-size", type=lambda t: _parse_list(t, int), help="comma list of per-GPU batches")

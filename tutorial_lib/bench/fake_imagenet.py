@@ -54,13 +54,16 @@ def _fake_image(seed: int, size: tuple[int, int], quality: int, path: Path) -> N
 
 def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int = 2, per_class: int = 16,
                        size: tuple[int, int] = (500, 375), val_per_class: int | None = None, quality: int = 90,
-                       seed: int = 0, workers: int | None = None, processes: bool | None = None) -> Path:
+                       seed: int = 0, workers: int | None = None, processes: bool | None = None,
+                       sized_by: tuple[str, str] | None = None) -> Path:
     """Write an ImageNet-layout JPEG set: ``root/{train,val}/n000000NN/n000000NN_I.JPEG``.
 
     Images are ``size`` (ImageNet's typical 500x375) and about 110 KB each. ``val_per_class``
     defaults to an eighth of ``per_class`` (at least 1). Idempotent: a set with the same settings is
     reused; the tree is built in a temporary folder and renamed into place. Images are made by
     ``workers`` threads, or processes (``processes``; default: for sets of 512 images or more).
+    A set too large for its disk or the hour is refused naming ``classes`` or ``per_class``, or
+    ``sized_by`` (the caller's setting that sized it, and the fix's first words).
     """
     check_set_arguments(classes=classes, per_class=per_class, size=size, val_per_class=val_per_class,
                         quality=quality, seed=seed, workers=workers)
@@ -77,9 +80,23 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
 
     check_replaceable(root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
     check_set_fits(root, classes * (per_class + val_per_class), size,
-                   "classes" if classes >= per_class else "per_class")
+                   *(sized_by or ("classes" if classes >= per_class else "per_class",)))
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".fake-imagenet-", dir=root.parent))
+    try:
+        _write_images(staging, classes, per_class, val_per_class, size, quality, seed, workers, processes)
+    except BaseException:  # r43aa: a MemoryError left the half-made folder beside the user's
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    (staging / FAKE_MARKER).write_text(json.dumps(settings))
+    return publish_tree(staging, root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
+
+
+def _write_images(staging: Path, classes: int, per_class: int, val_per_class: int, size: tuple[int, int],
+                  quality: int, seed: int, workers: int | None, processes: bool | None) -> None:
+    """The JPEGs of :func:`make_fake_imagenet` in ``staging``, by threads or processes."""
     jobs = []
     for split, count in (("train", per_class), ("val", val_per_class)):
         for label in range(classes):
@@ -100,8 +117,6 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
     else:
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(lambda job: _fake_image(*job), jobs))
-    (staging / FAKE_MARKER).write_text(json.dumps(settings))
-    return publish_tree(staging, root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
 
 
 # a JPEG byte for every 2 pixels, at least: this generator's JPEGs took 0.57-0.59 B a pixel from 500x375 to

@@ -49,7 +49,8 @@ def make_set(data_set: str, work: Path, jpeg_images: int) -> Path:
 
         classes = 20
         return make_fake_imagenet(work / f"jpeg-{jpeg_images}", classes, max(1, jpeg_images // classes),
-                                  (500, 375), val_per_class=5)
+                                  (500, 375), val_per_class=5,  # r43aa: refused naming classes, not a shards flag
+                                  sized_by=("--jpeg-images", "fewer --jpeg-images (e.g. --jpeg-images 3000)"))
     from tutorial_lib.bench.scale import SIZES, build_base, make_form
 
     base = work / f"base-{data_set}"

@@ -58,6 +58,7 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
             defaults = parameter_defaults(notebook)
             values = {**defaults, **{name: value for name, value in params.items() if name in defaults}}
             check_notebook_sizes(values, given=params)
+            _check_imagenet_warmup(values, given=params)
             if "seed" in params and "ps_workers" in defaults:  # 07 seeds its experiment with it (r43x: 2**32 was
                 _check_parameter_server(params, {**PARAMETER_SERVER_FIELDS, "seed": "seed"})  # refused in a cell)
             if params:
@@ -75,10 +76,14 @@ POSITIVE_PARAMETERS = ("nodes", "ranks_per_node", "imagenet_epochs", "max_gpus",
                        "scale_values", "projected_gpus", "allreduce_iters", "netlab_repeats", "netlab_rates_mbit",
                        "netlab_ranks_per_node", "diagram_ranks", "ps_workers", "ps_batch", "ps_steps",
                        "example_gpus", "example_buckets", "whatif_batches", "n_samples")
+# 04's ImageNet schedules are drawn at 20 points an epoch for each batch (r43aa: 2**31 epochs never ended); Goyal et
+# al. train 90 epochs, the longest common ImageNet schedules a few hundred
+MOST_IMAGENET_EPOCHS = 1000
 MOST_PARAMETERS = {"bench_repeats": 1000, "netlab_repeats": 1000, "allreduce_iters": 1_000_000,  # bench's limits
                    "loader_batches": 1_000_000, "exact_steps": 1_000_000, "bench_warmup": 1_000_000,
                    "bench_min_time": 3600, "workers_list": 1024,
-                   "watch_timeout": 1_000_000_000}  # jobs.spec.MOST_SECONDS: 03 handed a job to sbatch, then failed
+                   "watch_timeout": 1_000_000_000,  # jobs.spec.MOST_SECONDS: 03 handed a job to sbatch, then failed
+                   "imagenet_epochs": MOST_IMAGENET_EPOCHS}
 # rates a worked example divides by: above 0 (r43v: 07's intra_gbit_s 0 was a ZeroDivisionError in its seventh cell)
 ABOVE_ZERO = ("intra_gbit_s", "inter_gbit_s", "whatif_bandwidths")  # r43w: a what-if bandwidth of 0 too
 MOST_DIAGRAM_RANKS = 16  # 07's diagrams: a ring of 16 ranks is 30 panels already (r43v: 100,000 drew on)
@@ -123,6 +128,22 @@ def _check_choices_and_rates(params: dict) -> None:
             ranks < 2 or ranks > MOST_DIAGRAM_RANKS or ranks & (ranks - 1)):
         raise ConfigError(f"diagram_ranks: {ranks!r:.60} is not a power of two from 2 to {MOST_DIAGRAM_RANKS}. Fix: "
                           "e.g. -p diagram_ranks 4.")
+
+
+def _check_imagenet_warmup(values: dict, given: dict) -> None:
+    """04's ImageNet schedule: its warmup within its epochs, as the trainer checks a run's (r43aa: a warmup of 2**31
+    epochs in a schedule of 90 was drawn)."""
+    from tutorial_lib.engine.config import ConfigError
+    from tutorial_lib.engine.errors import shorten
+    from tutorial_lib.numbers import finite
+
+    epochs, warmup = values.get("imagenet_epochs"), values.get("imagenet_warmup_epochs")
+    numbers = [v for v in (epochs, warmup) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(numbers) == 2 and (not finite(warmup) or not 0 <= warmup <= epochs):
+        name = "imagenet_epochs" if "imagenet_warmup_epochs" not in given else "imagenet_warmup_epochs"
+        raise ConfigError(f"{name}: a warmup of {shorten(warmup, 40)} epochs in a schedule of "
+                          f"{shorten(epochs, 40)} epochs; the warmup lies within the schedule. Fix: e.g. -p "
+                          f"imagenet_warmup_epochs 5 (Goyal et al.), from 0 to imagenet_epochs.")
 
 
 def _check_parameter_server(params: dict, fields: dict = PARAMETER_SERVER_FIELDS) -> None:
@@ -330,25 +351,37 @@ def _settings_at_least(values: dict) -> int:
     return 1
 
 
-BENCHMARK_LISTS = ("precisions", "channels_last_options", "compile_modes", "workers_list")  # 01's and 02's settings
+# lists whose repeated entry the plan refuses, naming the job it would make twice (jobs.plan.Plan.check)
+PLANNED_LISTS = ("global_batches", "scale_values", "train_precisions")
 
 
 def _check_listed_once(values: dict) -> None:
-    """Refuse a setting listed twice in 01's or 02's benchmark lists: the benchmark times every entry, so the hour
-    was counted for half of what ran (r43z: ``compile_modes '[default, default]'``)."""
+    """Refuse an entry listed twice in a notebook's list of settings (a size list by the bytes it names): each entry
+    is measured, run or drawn once more (r43z: 01's ``compile_modes '[default, default]'`` was timed twice and
+    counted once; r43aa: 07's ``allreduce_sizes 4K,4096`` measured 4 KiB twice)."""
+    from tutorial_lib.bench.comm import parse_size
     from tutorial_lib.engine.config import ConfigError
     from tutorial_lib.engine.errors import shorten
 
-    for name in BENCHMARK_LISTS:
-        listed = values.get(name)
-        if not isinstance(listed, list):
+    for name, listed in values.items():
+        if name.endswith("_sizes") and isinstance(listed, str):  # checked as message sizes already
+            texts = [text for text in listed.split(",") if text]
+            sizes = [parse_size(text) for text in texts]
+            for index, size in enumerate(sizes):
+                if size in sizes[:index]:
+                    once = [t for i, t in enumerate(texts) if sizes[i] not in sizes[:i]]
+                    raise ConfigError(f"{name}: {shorten(texts[index], 40)} is {size:,} bytes again, and each size "
+                                      f"is measured once. Fix: list each size once, e.g. -p {name} "
+                                      f"{shorten(','.join(once), 60)}.")
+        if not isinstance(listed, list) or name in PLANNED_LISTS:
             continue
         once, twice = [], []
         for item in listed:  # True == 1 in Python: a layout and a worker count are not the same entry
             (twice if any(item == seen and type(item) is type(seen) for seen in once) else once).append(item)
         if twice:
-            raise ConfigError(f"{name}: {shorten(twice[0], 40)} is listed twice, and the benchmark times each entry. "
-                              f"Fix: list each setting once, e.g. -p {name} '[{', '.join(str(v) for v in once)}]'.")
+            raise ConfigError(f"{name}: {shorten(twice[0], 40)} is listed twice, and each entry is measured, run or "
+                              f"drawn once more. Fix: list each setting once, e.g. -p {name} "
+                              f"'{shorten('[' + ', '.join(str(v) for v in once) + ']', 60)}'.")
 
 
 # 01's lists of settings its device may not run: (what an entry is, whether the device runs it, an example)

@@ -15,6 +15,7 @@ SWEEP_PATH_FIELDS = ("output_root", "data_dir", "stage_to", "index_dir")  # refu
 # already hold a cluster's queue for days. 10,000 values ran minutes of checks, then submitted 10,000 jobs (r43f):
 # a longer list is a mistake (range(10000) for range(10)), refused in one line before any check or submit.
 MAX_SWEEP_VALUES = 64
+MAX_NAME = 100  # a run name's characters at most (engine.config's safe-name pattern)
 
 
 def sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfig, dict]]:
@@ -44,9 +45,17 @@ def sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfig
         else:
             validate(dataclasses.replace(config, **{over: value}), check_paths=False, cuda_available=True)
         name = f"{config.name}-{over}{name_suffix(value)}"
-        if any(job_config.name == name for job_config, _ in planned):  # the second would find the first's job
+        if len(name) > MAX_NAME:  # r43aa: refused as the user's unsafe ``name``
+            raise ConfigError(f"values: {shorten(value)} makes the run name {shorten(name, 60)} ({len(name):,} "
+                              f"characters), over the {MAX_NAME} a run name may have. Fix: a shorter value or "
+                              f"config name, or one config per value with a name of your own "
+                              f"(dataclasses.replace(config, {over}=..., name=...)).")
+        # the second would find the first's job; 1 and 1.0, 0.0 and -0.0 are one setting with two names (r43aa)
+        earlier = zip(planned, values[:len(planned)], strict=True)
+        if any(job_config.name == name or swept == value for (job_config, _), swept in earlier):
+            once = [v for index, v in enumerate(values) if all(v != before for before in values[:index])]
             raise ConfigError(f"values: {shorten(value)} is given twice, and each value is one job of its own "
-                              f"name ({name}). Fix: give each value once, e.g. values={list(dict.fromkeys(values))}.")
+                              f"name ({shorten(name, 60)}). Fix: give each value once, e.g. values={shorten(once)}.")
         if over in ("nodes", "ranks_per_node"):
             check_counts(**{over: value})
             planned.append((dataclasses.replace(config, name=name), {over: value}))
