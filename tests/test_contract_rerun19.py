@@ -417,3 +417,104 @@ def test_a_set_that_fails_midway_leaves_no_folder_behind(tmp_path, monkeypatch):
     with pytest.raises(MemoryError):
         fake.make_fake_imagenet(tmp_path / "f", 2, 4, (32, 24), workers=1, processes=False)
     assert list(tmp_path.iterdir()) == []
+
+
+# * B6: the safe-name refusal did not say a name's length (100) nor that it starts with a letter or digit;
+# * B13: jobs.metrics_table of a path that does not exist: an empty table;
+# * B14: ``bench runs RUN --out RUN/metrics.jsonl`` appended a record to the run's own log;
+# * B15: ``bench runs RUN RUN`` (or a link to it): two records of one run;
+# * B16: ``course -p seed 1 -p seed 2``: the first value used nowhere;
+# * B17: a table generator's ``--update`` naming a FIFO waited for a writer.
+
+@pytest.mark.parametrize("name", ["-x", ".", "n" * 101])
+def test_the_name_refusal_says_each_rule_a_name_breaks(name):
+    from tutorial_lib.engine.config import validate_name
+
+    with pytest.raises(ConfigError, match=r"1 to 100 letters, digits.*starting with a letter or digit.*Fix: "):
+        validate_name(name)
+
+
+def test_metrics_table_refuses_a_run_that_does_not_exist(tmp_path):
+    from tutorial_lib import jobs
+
+    with pytest.raises(FileNotFoundError, match=r"^run_dir_or_file: .*nope' does not exist\. Fix: "):
+        jobs.metrics_table(tmp_path / "nope")
+    (tmp_path / "pending").mkdir()
+    assert jobs.metrics_table(tmp_path / "pending").empty  # a run that has not logged yet
+
+
+def _a_run(tmp_path):
+    from tutorial_lib.rundir.layout import METRICS_FILE
+
+    run = tmp_path / "run1"
+    run.mkdir()
+    (run / METRICS_FILE).write_text('{"event": "start", "time": 1.0}\n')
+    return run
+
+
+@pytest.mark.parametrize("out", ["run1/metrics.jsonl", "run1/more.jsonl", "link/metrics.jsonl"])
+def test_bench_runs_refuses_an_out_inside_a_run_it_reads(tmp_path, monkeypatch, out):
+    from tests.conftest import command_in_process
+    from tutorial_lib.bench.cli import main
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    run = _a_run(tmp_path)
+    (tmp_path / "link").symlink_to(run)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["runs", "run1", "--out", out])
+    assert result.returncode == EXIT_REFUSED, result
+    assert "--out: " in result.stderr and "Fix: a file outside the run directories" in result.stderr
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+@pytest.mark.parametrize("second", ["run1", "link", "./run1/"])
+def test_bench_runs_refuses_one_run_given_twice(tmp_path, monkeypatch, second):
+    from tests.conftest import command_in_process
+    from tutorial_lib.bench.cli import main
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    run = _a_run(tmp_path)
+    (tmp_path / "link").symlink_to(run)
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["runs", "run1", second])
+    assert result.returncode == EXIT_REFUSED, result
+    assert "RUN_DIR: " in result.stderr and "Fix: give each run directory once" in result.stderr
+
+
+def test_the_course_refuses_one_parameter_given_twice(tmp_path, monkeypatch):
+    from tests.conftest import command_in_process
+    from tests.test_contract_rerun2 import _one_line
+    from tutorial_lib.course.runner import main
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["--only", "00", "-p", "seed", "1", "-p", "seed", "2", "-p", "data_dir", "d",
+                                       "-p", "output_root", "runs", "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    assert "'seed' is given twice" in _one_line(result.stderr, "-p: ")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("module", ["extract_table", "scale_table", "shards_table"])
+@pytest.mark.parametrize("kind", ["fifo", "folder", "absent"])
+def test_a_table_update_of_something_not_a_document_is_refused_without_opening_it(tmp_path, module, kind):
+    import importlib
+    import os
+
+    from tests.conftest import command_in_process
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    generator = importlib.import_module(f"tutorial_lib.bench.{module}")
+    doc = tmp_path / "doc"
+    if kind == "fifo":
+        os.mkfifo(doc)
+    elif kind == "folder":
+        doc.mkdir()
+    default = {"extract_table": "results/extract.jsonl", "scale_table": "results/scale.jsonl",
+               "shards_table": "results/shards.jsonl"}[module]
+    from tutorial_lib import REPO_ROOT
+
+    result = command_in_process(generator.main, [str(REPO_ROOT / default), "--update", str(doc)])
+    assert result.returncode == EXIT_REFUSED, result
+    assert "--update: " in result.stderr and "not a document" in result.stderr

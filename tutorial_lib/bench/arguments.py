@@ -216,6 +216,8 @@ def _check_path_flags(values: dict) -> None:
         for given in values.get(name) or ():
             check_path_arguments({metavar: given})
     check_path_arguments({"--reference": values.get("reference")})  # runs' reference run (r43s: 5,000 characters)
+    if values.get("command") == "runs":
+        _check_run_dirs(values)
     work = values.get("work_dir")
     if values.get("command") in ("scale", "shards") and isinstance(work, str) and work:
         path = Path(work).absolute()
@@ -223,6 +225,24 @@ def _check_path_flags(values: dict) -> None:
         if not there.is_dir() or not os.access(there, os.W_OK | os.X_OK):
             _refuse("work_dir", work, f"a folder you can write, or one that can be made there ({shorten(str(there))} "
                     "is not a folder you can write)")
+
+
+def _check_run_dirs(values: dict) -> None:
+    """``runs``: each RUN_DIR once (r43aa: the same run twice, or through a link, gave two records), and an --out
+    outside every run it reads (r43aa: ``--out RUN/metrics.jsonl`` appended a record to the run's own log)."""
+    real = [os.path.realpath(run) for run in values["run_dirs"]]
+    for index, place in enumerate(real):
+        if place in real[:index]:
+            raise ConfigError(f"RUN_DIR: {shorten(values['run_dirs'][index])} is {shorten(place)} again, and each run "
+                              "gives one record. Fix: give each run directory once.")
+    out = values.get("out")
+    if isinstance(out, str) and out:
+        target = Path(os.path.realpath(out))
+        inside = next((run for run, place in zip(values["run_dirs"], real, strict=True)
+                       if target == Path(place) or Path(place) in target.parents), None)
+        if inside is not None:
+            _refuse("out", out, f"a file outside the run directories it reads ({shorten(inside)} is the trainer's; "
+                    "e.g. --out results/runs.jsonl)")
 
 
 def _check_places(values: dict) -> None:

@@ -134,6 +134,13 @@ def shown_between(path: str | Path, begin: str, end: str) -> str | None:
 def update_blocks(docs: Iterable[str | Path], blocks: list[tuple[str, str, Callable[[], str]]], what: str) -> None:
     """Rewrite, in each of ``docs``, the generated blocks it has (``(begin, end, make)``: ``make()`` gives the
     text); BlockError for a document with none of them or with half a block."""
+    from tutorial_lib.paths import not_a_file
+
+    for doc in docs:  # stat() only: opening a named pipe waits for a writer (r43aa: --update FIFO hung)
+        kind = not_a_file(doc) or (None if Path(doc).exists() else "absent")
+        if kind is not None:
+            raise BlockError(f"--update: {str(doc)[:200]!r} is {kind}, not a document. Fix: pass the markdown files "
+                             "whose blocks to rewrite (e.g. README.md).")
     rewritten = {}
     for doc in docs:  # every document's new text first: a block that cannot be made leaves all of them as they are
         path = Path(doc)

@@ -252,6 +252,11 @@ def _main(argv: list[str] | None) -> int:
 
     params = load_params(args.params) if args.params else {}
     check_parameter_names(params, args.params or "parameters")
+    names = [name for name, _ in args.p]
+    twice = next((name for index, name in enumerate(names) if name in names[:index]), None)
+    if twice is not None:  # r43aa: the first value was used nowhere; --params refuses a key twice too
+        raise SystemExit(f"error: -p: {twice[:60]!r} is given twice, and a parameter takes one value. Fix: give "
+                         f"-p {twice[:60]} once (nothing was run).")
     try:
         params.update({name: parse_yaml(value, f"-p {name}") for name, value in args.p})
     except YamlFileError as exc:

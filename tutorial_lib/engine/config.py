@@ -328,9 +328,9 @@ def _check_no_variable(key: str, path: str) -> None:
 def validate_name(value: str, what: str = "name") -> str:
     """Check a run or job name is a safe single path component; return it."""
     if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value) or ".." in value:
-        _fail(
-            what, f"{shorten(value)} is not a safe name (path separators, '..', spaces, shell characters "
-            "and empty names are refused)", "use letters, digits, '.', '_' and '-', e.g. resnet50-8gpu",
+        _fail(  # r43aa: the length and the first character's rule were not said
+            what, f"{shorten(value)} is not a safe name (a run name is 1 to 100 letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit, without '..')", "give such a name, e.g. resnet50-8gpu",
         )
     return value
 

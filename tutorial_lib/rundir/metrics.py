@@ -127,9 +127,13 @@ def read_metrics(run_dir_or_file: str | os.PathLike) -> list[dict]:
 
 
 def metrics_table(run_dir_or_file, event: str | None = None):
-    """The events as a pandas DataFrame (optionally only one kind of event)."""
+    """The events as a pandas DataFrame (optionally only one kind of event). A run folder whose job has not logged
+    yet gives an empty table; a path that does not exist is refused (r43aa: a typo gave an empty table)."""
     import pandas as pd
 
+    if not os.path.exists(run_dir_or_file):
+        raise FileNotFoundError(f"run_dir_or_file: {str(run_dir_or_file)[:200]!r} does not exist. Fix: pass a run "
+                                "folder (runs/<name>) or its metrics.jsonl.")
     records = read_metrics(run_dir_or_file)
     if event is not None:
         records = [r for r in records if r["event"] == event]
