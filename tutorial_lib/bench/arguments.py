@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from tutorial_lib.bench.durations import E2E_MAX_SECONDS, count_text, duration_problem, rounds_duration_problem
+from tutorial_lib.bench.fake_imagenet import FAKE_PIXEL_BYTES, JPEG_MAX_SIDE
 from tutorial_lib.data.staging import climbs_out
 from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
 from tutorial_lib.engine.device import MIN_LOCAL_RANKS, most_local_ranks
@@ -25,8 +26,6 @@ from tutorial_lib.engine.validate import check_not_system_folder, check_path_tex
 from tutorial_lib.exits import check_path_arguments
 from tutorial_lib.paths import STAGING_RAM_DISK, not_a_file, system_folder, user_path
 
-JPEG_MAX_SIDE = 65_500  # libjpeg (PIL) writes no JPEG with a longer side
-FAKE_PIXEL_BYTES = 16  # the generator's coordinate grid alone: two int64 per pixel (bench.fake_imagenet)
 DEVICES = ("auto", "cpu", "cuda")
 MAX_FILES = 2_000_000  # a generated set's files, at most: more than ImageNet's 1.33 million training images
 COUNT_LIMIT = 2**31 - 1  # the trainer's largest count (engine/validate.py), images per epoch included

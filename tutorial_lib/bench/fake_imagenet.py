@@ -22,6 +22,8 @@ import torch
 from tutorial_lib.bench.compute import defaults
 
 FAKE_MARKER = "fake_imagenet.json"
+JPEG_MAX_SIDE = 65_500  # libjpeg (PIL) writes no JPEG with a longer side
+FAKE_PIXEL_BYTES = 16  # the generator's coordinate grid alone: two int64 per pixel (_fake_image)
 DEFAULT_FAKE_DIR = "data/fake_imagenet"
 
 
@@ -189,7 +191,6 @@ def check_set_arguments(size=None, **counts) -> None:
     its least (None is taken for ``val_per_class`` and ``workers``: their defaults), a quality over 100, and a
     ``size`` that is not two whole numbers of pixels libjpeg writes whose generation fits in memory (r43aa:
     ``classes=0`` was a ZeroDivisionError, ``batch_size=-64`` was taken, ``size=(0, 375)`` a numpy ValueError)."""
-    from tutorial_lib.bench.arguments import FAKE_PIXEL_BYTES, JPEG_MAX_SIDE
     from tutorial_lib.engine.errors import ConfigError
     from tutorial_lib.engine.memory import available_bytes, check_fits
     from tutorial_lib.numbers import shown

@@ -209,8 +209,9 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
     a set of 10**9 classes generated on, JPEGs of 100,000 px a MemoryError in a cell, 1,000 rounds of an hour run
     on): 02's generated set and its JPEG size, and the least time the benchmark rounds of 01 and 02 take. Raises
     ConfigError naming the parameter (one that was ``given`` where several add up)."""
-    from tutorial_lib.bench.arguments import FAKE_PIXEL_BYTES, JPEG_MAX_SIDE, MAX_FILES
+    from tutorial_lib.bench.arguments import MAX_FILES
     from tutorial_lib.bench.durations import E2E_MAX_IMAGES_PER_SEC, E2E_MAX_SECONDS
+    from tutorial_lib.bench.fake_imagenet import FAKE_PIXEL_BYTES, JPEG_MAX_SIDE
     from tutorial_lib.engine.config import ConfigError
     from tutorial_lib.engine.memory import available_bytes, check_fits
 
