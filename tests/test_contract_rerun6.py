@@ -315,7 +315,7 @@ def test_bench_extract_estimates_a_jpeg_size_against_the_address_space_limit(mon
     monkeypatch.setattr(resource, "getrlimit", lambda which: (mapped + 2**30, resource.RLIM_INFINITY)
                         if which == resource.RLIMIT_AS else (resource.RLIM_INFINITY,) * 2)
     refusal = _bench_refusal(["extract", "--jpeg-size", "20000x20000"])
-    assert refusal.startswith("--jpeg-size: generating one 20000x20000 image needs at least 6.4 GB")
+    assert refusal.startswith("--jpeg-size: generating one 20000x20000 image needs at least 51.2 GB")
 
 
 def _run_with_metrics(tmp_path) -> Path:

@@ -366,7 +366,7 @@ def test_exactly_one_of_many_simultaneous_takers_gets_the_lock(tmp_path, monkeyp
 def test_a_huge_value_is_cut_in_messages(tmp_path, digits_dir):
     with pytest.raises(ConfigError) as error:
         validate_name("a" * 4096 + "/")
-    assert len(str(error.value)) < 400 and "4097 characters" in str(error.value)
+    assert len(str(error.value)) < 400 and "4,097 characters" in str(error.value)
     cfg = make_config("smoke", name="huge", output_root=str(tmp_path), data_dir=str(digits_dir))
     for kwargs in ({"partition": "p" * 4096 + ";"}, {"sbatch_options": ["--" + "x" * 4096]},
                    {"time": "9" * 4096 + "x"}):

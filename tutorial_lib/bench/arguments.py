@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from tutorial_lib.bench.durations import E2E_MAX_SECONDS, count_text, duration_problem, rounds_duration_problem
-from tutorial_lib.bench.fake_imagenet import FAKE_PIXEL_BYTES, JPEG_MAX_SIDE
+from tutorial_lib.bench.fake_imagenet import check_image_fits
 from tutorial_lib.data.staging import climbs_out
 from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
 from tutorial_lib.engine.device import MIN_LOCAL_RANKS, most_local_ranks
@@ -236,12 +236,23 @@ def _check_run_dirs(values: dict) -> None:
                               "gives one record. Fix: give each run directory once.")
     out = values.get("out")
     if isinstance(out, str) and out:
+        read = [*values["run_dirs"], *([values["reference"]] if values.get("reference") else [])]  # r43ab: --reference
         target = Path(os.path.realpath(out))
-        inside = next((run for run, place in zip(values["run_dirs"], real, strict=True)
-                       if target == Path(place) or Path(place) in target.parents), None)
+        inside = next((run for run in read if target == Path(os.path.realpath(run))
+                       or Path(os.path.realpath(run)) in target.parents or _same_file_in(out, run)), None)
         if inside is not None:
             _refuse("out", out, f"a file outside the run directories it reads ({shorten(inside)} is the trainer's; "
                     "e.g. --out results/runs.jsonl)")
+
+
+def _same_file_in(path: str, folder: str) -> bool:
+    """Whether ``path`` is, by a hard link, one of the files directly in ``folder`` (r43ab: realpath does not see
+    hard links; ``--out`` hard-linked to a run's metrics.jsonl appended to it)."""
+    try:
+        seen = os.stat(path)
+        return any(os.path.samestat(seen, entry.stat()) for entry in os.scandir(folder) if entry.is_file())
+    except OSError:
+        return False
 
 
 def _check_places(values: dict) -> None:
@@ -277,12 +288,7 @@ def _check_memory(args, values: dict) -> None:
     """The sizes the command asks for, against the memory there is (lower bounds, :mod:`tutorial_lib.engine.memory`)."""
     size = values.get("jpeg_size")
     if size is not None and values.get("command") in ("extract", "data", "e2e"):
-        if max(size) > JPEG_MAX_SIDE:
-            _refuse("jpeg_size", f"{size[0]}x{size[1]}", f"sides of at most {JPEG_MAX_SIDE:,} px (the largest JPEG "
-                    "libjpeg writes), e.g. 500x375")
-        check_fits(size[0] * size[1] * FAKE_PIXEL_BYTES, available_bytes("cpu"),
-                   f"--jpeg-size: generating one {size[0]}x{size[1]} image", "pass a smaller --jpeg-size, e.g. "
-                   "500x375 (ImageNet's typical size)")
+        check_image_fits(size, ("--jpeg-size", "--jpeg-size"), "--jpeg-size 500x375")
     command = values.get("command")
     if command == "allreduce" and values.get("sizes"):
         _check_allreduce_memory(values["sizes"], values.get("device") or "auto")

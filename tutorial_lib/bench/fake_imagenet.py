@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import tempfile
@@ -23,7 +22,10 @@ from tutorial_lib.bench.compute import defaults
 
 FAKE_MARKER = "fake_imagenet.json"
 JPEG_MAX_SIDE = 65_500  # libjpeg (PIL) writes no JPEG with a longer side
-FAKE_PIXEL_BYTES = 16  # the generator's coordinate grid alone: two int64 per pixel (_fake_image)
+# _fake_image's peak memory a pixel: its numpy arrays peaked at 91-100 B a pixel (tracemalloc, 500x375 to
+# 2000x1500 px) and the process's resident size grew 95-99 B a pixel at 4000x3000 and 8000x1000 (r43ab: the 16 B
+# of its coordinate grid alone let 12000x12000 through to a MemoryError)
+FAKE_PIXEL_BYTES = 128
 DEFAULT_FAKE_DIR = "data/fake_imagenet"
 
 
@@ -81,7 +83,10 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
         return root
 
     check_replaceable(root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
-    check_set_fits(root, classes * (per_class + val_per_class), size,
+    images = classes * (per_class + val_per_class)
+    workers = workers or min(32, os.cpu_count() or 1)
+    check_image_fits(size, ("size", "size"), "size=(500, 375)", at_once=min(workers, images))
+    check_set_fits(root, images, size,
                    *(sized_by or ("classes" if classes >= per_class else "per_class",)))
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".fake-imagenet-", dir=root.parent))
@@ -97,7 +102,7 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
 
 
 def _write_images(staging: Path, classes: int, per_class: int, val_per_class: int, size: tuple[int, int],
-                  quality: int, seed: int, workers: int | None, processes: bool | None) -> None:
+                  quality: int, seed: int, workers: int, processes: bool | None) -> None:
     """The JPEGs of :func:`make_fake_imagenet` in ``staging``, by threads or processes."""
     jobs = []
     for split, count in (("train", per_class), ("val", val_per_class)):
@@ -107,7 +112,6 @@ def _write_images(staging: Path, classes: int, per_class: int, val_per_class: in
             for index in range(count):
                 image_seed = seed * 1_000_003 + label * 10_007 + index + (0 if split == "train" else 500_009)
                 jobs.append((image_seed, tuple(size), quality, folder / f"n{label:08d}_{index}.JPEG"))
-    workers = workers or min(32, os.cpu_count() or 1)
     if processes if processes is not None else len(jobs) >= 512 and workers > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -174,7 +178,7 @@ def prepare_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: i
         return real
     made = planned_per_class(classes, per_class, batch_size, loader_batches, device)
     if made > per_class:  # r43aa: a set sized by the batches was blamed on classes, with a fix already followed
-        name = "batch_size" if batch_size / 8 >= loader_batches / 4 else "loader_batches"  # the further from default
+        name = "batch_size" if batch_size * 4 >= loader_batches * 8 else "loader_batches"  # the further from default
         check_set_fits(root, classes * (made + default_val_per_class(made)), tuple(size), name,
                        "a smaller batch_size or fewer loader_batches (e.g. batch_size 8, loader_batches 4): the set "
                        "holds enough images for them")
@@ -186,13 +190,12 @@ _SET_COUNTS = {"classes": (1, 2), "per_class": (1, 16), "val_per_class": (0, 2),
                "workers": (1, 4), "batch_size": (1, 8), "loader_batches": (1, 4)}
 
 
-def check_set_arguments(size=None, **counts) -> None:
+def check_set_arguments(size, **counts) -> None:
     """Refuse (ConfigError naming the argument) a count of :data:`_SET_COUNTS` that is not a whole number at least
     its least (None is taken for ``val_per_class`` and ``workers``: their defaults), a quality over 100, and a
     ``size`` that is not two whole numbers of pixels libjpeg writes whose generation fits in memory (r43aa:
     ``classes=0`` was a ZeroDivisionError, ``batch_size=-64`` was taken, ``size=(0, 375)`` a numpy ValueError)."""
     from tutorial_lib.engine.errors import ConfigError
-    from tutorial_lib.engine.memory import available_bytes, check_fits
     from tutorial_lib.numbers import shown
 
     for name, value in counts.items():
@@ -204,15 +207,30 @@ def check_set_arguments(size=None, **counts) -> None:
             bound = "from 1 to 100" if name == "quality" else f"of at least {least}"
             raise ConfigError(f"{name}: expected a whole number {bound}, got {shown(value)[:60]}. Fix: e.g. "
                               f"{name}={example}.")
-    if size is None:
-        return
     if (not isinstance(size, (tuple, list)) or len(size) != 2
             or any(isinstance(side, bool) or not isinstance(side, int) or not 1 <= side <= JPEG_MAX_SIDE
                    for side in size)):
         raise ConfigError(f"size: expected (width, height) in whole pixels from 1 to {JPEG_MAX_SIDE:,}, got "
                           f"{shown(size)[:60]}. Fix: e.g. size=(500, 375), ImageNet's typical size.")
-    check_fits(size[0] * size[1] * FAKE_PIXEL_BYTES, available_bytes("cpu"),
-               f"size: generating one {size[0]}x{size[1]} image", "e.g. size=(500, 375)")
+    check_image_fits(size, ("size", "size"), "size=(500, 375)")
+
+
+def check_image_fits(size: tuple[int, int], names: tuple[str, str], example: str, at_once: int = 1,
+                     blamed: str | None = None) -> None:
+    """Refuse (ConfigError) a JPEG size with a side longer than libjpeg writes, naming that side's entry of ``names``
+    (the width's and the height's field), or whose generation, ``at_once`` images together, cannot fit in this host's
+    memory at :data:`FAKE_PIXEL_BYTES` a pixel, naming ``blamed`` (default: the width's field). ``example`` is the
+    fix's example. Whole positive sides are the caller's check."""
+    from tutorial_lib.engine.errors import ConfigError
+    from tutorial_lib.engine.memory import available_bytes, check_fits
+
+    width, height = size
+    if max(width, height) > JPEG_MAX_SIDE:
+        raise ConfigError(f"{names[0] if width > JPEG_MAX_SIDE else names[1]}: {width}x{height} px has a side longer "
+                          f"than the {JPEG_MAX_SIDE:,} px of the largest JPEG libjpeg writes. Fix: e.g. {example}.")
+    images = f"{at_once:,} {width}x{height} images at once" if at_once > 1 else f"one {width}x{height} image"
+    check_fits(width * height * FAKE_PIXEL_BYTES * at_once, available_bytes("cpu"),
+               f"{blamed or names[0]}: generating {images}", f"e.g. {example} (ImageNet's typical size)")
 
 
 def planned_per_class(classes: int, per_class: int, batch_size: int = 8, loader_batches: int = 4,
@@ -221,7 +239,7 @@ def planned_per_class(classes: int, per_class: int, batch_size: int = 8, loader_
     ``loader_batches + 4`` batches and the device's default e2e steps."""
     d = defaults(device)
     needed = batch_size * max(loader_batches + 4, d["e2e_steps"] + d["warmup"] + 1)
-    return max(per_class, math.ceil(needed / classes))
+    return max(per_class, -(-needed // classes))  # whole numbers: r43ab's batch_size=10**400 overflowed a float
 
 
 def default_val_per_class(per_class: int) -> int:

@@ -42,15 +42,23 @@ def _record(step: str, fmt: str, data_set: str, images: int, seconds: float, loa
             "timestamp": time.time(), **extra}
 
 
+# the "jpeg" set: 20 classes of 500x375 JPEGs, 5 validation images each; its size is refused naming --jpeg-images
+# (r43aa: refused naming classes, not a shards flag)
+JPEG_CLASSES, JPEG_SIZE, JPEG_VAL_PER_CLASS = 20, (500, 375), 5
+JPEG_SIZED_BY = ("--jpeg-images", "fewer --jpeg-images (e.g. --jpeg-images 3000)")
+
+
+def _jpeg_per_class(jpeg_images: int) -> int:
+    return max(1, jpeg_images // JPEG_CLASSES)
+
+
 def make_set(data_set: str, work: Path, jpeg_images: int) -> Path:
     """The class folders of ``data_set`` under ``work`` (made once, reused)."""
     if data_set == "jpeg":
         from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
 
-        classes = 20
-        return make_fake_imagenet(work / f"jpeg-{jpeg_images}", classes, max(1, jpeg_images // classes),
-                                  (500, 375), val_per_class=5,  # r43aa: refused naming classes, not a shards flag
-                                  sized_by=("--jpeg-images", "fewer --jpeg-images (e.g. --jpeg-images 3000)"))
+        return make_fake_imagenet(work / f"jpeg-{jpeg_images}", JPEG_CLASSES, _jpeg_per_class(jpeg_images),
+                                  JPEG_SIZE, val_per_class=JPEG_VAL_PER_CLASS, sized_by=JPEG_SIZED_BY)
     from tutorial_lib.bench.scale import SIZES, build_base, make_form
 
     base = work / f"base-{data_set}"
@@ -156,6 +164,11 @@ def measure_shards(sets=("jpeg", "full"), steps=STEPS, rounds: int = 2, work_dir
                           f"{list(workers)} do not make a benchmark. Fix: 1 or more rounds, 40 or more JPEGs, 1 or "
                           "more images to load, worker counts of 0 or more.")
     work = Path(os.path.realpath(work_dir))  # as the kernel reads '..' after a link; staging refuses '..' (r43t)
+    if "jpeg" in sets:  # before the work folder is made (r43ab: an empty one was left behind)
+        from tutorial_lib.bench.fake_imagenet import check_set_fits
+
+        check_set_fits(work, JPEG_CLASSES * (_jpeg_per_class(jpeg_images) + JPEG_VAL_PER_CLASS), JPEG_SIZE,
+                       *JPEG_SIZED_BY)
     work.mkdir(parents=True, exist_ok=True)
     for data_set in sets:
         prepared = make_set(data_set, work, jpeg_images)

@@ -211,9 +211,8 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
     ConfigError naming the parameter (one that was ``given`` where several add up)."""
     from tutorial_lib.bench.arguments import MAX_FILES
     from tutorial_lib.bench.durations import E2E_MAX_IMAGES_PER_SEC, E2E_MAX_SECONDS
-    from tutorial_lib.bench.fake_imagenet import FAKE_PIXEL_BYTES, JPEG_MAX_SIDE
+    from tutorial_lib.bench.fake_imagenet import check_image_fits
     from tutorial_lib.engine.config import ConfigError
-    from tutorial_lib.engine.memory import available_bytes, check_fits
 
     def counts(*names: str) -> list:
         return [values.get(name) if isinstance(values.get(name), int) and not isinstance(values.get(name), bool)
@@ -241,13 +240,8 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
         raise ConfigError(f"{name}: {values[name]!r:.60} makes a set of {classes:,} classes x {made:,} images, "
                           f"over the {MAX_FILES:,} files a generated set may have. Fix: e.g. {fewer}.")
     if width and height:
-        if max(width, height) > JPEG_MAX_SIDE:
-            name = "jpeg_width" if width > JPEG_MAX_SIDE else "jpeg_height"
-            raise ConfigError(f"{name}: {values[name]:,} px is longer than the {JPEG_MAX_SIDE:,} px of the largest "
-                              "JPEG libjpeg writes. Fix: e.g. -p jpeg_width 500 -p jpeg_height 375.")
-        check_fits(width * height * FAKE_PIXEL_BYTES, available_bytes("cpu"),
-                   f"{blamed('jpeg_width', 'jpeg_height')}: generating one {width}x{height} image",
-                   "e.g. -p jpeg_width 500 -p jpeg_height 375 (ImageNet's typical size)")
+        check_image_fits((width, height), ("jpeg_width", "jpeg_height"), "-p jpeg_width 500 -p jpeg_height 375",
+                         blamed=blamed("jpeg_width", "jpeg_height"))
     if classes and made and width and height and isinstance(values.get("data_dir"), str):
         from tutorial_lib import REPO_ROOT
         from tutorial_lib.bench.fake_imagenet import check_set_fits, default_val_per_class, real_data_set
@@ -377,12 +371,14 @@ def _check_listed_once(values: dict) -> None:
         if not isinstance(listed, list) or name in PLANNED_LISTS:
             continue
         once, twice = [], []
-        for item in listed:  # True == 1 in Python: a layout and a worker count are not the same entry
-            (twice if any(item == seen and type(item) is type(seen) for seen in once) else once).append(item)
+        for item in listed:  # numbers by value (r43ab: [1, 1.0]), but True == 1: a layout is not a worker count
+            (twice if any(item == seen and isinstance(item, bool) == isinstance(seen, bool) for seen in once)
+             else once).append(item)
         if twice:
+            shown = next(f"[{', '.join(str(v) for v in once[:count])}]" for count in range(len(once), 0, -1)
+                         if count == 1 or len(", ".join(str(v) for v in once[:count])) <= 60)  # r43ab: pasted as is
             raise ConfigError(f"{name}: {shorten(twice[0], 40)} is listed twice, and each entry is measured, run or "
-                              f"drawn once more. Fix: list each setting once, e.g. -p {name} "
-                              f"'{shorten('[' + ', '.join(str(v) for v in once) + ']', 60)}'.")
+                              f"drawn once more. Fix: list each setting once, e.g. -p {name} '{shown}'.")
 
 
 # 01's lists of settings its device may not run: (what an entry is, whether the device runs it, an example)

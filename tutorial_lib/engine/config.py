@@ -59,7 +59,7 @@ class TrainConfig:
     what :func:`validate` accepts."""
 
     # --- run identity and outputs
-    name: str = _field("run name: letters, digits, '.', '_', '-'; the run directory is output_root/name",
+    name: str = _field("run name: ASCII letters, digits, '.', '_', '-'; the run directory is output_root/name",
                        default="run")
     output_root: str = _field("folder that holds run directories", default="runs")
     profile: str = _field("named preset the other values start from", PROFILE_NAMES, default="smoke")
@@ -329,8 +329,8 @@ def validate_name(value: str, what: str = "name") -> str:
     """Check a run or job name is a safe single path component; return it."""
     if not isinstance(value, str) or not _SAFE_NAME.fullmatch(value) or ".." in value:
         _fail(  # r43aa: the length and the first character's rule were not said
-            what, f"{shorten(value)} is not a safe name (a run name is 1 to 100 letters, digits, '.', '_' and '-', "
-            "starting with a letter or digit, without '..')", "give such a name, e.g. resnet50-8gpu",
+            what, f"{shorten(value)} is not a safe name (a run name is 1 to 100 ASCII letters (a-z, A-Z), digits, '.', "
+            "'_' and '-', starting with a letter or digit, without '..')", "give such a name, e.g. resnet50-8gpu",
         )
     return value
 

@@ -31,7 +31,8 @@ def shorten(value, limit: int = 60) -> str:
         return text
     if len(text) <= limit:
         return text
-    size = f" ({len(value)} characters)" if isinstance(value, (str, bytes, list, tuple)) else ""
+    size = (f" ({len(value):,} characters)" if isinstance(value, (str, bytes)) else
+            f" ({len(value):,} items)" if isinstance(value, (list, tuple)) else "")  # r43ab: items were "characters"
     return f"{text[:limit // 2]}...{text[-(limit // 4):]}{size}"
 
 

@@ -135,7 +135,7 @@ class Monitor:
                 metrics_sig = None
             if self._signatures.get(job.id) != (state, metrics_sig):
                 if self._signatures.get(job.id, (None, None))[1] != metrics_sig:
-                    self.events[job.id] = read_metrics(job.run_dir)
+                    self.events[job.id] = read_metrics(job.run_dir) if metrics_sig is not None else []
                 self._signatures[job.id] = (state, metrics_sig)
                 self.states[job.id] = state
                 changed = True

@@ -79,7 +79,7 @@ def recorded_supervisor(record: dict, state: dict | None) -> dict | None:
 
 def last_event(run_dir: Path) -> str:
     """The run directory's last event in words: ``step (epoch 2, global step 12) at 22:31:05``."""
-    events = read_metrics(run_dir)
+    events = read_metrics(run_dir) if Path(run_dir).is_dir() else []
     if not events:
         return "none (the job logged nothing)"
     last = events[-1]

@@ -149,7 +149,8 @@ def _site_env(value) -> tuple[tuple[str, str], ...]:
                           "Fix: e.g. env: {NCCL_SOCKET_IFNAME: ib0}.")
     for name, text in value.items():
         if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-            raise ConfigError(f"site.env: {shorten(name)} is not a variable name. Fix: letters, digits and '_'.")
+            raise ConfigError(f"site.env: {shorten(name)} is not a variable name. Fix: ASCII letters, digits and '_', "
+                              "not starting with a digit.")
         if name in _ENV_SET_HERE or name.startswith(("TUTORIAL_", "SLURM_")):
             raise ConfigError(f"site.env: {name} is set by tutorial_lib.jobs itself. Fix: leave it out.")
         if isinstance(text, bool) or not isinstance(text, (str, int)):  # YAML true would be exported as True

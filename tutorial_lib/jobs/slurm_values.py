@@ -133,9 +133,9 @@ def check_word(what: str, value: str | None) -> str | None:
     if isinstance(value, int):
         value = shown(value)  # r43y: str() of 5,000 digits raised; that text is no name, and is refused below
     if value is not None and (not _SLURM_WORD.fullmatch(value) or ".." in value or value.startswith("-")):
-        raise ConfigError(f"{what}: {shorten(value)} is not a valid Slurm {what} name (letters, digits, '_', '.', "
-                          f"'-', not starting with '-', which sbatch would read as an option). Fix: pass the {what} "
-                          "name exactly as `sinfo`/`sacctmgr` show it.")
+        raise ConfigError(f"{what}: {shorten(value)} is not a valid Slurm {what} name (ASCII letters, digits, '_', "
+                          f"'.', '-', not starting with '-', which sbatch would read as an option). Fix: pass the "
+                          f"{what} name exactly as `sinfo`/`sacctmgr` show it.")
     return value
 
 

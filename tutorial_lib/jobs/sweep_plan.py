@@ -46,8 +46,8 @@ def sweep_plan(config: TrainConfig, over: str, values) -> list[tuple[TrainConfig
             validate(dataclasses.replace(config, **{over: value}), check_paths=False, cuda_available=True)
         name = f"{config.name}-{over}{name_suffix(value)}"
         if len(name) > MAX_NAME:  # r43aa: refused as the user's unsafe ``name``
-            raise ConfigError(f"values: {shorten(value)} makes the run name {shorten(name, 60)} ({len(name):,} "
-                              f"characters), over the {MAX_NAME} a run name may have. Fix: a shorter value or "
+            raise ConfigError(f"values: {shorten(value)} makes the run name {shorten(name, 60)}, over the "
+                              f"{MAX_NAME} characters a run name may have. Fix: a shorter value or "
                               f"config name, or one config per value with a name of your own "
                               f"(dataclasses.replace(config, {over}=..., name=...)).")
         # the second would find the first's job; 1 and 1.0, 0.0 and -0.0 are one setting with two names (r43aa)

@@ -119,21 +119,41 @@ def well_formed(record: dict) -> bool:
 
 def read_metrics(run_dir_or_file: str | os.PathLike) -> list[dict]:
     """All complete events of a run (a torn or garbled line, or an event of another shape, is skipped, never
-    raised: :func:`well_formed`)."""
+    raised: :func:`well_formed`). A run folder whose job has not logged yet gives none; a path that is neither a run
+    folder nor an event log is refused (:func:`check_metrics_path`)."""
+    path = check_metrics_path(run_dir_or_file)
+    records = [record for record in read_jsonl(path) if well_formed(record)]
+    if not records and path == Path(run_dir_or_file) and path.stat().st_size:  # a file given, not a run folder's
+        raise ValueError(f"run_dir_or_file: {str(path)[:200]!r} holds no event of a run. Fix: pass a run folder "
+                         "(runs/<name>) or its metrics.jsonl.")
+    return records
+
+
+def check_metrics_path(run_dir_or_file) -> Path:
+    """The event log a run folder or file names: ``run_dir_or_file/metrics.jsonl`` for a folder (which may not exist
+    yet), else the file itself. Refused in one line naming ``run_dir_or_file`` (r43ab: a typo, a named pipe or a
+    folder in the log's place read as an empty log): a path that does not exist (FileNotFoundError), or that is not a
+    path (TypeError), and a log that is not a regular file (ValueError)."""
+    if not isinstance(run_dir_or_file, (str, os.PathLike)):
+        raise TypeError(f"run_dir_or_file: expected a run folder or its metrics.jsonl, got "
+                        f"{type(run_dir_or_file).__name__}. Fix: e.g. 'runs/<name>'.")
     path = Path(run_dir_or_file)
-    if path.is_dir():
-        path = path / METRICS_FILE
-    return [record for record in read_jsonl(path) if well_formed(record)]
+    fix = "Fix: pass a run folder (runs/<name>) or its metrics.jsonl."
+    if not path.exists():
+        raise FileNotFoundError(f"run_dir_or_file: {str(path)[:200]!r} does not exist. {fix}")
+    log = path / METRICS_FILE if path.is_dir() else path
+    if (log.exists() or log.is_symlink()) and not log.is_file():
+        raise ValueError(f"run_dir_or_file: {str(log)[:200]!r} is not a regular file (a folder, a named pipe or a "
+                         f"device). {fix}")
+    return log
 
 
 def metrics_table(run_dir_or_file, event: str | None = None):
     """The events as a pandas DataFrame (optionally only one kind of event). A run folder whose job has not logged
-    yet gives an empty table; a path that does not exist is refused (r43aa: a typo gave an empty table)."""
+    yet gives an empty table; a path that is not a run's is refused (:func:`read_metrics`; r43aa: a typo gave an
+    empty table)."""
     import pandas as pd
 
-    if not os.path.exists(run_dir_or_file):
-        raise FileNotFoundError(f"run_dir_or_file: {str(run_dir_or_file)[:200]!r} does not exist. Fix: pass a run "
-                                "folder (runs/<name>) or its metrics.jsonl.")
     records = read_metrics(run_dir_or_file)
     if event is not None:
         records = [r for r in records if r["event"] == event]

@@ -1,0 +1,257 @@
+"""What the twenty-first re-run of issue 43 (/work/wt/notes/r43ab-report.md) found at 735432c, each failing on the code
+before:
+
+* C1: the generated JPEG's memory estimate, 16 B a pixel, was its coordinate grid alone; the generator peaks near 100
+  B a pixel, so ``size=(12000, 12000)`` passed the check and ended in numpy's MemoryError (``--jpeg-size`` in one
+  line not naming the flag, after the generation began). Several workers generate at once.
+* C2: ``bench shards --jpeg-images 400000`` was refused naming the flag, but after its empty ``--work-dir`` was made.
+* C3: ``make_fake_imagenet(root, 2, 1, None)``: "TypeError: 'NoneType' object is not iterable".
+* C4: ``prepare_fake_imagenet`` with ``batch_size=10**400``: "OverflowError: integer division result too large for a
+  float".
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+
+from tutorial_lib.engine.config import ConfigError
+
+
+def test_the_pixel_estimate_covers_the_generators_peak(tmp_path):
+    """C1: the numpy arrays of one JPEG's generation, plus PIL's 4 B a pixel image, within FAKE_PIXEL_BYTES."""
+    from tutorial_lib.bench.fake_imagenet import FAKE_PIXEL_BYTES, _fake_image
+
+    width, height = 1200, 900
+    tracemalloc.start()
+    try:
+        _fake_image(3, (width, height), 90, tmp_path / "a.JPEG")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (tmp_path / "a.JPEG").stat().st_size > 0
+    assert peak / (width * height) + 4 <= FAKE_PIXEL_BYTES
+
+
+def _memory(monkeypatch, available: int) -> None:
+    monkeypatch.setattr("tutorial_lib.engine.memory.available_bytes", lambda device="cpu": available)
+
+
+def test_an_image_the_old_estimate_let_through_is_refused_before_anything_is_made(tmp_path, monkeypatch):
+    """C1: 12000x12000 px with 2.9 GiB available (r43ab's repro): the old 2.3 GB estimate passed."""
+    from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
+
+    _memory(monkeypatch, int(2.89 * 2**30))
+    with pytest.raises(ConfigError, match=r"^size: generating one 12000x12000 image needs at least 18.4 GB of memory"
+                                          r".*Fix: e\.g\. size=\(500, 375\)"):
+        make_fake_imagenet(tmp_path / "f", 1, 1, (12000, 12000), val_per_class=0, workers=1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_images_generated_at_once_are_counted(tmp_path, monkeypatch):
+    """C1: four workers hold four images; a set of two images holds two at most."""
+    from tutorial_lib.bench.fake_imagenet import FAKE_PIXEL_BYTES, make_fake_imagenet
+
+    size = (2000, 1500)
+    _memory(monkeypatch, 3 * size[0] * size[1] * FAKE_PIXEL_BYTES)
+    with pytest.raises(ConfigError, match=r"^size: generating 4 2000x1500 images at once needs at least 1.54 GB"):
+        make_fake_imagenet(tmp_path / "f", 2, 8, size, workers=4)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr("tutorial_lib.bench.fake_imagenet._write_images", lambda *args: None)
+    made = make_fake_imagenet(tmp_path / "g", 1, 1, size, val_per_class=1, workers=4)  # 2 images: 2 at once
+    assert (made / "fake_imagenet.json").is_file()
+
+
+def test_the_bench_and_course_refuse_the_size_with_their_own_names(monkeypatch):
+    """C1: the one check (check_image_fits) names each entry point's field."""
+    from tutorial_lib.bench.fake_imagenet import check_image_fits
+
+    _memory(monkeypatch, 2 * 10**9)
+    with pytest.raises(ConfigError, match=r"^--jpeg-size: generating one 12000x12000 image .*Fix: e\.g\. --jpeg-size "):
+        check_image_fits((12000, 12000), ("--jpeg-size", "--jpeg-size"), "--jpeg-size 500x375")
+    with pytest.raises(ConfigError, match=r"^jpeg_height: 500x70000 px has a side longer than the 65,500 px"):
+        check_image_fits((500, 70000), ("jpeg_width", "jpeg_height"), "-p jpeg_height 375")
+    with pytest.raises(ConfigError, match=r"^jpeg_height: generating one 12000x12000 image"):
+        check_image_fits((12000, 12000), ("jpeg_width", "jpeg_height"), "-p jpeg_height 375", blamed="jpeg_height")
+    check_image_fits((500, 375), ("size", "size"), "size=(500, 375)", at_once=32)
+
+
+def test_the_bench_cli_refuses_the_size_before_generating(tmp_path, monkeypatch, capsys):
+    """C1's CLI twin: one line naming --jpeg-size, rc 2, no data folder."""
+    from tutorial_lib.bench.cli import main
+
+    _memory(monkeypatch, int(2.89 * 2**30))
+    assert main(["data", "--device", "cpu", "--data-dir", str(tmp_path / "fk"), "--classes", "1", "--per-class", "1",
+              "--jpeg-size", "12000x12000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: --jpeg-size: generating one 12000x12000 image needs at least"), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_shards_refuses_the_set_before_making_its_work_folder(tmp_path):
+    """C2: nothing is made for a set that is refused."""
+    from tutorial_lib.bench.shards import measure_shards
+
+    with pytest.raises(ConfigError, match=r"^--jpeg-images: a generated set of .*Fix: fewer --jpeg-images"):
+        measure_shards(sets=("jpeg",), work_dir=tmp_path / "sh", jpeg_images=10**8, emit=lambda record: None)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("size", [None, 500, (500,)])
+def test_make_refuses_a_size_that_is_not_a_pair(tmp_path, size):
+    """C3: a one-line refusal naming size, not a TypeError."""
+    from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
+
+    with pytest.raises(ConfigError, match=r"^size: expected \(width, height\) in whole pixels"):
+        make_fake_imagenet(tmp_path / "f", 2, 1, size)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["batch_size", "loader_batches"])
+@pytest.mark.parametrize("value", [10**400, 10**5000], ids=["1e400", "1e5000"])
+def test_prepare_refuses_batches_past_a_floats_range_naming_them(tmp_path, name, value):
+    """C4: the set those batches need is refused naming the batch setting, in one line."""
+    from tutorial_lib.bench.fake_imagenet import prepare_fake_imagenet
+
+    arguments = dict(classes=2, per_class=16, size=(500, 375), batch_size=8, loader_batches=4, device="cpu")
+    with pytest.raises(ConfigError) as refused:
+        prepare_fake_imagenet(tmp_path / "f", **{**arguments, name: value})
+    line = str(refused.value)
+    assert line.startswith(f"{name}: a generated set of ") and "Fix: " in line and "\n" not in line and len(line) < 400
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("make", ["fifo", "folder-as-log", "user-text", "none"])
+def test_metrics_readers_refuse_what_is_not_a_run(tmp_path, make):
+    """C5: a named pipe, a folder where the log should be, a user's text file and None read as an empty log."""
+    import os
+
+    from tutorial_lib.jobs import metrics_table, read_metrics
+
+    if make == "fifo":
+        given = tmp_path / "fifo"
+        os.mkfifo(given)
+        kind, named = ValueError, "is not a regular file"
+    elif make == "folder-as-log":
+        given = tmp_path / "run"
+        (given / "metrics.jsonl").mkdir(parents=True)
+        kind, named = ValueError, "is not a regular file"
+    elif make == "user-text":
+        given = tmp_path / "notes.txt"
+        given.write_text("my notes\nline two\n")
+        kind, named = ValueError, "holds no event of a run"
+    else:
+        given, kind, named = None, TypeError, "expected a run folder or its metrics.jsonl, got NoneType"
+    for reader in (metrics_table, read_metrics):
+        with pytest.raises(kind, match=rf"^run_dir_or_file: .*{named}.*Fix: "):
+            reader(given)
+    if make == "user-text":
+        assert given.read_text() == "my notes\nline two\n"
+
+
+def test_read_metrics_refuses_a_path_that_does_not_exist_and_reads_a_new_run_as_empty(tmp_path):
+    """C5: ``read_metrics('nope')`` was []; a run folder whose job has not logged yet still reads as no events."""
+    from tutorial_lib.jobs import read_metrics
+    from tutorial_lib.rundir.metrics import MetricsWriter
+
+    with pytest.raises(FileNotFoundError, match=r"^run_dir_or_file: .*nope' does not exist\. Fix: "):
+        read_metrics(tmp_path / "nope")
+    run = tmp_path / "run"
+    run.mkdir()
+    assert read_metrics(run) == []
+    MetricsWriter(run).write("start", epochs=1)
+    assert [e["event"] for e in read_metrics(run)] == ["start"]
+    assert [e["event"] for e in read_metrics(run / "metrics.jsonl")] == ["start"]
+
+
+def _trainer_run(folder):
+    import json
+
+    from tutorial_lib.rundir.metrics import MetricsWriter
+
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"name": folder.name}))
+    MetricsWriter(folder).write("start", epochs=1)
+    return folder
+
+
+@pytest.mark.parametrize("out", ["reference-log", "reference-folder", "hard-link"])
+def test_bench_runs_refuses_an_out_in_any_run_it_reads(tmp_path, monkeypatch, capsys, out):
+    """C6: --out inside the --reference run, or hard-linked to a run's log, appended to that run's own log."""
+    import os
+
+    from tutorial_lib.bench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    run, reference = _trainer_run(tmp_path / "run1"), _trainer_run(tmp_path / "run2")
+    if out == "hard-link":
+        os.link(run / "metrics.jsonl", tmp_path / "hl.jsonl")
+    target = {"reference-log": "run2/metrics.jsonl", "reference-folder": "run2/x.jsonl", "hard-link": "hl.jsonl"}[out]
+    before = {p: p.read_bytes() for p in (run / "metrics.jsonl", reference / "metrics.jsonl")}
+    assert main(["runs", "run1", "--reference", "run2", "--out", target]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"error: --out: {target!r}")
+    assert {p: p.read_bytes() for p in before} == before
+    assert not (reference / "x.jsonl").exists()
+
+
+@pytest.mark.parametrize("name, listed, twice", [
+    ("whatif_overlaps", [1, 1.0], "1.0"), ("whatif_overlaps", [0, 0.0], "0.0"),
+    ("whatif_overlaps", [0.5, 1, 1.0], "1.0"), ("workers_list", [0, 1, 0.0], "0.0"),
+])
+def test_numbers_listed_twice_are_one_entry_whatever_their_type(name, listed, twice):
+    """C8: [1, 1.0] drew overlap 1 twice; True is still not 1 (a layout is not a worker count)."""
+    from tutorial_lib.course.values import _check_listed_once
+
+    with pytest.raises(ConfigError, match=rf"^{name}: {twice} is listed twice"):
+        _check_listed_once({name: listed})
+    _check_listed_once({"channels_last_options": [True, 1]})
+
+
+@pytest.mark.parametrize("name, listed", [
+    ("precisions", ["fp32", "bf16", "fp32"]), ("whatif_overlaps", [0.0, 0.4, 0.8, 0.0]),
+    ("example_gpus", [8, 8]), ("channels_last_options", [False, False]),
+    ("workers_list", list(range(40)) + [0]),
+])
+def test_the_fix_for_a_repeated_entry_can_be_pasted(name, listed):
+    """C9: the fix quoted a repr inside quotes (``-p precisions ''[fp32, bf16]''``): pasted, the shell split it. Now
+    its words are one -p, and the list they give is taken."""
+    import shlex
+
+    import yaml
+
+    from tutorial_lib.course.values import _check_listed_once
+
+    with pytest.raises(ConfigError) as refused:
+        _check_listed_once({name: listed})
+    words = shlex.split(str(refused.value).split("e.g. ", 1)[1].rstrip("."))
+    assert words[:2] == ["-p", name] and len(words) == 3, words
+    example = yaml.safe_load(words[2])
+    assert isinstance(example, list) and example and all(entry in listed for entry in example)
+    _check_listed_once({name: example})
+
+
+@pytest.mark.parametrize("check, value, rule", [
+    ("run", "café", "1 to 100 ASCII letters (a-z, A-Z), digits"),
+    ("slurm", "pärtition", "(ASCII letters, digits, '_', '.', '-'"),
+    ("env", "FÖÖ", "Fix: ASCII letters, digits and '_', not starting with a digit."),
+])
+def test_a_name_of_non_ascii_letters_is_refused_by_the_rule_it_breaks(check, value, rule):
+    """C7: 'café' is four letters, and "a run name is 1 to 100 letters" refused it: the rule is ASCII letters."""
+    from tutorial_lib.engine.config import validate_name
+    from tutorial_lib.jobs.site import load_site
+    from tutorial_lib.jobs.slurm_values import check_word
+
+    calls = {"run": lambda: validate_name(value), "slurm": lambda: check_word("partition", value),
+             "env": lambda: load_site({"env": {value: "1"}})}
+    with pytest.raises(ConfigError) as refused:
+        calls[check]()
+    assert rule in str(refused.value)
+
+
+def test_a_cut_list_is_counted_in_items():
+    """Noted by r43ab: a sweep's list value was said to be "(39 characters)" long, counting its items."""
+    from tutorial_lib.engine.errors import shorten
+
+    assert shorten(list(range(39))).endswith("(39 items)")
+    assert shorten("x" * 1200).endswith("(1,200 characters)")
