@@ -255,3 +255,60 @@ def test_a_cut_list_is_counted_in_items():
 
     assert shorten(list(range(39))).endswith("(39 items)")
     assert shorten("x" * 1200).endswith("(1,200 characters)")
+
+
+def test_an_overlap_above_the_backward_pass_is_refused():
+    """C10: 07's whatif_overlaps '[1.5]' was drawn, hiding more communication than backward has time for."""
+    from tutorial_lib.course.values import check_notebook_values
+    from tutorial_lib.figures.comm_figures import what_if_model
+    from tutorial_lib.scaling.presets import PRESETS
+
+    with pytest.raises(ConfigError, match=r"^whatif_overlaps: \[0\.5, 1\.5\] is over 1\. Fix: at most 1\."):
+        check_notebook_values({"whatif_overlaps": [0.5, 1.5]})
+    check_notebook_values({"whatif_overlaps": [0.0, 1.0]})
+    preset = next(iter(PRESETS.values()))
+    with pytest.raises(ValueError, match=r"^overlap: 1\.5 is not a fraction of the backward pass from 0 to 1"):
+        what_if_model(preset, overlap=1.5)
+    assert what_if_model(preset, overlap=1).workload.overlap_fraction == 1.0
+
+
+def test_choose_backend_refuses_a_verbose_that_is_not_a_flag(capsys):
+    """C12: verbose='no' was taken as true, and the choice was printed."""
+    from tutorial_lib.jobs import choose_backend
+
+    with pytest.raises(ConfigError, match=r"^verbose: must be True or False, got 'no'"):
+        choose_backend("local", verbose="no")
+    assert choose_backend("local", verbose=False) == "local" and capsys.readouterr().out == ""
+
+
+def test_read_state_takes_a_run_folder_as_text(tmp_path):
+    """C13: ``read_state(str)`` was "unsupported operand type(s) for /: 'str' and 'str'"."""
+    import json
+
+    from tutorial_lib.jobs import read_state
+    from tutorial_lib.jobs.states import STATE_FILE
+
+    run = tmp_path / "run"
+    run.mkdir()
+    assert read_state(str(run)) is None
+    (run / STATE_FILE).write_text(json.dumps({"state": "RUNNING"}))
+    assert read_state(str(run)) == read_state(run)
+    with pytest.raises(TypeError, match=r"^run_dir: expected a run folder, got NoneType"):
+        read_state(None)
+
+
+@pytest.mark.parametrize("ranks", [100_000, 10**5000], ids=["1e5", "1e5000"])
+def test_a_lab_of_more_ranks_than_the_machine_runs_is_refused_before_it_is_built(monkeypatch, ranks):
+    """C14: netlab_ranks_per_node had no bound; 07 would start 2 x 100,000 rank processes."""
+    from tutorial_lib.analyses import twolevel
+    from tutorial_lib.course.values import check_notebook_values
+    from tutorial_lib.engine.device import most_local_ranks
+
+    built = []
+    monkeypatch.setattr(twolevel.netlab, "unavailable", lambda: built.append("asked") or None)
+    with pytest.raises(ConfigError, match=r"^netlab_ranks_per_node: .* ranks on each of 2 emulated nodes is more than"):
+        check_notebook_values({"netlab_ranks_per_node": ranks})
+    with pytest.raises(ConfigError, match=r"^ranks_per_node: .*Fix: at most \d+ ranks per node"):
+        twolevel.measure([200], ranks_per_node=ranks)
+    assert built == []
+    check_notebook_values({"netlab_ranks_per_node": most_local_ranks() // 2})

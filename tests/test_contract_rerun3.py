@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -37,6 +38,11 @@ def _still_runs(process) -> None:
 def stranger():
     """A process of the user's own that the project did not start (the re-run used ``sleep 3000``)."""
     process = subprocess.Popen(["sleep", "300"], start_new_session=True)  # leads its group, as a shell's job
+    deadline = time.monotonic() + 30
+    # until it has exec'd: before that its command line reads empty (a loaded CI machine recorded it so)
+    while processes.identity(process.pid) is None or processes.identity(process.pid)["cmdline"] != ["sleep", "300"]:
+        assert time.monotonic() < deadline, "the stranger process did not start within 30 s"
+        time.sleep(0.01)
     try:
         yield process
     finally:

@@ -32,7 +32,24 @@ from tutorial_lib.text import claims, verdicts
 ALGORITHMS = ("flat", "hierarchical")
 
 
-def measure(rates_mbit=(200, 1000), nodes: int = 2, ranks_per_node: int = 2, sizes: str = "64K,1M,4M",
+LAB_NODES = 2  # the emulated nodes of 07's lab
+
+
+def check_lab_ranks(nodes: int, ranks_per_node: int, name: str = "ranks_per_node") -> None:
+    """Refuse a lab of more rank processes than this machine runs at once (every emulated node is a namespace of
+    this machine; r43ab: ``ranks_per_node`` 100,000 was handed to torchrun). ConfigError naming ``name``."""
+    from tutorial_lib.engine.device import most_local_ranks
+    from tutorial_lib.engine.errors import ConfigError
+    from tutorial_lib.numbers import shown
+
+    most = most_local_ranks()
+    if nodes * ranks_per_node > most:
+        raise ConfigError(f"{name}: {shown(ranks_per_node)} ranks on each of {nodes} emulated nodes is more than the "
+                          f"{most} rank processes this machine runs at once. Fix: at most {most // nodes} ranks per "
+                          "node (e.g. 2).")
+
+
+def measure(rates_mbit=(200, 1000), nodes: int = LAB_NODES, ranks_per_node: int = 2, sizes: str = "64K,1M,4M",
             repeats: int = 3, ddp_steps: int = 1, min_time: float = 0.05, out: str | Path | None = None,
             timeout: float = 600, phases: bool = False) -> list[dict] | str:
     """One benchmark record per inter-node rate (Mbit/s), measured in a fresh lab; also appended to ``out``.
@@ -40,6 +57,7 @@ def measure(rates_mbit=(200, 1000), nodes: int = 2, ranks_per_node: int = 2, siz
     Returns the sentence saying why nothing was measured where no lab can be built (not root). ``phases``
     adds the time of each phase of a hierarchical all-reduce of the largest size.
     """
+    check_lab_ranks(nodes, ranks_per_node)
     reason = netlab.unavailable()
     if reason:
         return f"The two-level network was not built, so nothing below is measured: {reason}."

@@ -83,7 +83,8 @@ MOST_PARAMETERS = {"bench_repeats": 1000, "netlab_repeats": 1000, "allreduce_ite
                    "loader_batches": 1_000_000, "exact_steps": 1_000_000, "bench_warmup": 1_000_000,
                    "bench_min_time": 3600, "workers_list": 1024,
                    "watch_timeout": 1_000_000_000,  # jobs.spec.MOST_SECONDS: 03 handed a job to sbatch, then failed
-                   "imagenet_epochs": MOST_IMAGENET_EPOCHS}
+                   "imagenet_epochs": MOST_IMAGENET_EPOCHS,
+                   "whatif_overlaps": 1}  # a fraction of the backward pass (r43ab: 1.5 was drawn)
 # rates a worked example divides by: above 0 (r43v: 07's intra_gbit_s 0 was a ZeroDivisionError in its seventh cell)
 ABOVE_ZERO = ("intra_gbit_s", "inter_gbit_s", "whatif_bandwidths")  # r43w: a what-if bandwidth of 0 too
 MOST_DIAGRAM_RANKS = 16  # 07's diagrams: a ring of 16 ranks is 30 panels already (r43v: 100,000 drew on)
@@ -192,6 +193,11 @@ def check_notebook_values(params: dict) -> None:
             raise ConfigError(f"{name}: {params[name]!r:.100} is over {most:,}. Fix: at most {most:,}.")
     _check_parameter_server(params)
     _check_choices_and_rates(params)
+    lab_ranks = params.get("netlab_ranks_per_node")
+    if isinstance(lab_ranks, int) and not isinstance(lab_ranks, bool):
+        from tutorial_lib.analyses.twolevel import LAB_NODES, check_lab_ranks
+
+        check_lab_ranks(LAB_NODES, lab_ranks, "netlab_ranks_per_node")
     if isinstance(params.get("time_limit"), str) and params["time_limit"]:
         check_time(params["time_limit"], "time_limit")
     for name in ("allreduce_sizes", "netlab_sizes"):  # r43v: 07's netlab_sizes 'x;y' was not checked

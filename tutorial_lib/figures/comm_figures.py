@@ -232,6 +232,9 @@ def what_if_model(preset: Preset, bandwidth_gbit_s: float | None = None, overlap
     if bandwidth_gbit_s is not None:
         cluster = replace(cluster, inter=replace(cluster.inter, bandwidth_gbit_s=float(bandwidth_gbit_s)))
     if overlap is not None:
+        if not 0 <= overlap <= 1:  # r43ab: 1.5 hid more communication than backward has time
+            raise ValueError(f"overlap: {overlap!r:.40} is not a fraction of the backward pass from 0 to 1. Fix: "
+                             "e.g. overlap=0.8.")
         workload = replace(workload, overlap_fraction=float(overlap))
     if per_gpu_batch is not None:
         workload = replace(workload, per_gpu_batch=int(per_gpu_batch))

@@ -258,6 +258,7 @@ BACKENDS = ("auto", "local", "slurm")  # auto: Slurm where its controller answer
 
 def choose_backend(backend: str = "auto", verbose: bool = True) -> str:
     """Resolve ``auto`` to ``slurm`` or ``local``, saying which and why; check an explicit ``slurm``."""
+    check_flags(verbose=verbose)  # r43ab: verbose='no' was true
     if backend not in BACKENDS:
         raise JobError(f"backend: unknown backend {shorten(backend)}. Fix: use 'auto', 'local' or 'slurm'.")
     if backend == "local":

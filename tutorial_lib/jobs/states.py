@@ -89,9 +89,12 @@ def load_state(run_dir: Path) -> tuple[dict | None, str | None]:
     return state, None
 
 
-def read_state(run_dir: Path) -> dict | None:
-    """A local job's last recorded state, or None (none yet, or a damaged state file: :func:`load_state`)."""
-    return load_state(run_dir)[0]
+def read_state(run_dir: str | os.PathLike) -> dict | None:
+    """A local job's last recorded state, or None (none yet, or a damaged state file: :func:`load_state`).
+    ``run_dir`` is its run folder, as text or a path (r43ab: text was a TypeError of '/')."""
+    if not isinstance(run_dir, (str, os.PathLike)):
+        raise TypeError(f"run_dir: expected a run folder, got {type(run_dir).__name__}. Fix: e.g. 'runs/<name>'.")
+    return load_state(Path(run_dir))[0]
 
 
 @dataclass(frozen=True)
