@@ -312,3 +312,53 @@ def test_a_lab_of_more_ranks_than_the_machine_runs_is_refused_before_it_is_built
         twolevel.measure([200], ranks_per_node=ranks)
     assert built == []
     check_notebook_values({"netlab_ranks_per_node": most_local_ranks() // 2})
+
+
+@pytest.mark.parametrize("variable, value, named", [
+    ("RANKS_PER_NODE", "x", "RANKS_PER_NODE: 'x' is not a whole number"),
+    ("RANKS_PER_NODE", "-1", "RANKS_PER_NODE: '-1' is not a whole number"),
+    ("TUTORIAL_MAX_RESTARTS", "x", "TUTORIAL_MAX_RESTARTS: 'x' is not a whole number"),
+    ("TUTORIAL_MODULE", "os; touch pwned", "TUTORIAL_MODULE: 'os; touch pwned' cannot be run as a job"),
+    ("TUTORIAL_PYTHON", "-c", "TUTORIAL_PYTHON: '-c' would be read as an option"),
+])
+def test_a_by_hand_launch_input_is_one_line_and_status_2(tmp_path, monkeypatch, variable, value, named):
+    """C15: train.sbatch's by-hand inputs ended in a traceback (launch.main was not wrapped as every command is), and
+    TUTORIAL_MODULE was handed to torchrun unchecked. Nothing is started."""
+    from tests.conftest import command_in_process
+    from tutorial_lib.exits import EXIT_REFUSED
+    from tutorial_lib.jobs import launch
+
+    started = []
+    monkeypatch.setattr(launch.os, "execvp", lambda *args: started.append(args))
+    for name, setting in {"HEAD": "127.0.0.1", "PORT": "29671", "SLURM_JOB_ID": "12345", "SLURM_NODEID": "1",
+                          "TUTORIAL_RUN_DIR": str(tmp_path / "r"), variable: value}.items():
+        monkeypatch.setenv(name, setting)
+    result = command_in_process(launch.main, ["--profile", "smoke"])
+    assert result.returncode == EXIT_REFUSED, result
+    assert result.stderr.strip().startswith(f"error: {named}") and "Fix: " in result.stderr and "Traceback" not in result.stderr
+    assert started == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_by_hand_launch_of_good_inputs_starts_torchrun(tmp_path, monkeypatch):
+    """The inputs train.sbatch documents still build and start this node's torchrun."""
+    from tests.conftest import command_in_process
+    from tutorial_lib.jobs import launch
+
+    started = []
+    monkeypatch.setattr(launch.os, "execvp", lambda *args: started.append(args))
+    for name, setting in {"HEAD": "127.0.0.1", "PORT": "29671", "SLURM_JOB_ID": "12345", "SLURM_NODEID": "1",
+                          "RANKS_PER_NODE": "2", "TUTORIAL_MODULE": "tutorial_lib.bench"}.items():
+        monkeypatch.setenv(name, setting)
+    monkeypatch.delenv("TUTORIAL_RUN_DIR", raising=False)
+    assert command_in_process(launch.main, ["allreduce"]).returncode == 0
+    command = started[0][1]
+    assert "--nproc-per-node" in " ".join(command) and "tutorial_lib.bench" in command and command[-1] == "allreduce"
+
+
+@pytest.mark.parametrize("sizes", ["4k,4K", "1M,1024K", "4096,4K"])
+def test_bench_allreduce_refuses_a_size_listed_twice_by_its_bytes(sizes, capsys):
+    """C16: ``--sizes 4k,4K`` measured 4 KiB twice (compared as text); the course compares bytes already."""
+    from tutorial_lib.bench.cli import main
+
+    assert main(["allreduce", "--device", "cpu", "--sizes", sizes]) == 2
+    assert "has an empty or repeated item" in capsys.readouterr().err

@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--val-per-class", type=int, default=10)
     scan.add_argument("--repeats", type=int, default=3)
     reduce = sub.add_parser("allreduce", parents=[common], help="all-reduce bandwidth (run under torchrun)")
-    reduce.add_argument("--sizes", type=lambda t: [parse_size(v) for v in _parse_list(t)],
+    reduce.add_argument("--sizes", type=lambda t: _parse_list(t, parse_size),
                         help="comma list of message sizes, e.g. 4K,1M,256M")
     reduce.add_argument("--iters", type=int, help="all-reduces per size per round, at least")
     reduce.add_argument("--repeats", type=int, default=3, help="rounds; the sizes take turns in every round")

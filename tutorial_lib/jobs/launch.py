@@ -71,9 +71,17 @@ def note_ended_holder(run_dir: Path, environ=os.environ) -> str | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Print this node's torchrun command and exec it (under :func:`tutorial_lib.jobs.staged.run` with stage_to)."""
-    argv = sys.argv[1:] if argv is None else argv
+def main(argv: list[str] | None = None) -> int:
+    """Print this node's torchrun command and exec it (under :func:`tutorial_lib.jobs.staged.run` with stage_to).
+    A bad by-hand input (``RANKS_PER_NODE=x``) is one line and exit status 2, as every command's (r43ab: a
+    traceback)."""
+    from tutorial_lib.exits import run_main
+    from tutorial_lib.jobs.spec import JobError
+
+    return run_main(lambda: _launch(sys.argv[1:] if argv is None else argv), refused=(JobError, ConfigError))
+
+
+def _launch(argv: list[str]) -> None:
     launch = read_launch()
     command = node_command(argv, os.environ, launch)
     os.environ.update(launch.environment())
@@ -94,4 +102,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

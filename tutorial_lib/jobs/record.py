@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tutorial_lib.data.staging import STAGE_FROM_ENV, STAGE_TO_ENV
 from tutorial_lib.engine.config import shorten
-from tutorial_lib.jobs.spec import JobError
+from tutorial_lib.jobs.spec import JOB_MODULES, JobError
 from tutorial_lib.numbers import whole_number
 from tutorial_lib.paths import PATH_MAX
 from tutorial_lib.rundir.layout import JOB_FILE, STOP_FILE
@@ -91,6 +91,12 @@ def read_launch(environ=os.environ) -> Launch:
                 raise JobError(f"{HAND_INPUTS[field]}: {shorten(given[field])} is not a whole number from 0 to "
                                f"{2**31 - 1:,}. Fix: set it to e.g. 1, or unset it for the default.")  # r43t: cut
             given[field] = whole_number(given[field])
+    if "module" in given and given["module"] not in JOB_MODULES:  # r43ab: handed to torchrun unchecked
+        raise JobError(f"TUTORIAL_MODULE: {shorten(given['module'])} cannot be run as a job. Fix: one of "
+                       f"{', '.join(JOB_MODULES)}, or unset it for the default.")
+    if given.get("python", "").startswith("-"):
+        raise JobError(f"TUTORIAL_PYTHON: {shorten(given['python'])} would be read as an option. Fix: the path of "
+                       "a Python interpreter, or unset it for this one.")
     return Launch(run_dir=run_dir, threads=environ.get("OMP_NUM_THREADS", ""), **given)
 
 
