@@ -335,7 +335,8 @@ def test_a_by_hand_launch_input_is_one_line_and_status_2(tmp_path, monkeypatch, 
         monkeypatch.setenv(name, setting)
     result = command_in_process(launch.main, ["--profile", "smoke"])
     assert result.returncode == EXIT_REFUSED, result
-    assert result.stderr.strip().startswith(f"error: {named}") and "Fix: " in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.strip().startswith(f"error: {named}") and "Fix: " in result.stderr
+    assert "Traceback" not in result.stderr
     assert started == [] and list(tmp_path.iterdir()) == []
 
 
@@ -362,3 +363,21 @@ def test_bench_allreduce_refuses_a_size_listed_twice_by_its_bytes(sizes, capsys)
 
     assert main(["allreduce", "--device", "cpu", "--sizes", sizes]) == 2
     assert "has an empty or repeated item" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arguments, named", [
+    (dict(classes=2, per_class=1, val_per_class=10**5000), "val_per_class"),
+    (dict(classes=2, per_class=1, val_per_class=200_000_000), "val_per_class"),
+    (dict(classes=200_000_000, per_class=1, val_per_class=0), "classes"),
+    (dict(classes=2, per_class=200_000_000, val_per_class=1), "per_class"),
+], ids=["val-1e5000", "val-2e8", "classes", "per_class"])
+def test_a_set_too_large_names_the_count_that_sized_it(tmp_path, arguments, named):
+    """C17: a set sized by ``val_per_class`` was refused naming classes, already 2."""
+    from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
+
+    with pytest.raises(ConfigError) as refused:
+        make_fake_imagenet(tmp_path / "f", size=(500, 375), **arguments)
+    line = str(refused.value)
+    assert line.startswith(f"{named}: a generated set of ") and "\n" not in line
+    assert ("val_per_class 2" in line) == (named == "val_per_class")
+    assert list(tmp_path.iterdir()) == []

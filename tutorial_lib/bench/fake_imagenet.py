@@ -86,8 +86,9 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
     images = classes * (per_class + val_per_class)
     workers = workers or min(32, os.cpu_count() or 1)
     check_image_fits(size, ("size", "size"), "size=(500, 375)", at_once=min(workers, images))
-    check_set_fits(root, images, size,
-                   *(sized_by or ("classes" if classes >= per_class else "per_class",)))
+    largest = max((classes, "classes"), (per_class, "per_class"), (val_per_class, "val_per_class"),
+                  key=lambda count: count[0])[1]  # the count that sized the set (r43ab: val_per_class was not named)
+    check_set_fits(root, images, size, *(sized_by or (largest, _FEWER.get(largest, _FEWER["classes"]))))
     root.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".fake-imagenet-", dir=root.parent))
     try:
@@ -133,8 +134,12 @@ PIXELS_PER_JPEG_BYTE = 2
 GENERATED_PIXELS_PER_SEC = 10_000_000
 
 
+_FEWER = {"classes": "fewer classes or images per class (e.g. classes 2, per_class 16)",
+          "val_per_class": "fewer validation images per class (e.g. val_per_class 2)"}
+
+
 def check_set_fits(root: str | os.PathLike, images: int, size: tuple[int, int], name: str = "classes",
-                   fewer: str = "fewer classes or images per class (e.g. classes 2, per_class 16)") -> None:
+                   fewer: str = _FEWER["classes"]) -> None:
     """Refuse (ConfigError naming ``name``) a generated set of ``images`` JPEGs of ``size`` that cannot fit on the
     disk of ``root`` (r43y: 100,000 classes were 180 GB generated for days on a disk of 54 GB, printing nothing), or
     whose generation would take over the hour a benchmark may take even at :data:`GENERATED_PIXELS_PER_SEC` on every
