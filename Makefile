@@ -27,7 +27,7 @@ course: $(STAMP)  ## rerun the course with a parameter file: make course PARAMS=
 
 test: $(STAMP)  ## run every test (notebooks: copies on tests/nbval_params.yaml, exact-checked outputs put back: tests/notebook_checks.py)
 	$(PY) tests/notebook_checks.py prepare build/nbval
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests build/nbval --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --nbval-sanitize-with tests/nbval_sanitize.cfg
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 tests build/nbval --nbval-lax --nbval-current-env --nbval-cell-timeout=900 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 # Another torch/torchvision pair in its own venv, from the package registry like .venv, with the same other
 # requirements: PAIR names one of tests/compat_plan.py's pairs (2.11: the GPU machine's, the lowest pyproject.toml
