@@ -466,7 +466,7 @@ def test_bench_runs_refuses_an_out_inside_a_run_it_reads(tmp_path, monkeypatch, 
     monkeypatch.chdir(tmp_path)
     result = command_in_process(main, ["runs", "run1", "--out", out])
     assert result.returncode == EXIT_REFUSED, result
-    assert "--out: " in result.stderr and "Fix: a file outside the run directories" in result.stderr
+    assert "--out: " in result.stderr and "Fix: a file outside every run directory" in result.stderr
     assert {p.name: p.read_bytes() for p in run.iterdir()} == before
 
 

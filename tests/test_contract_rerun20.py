@@ -381,3 +381,105 @@ def test_a_set_too_large_names_the_count_that_sized_it(tmp_path, arguments, name
     assert line.startswith(f"{named}: a generated set of ") and "\n" not in line
     assert ("val_per_class 2" in line) == (named == "val_per_class")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_metrics_table_refuses_an_event_no_trainer_writes(tmp_path):
+    """C5: ``event='epochs'`` (a typo of 'epoch') was an empty table."""
+    from tutorial_lib.jobs import metrics_table
+    from tutorial_lib.rundir.metrics import MetricsWriter
+
+    run = tmp_path / "run"
+    run.mkdir()
+    MetricsWriter(run).write("epoch", epoch=0, top1=50.0)
+    with pytest.raises(ValueError, match=r"^event: 'epochs' is no event the trainer writes\. Fix: one of start, "):
+        metrics_table(run, "epochs")
+    assert list(metrics_table(run, "epoch")["top1"]) == [50.0]
+
+
+def test_bench_runs_refuses_an_out_inside_another_run(tmp_path, monkeypatch, capsys):
+    """C6: ``--out runs/run2/metrics.jsonl`` of a run not read appended to that run's log."""
+    from tutorial_lib.bench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    _trainer_run(tmp_path / "run1")
+    other = _trainer_run(tmp_path / "run2")
+    before = (other / "metrics.jsonl").read_bytes()
+    assert main(["runs", "run1", "--out", "run2/metrics.jsonl"]) == 2
+    assert "error: --out: 'run2/metrics.jsonl' is refused. Fix: a file outside every run directory" in \
+        capsys.readouterr().err
+    assert (other / "metrics.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize("name, value, most", [("netlab_ddp_steps", 10**9, "1,000,000"),
+                                               ("netlab_rates_mbit", [200, 2_000_000], "1,000,000")])
+def test_07s_lab_settings_are_bounded_before_anything_runs(name, value, most):
+    """C18: 07 took them and its netlab cell's tools refused them, after the job and the lab."""
+    from tutorial_lib.course.values import check_notebook_values
+
+    with pytest.raises(ConfigError, match=rf"^{name}: .* is over {most}\. Fix: at most {most}\."):
+        check_notebook_values({name: value})
+    check_notebook_values({name: 1_000_000 if name == "netlab_ddp_steps" else [200, 1_000_000]})
+
+
+@pytest.mark.parametrize("command, flags, named", [
+    ("extract", ["--classes", "2", "--per-class", "16", "--val-per-class", "400000"],
+     "--val-per-class: 400000 is refused. Fix: a whole number of at most 15999"),
+    ("prepare", ["--classes", "2", "--per-class", "16", "--val-per-class", "400000"],
+     "--val-per-class: 400000 is refused"),
+    ("extract", ["--classes", "20", "--per-class", "15999", "--val-per-class", "15999"],
+     "--per-class: a generated set of 639,960 JPEGs of 500x375 px takes at least "),  # the disk or 1.7 h
+])
+def test_bench_bounds_the_sources_extract_and_prepare_generate(tmp_path, monkeypatch, capsys, command, flags,
+                                                               named):
+    """C20: ``--val-per-class 400000`` began 800,000 JPEGs; a set within each count's limit may still take hours."""
+    import os
+
+    from tutorial_lib.bench.cli import main
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    work = ["--work-dir", str(tmp_path)] if command == "extract" else []
+    assert main([command, *flags, *work, "--out", str(tmp_path / "r.jsonl")]) == 2
+    assert named in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_resume_leaves_the_runs_file_index_as_it_was(tmp_path, digits_dir):
+    """C19: "nothing was written", but the run's file_index.json had been rebuilt from the other data folder."""
+    import dataclasses
+    import shutil
+
+    from tutorial_lib.engine.config import make_config
+    from tutorial_lib.engine.trainer import train
+
+    cfg = make_config("smoke", name="run1", output_root=str(tmp_path / "runs"), data_dir=str(digits_dir), epochs=1,
+                      max_steps_per_epoch=1, progress=False, device="cpu")
+    train(cfg)
+    index = tmp_path / "runs" / "run1" / "file_index.json"
+    before = index.read_bytes()
+    other = tmp_path / "other"
+    shutil.copytree(digits_dir, other)
+    next(next((other / "train").iterdir()).iterdir()).unlink()  # another listing: one image fewer
+
+    with pytest.raises(ConfigError, match=r"^resume: the checkpoint in .* was trained with another recipe"):
+        train(dataclasses.replace(cfg, data_dir=str(other), max_steps_per_epoch=2))
+    assert index.read_bytes() == before
+
+
+def test_an_index_of_imagenets_size_is_still_the_projects(tmp_path):
+    """Found beside C19: the index was read 4 MB at most, so ImageNet's (some 45 MB) was "not a file index of
+    this project", and its run's next job was refused."""
+    import json
+
+    from tutorial_lib.data import file_index
+
+    data = tmp_path / "data"
+    (data / "train" / "n0").mkdir(parents=True)
+    (data / "train" / "n0" / "a.JPEG").write_bytes(b"")
+    run = tmp_path / "run"
+    run.mkdir()
+    big = {str(data / "train"): {"classes": [f"n{i}" for i in range(1000)],
+                                 "files": [[f"n{i}/n{i}_{j}.JPEG" for j in range(300)] for i in range(1000)]}}
+    (run / "file_index.json").write_text(json.dumps(big, separators=(",", ":")))
+    assert (run / "file_index.json").stat().st_size > 1 << 22
+    file_index.build(data, run)
+    assert json.loads((run / "file_index.json").read_text())[str(data / "train")]["classes"] == ["n0"]

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import torch
 
-from tutorial_lib.bench.durations import E2E_MAX_SECONDS, count_text, duration_problem, rounds_duration_problem
+from tutorial_lib.bench.durations import E2E_MAX_SECONDS, duration_problem, rounds_duration_problem
 from tutorial_lib.bench.fake_imagenet import check_image_fits
+from tutorial_lib.bench.set_flags import MAX_FILES, check_set_size
+from tutorial_lib.bench.set_flags import refuse as _refuse
 from tutorial_lib.data.staging import climbs_out
 from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
 from tutorial_lib.engine.device import MIN_LOCAL_RANKS, most_local_ranks
@@ -27,7 +29,6 @@ from tutorial_lib.exits import check_path_arguments
 from tutorial_lib.paths import STAGING_RAM_DISK, not_a_file, system_folder, user_path
 
 DEVICES = ("auto", "cpu", "cuda")
-MAX_FILES = 2_000_000  # a generated set's files, at most: more than ImageNet's 1.33 million training images
 COUNT_LIMIT = 2**31 - 1  # the trainer's largest count (engine/validate.py), images per epoch included
 MAX_REPEATS = 1000  # rounds of one measurement: a median of more says nothing new, and 10**10 never ends
 MAX_STEPS = 1_000_000  # batches, steps or all-reduces of one measurement: a benchmark, not a training run
@@ -44,10 +45,6 @@ _COUNTS = {"rounds": 1, "classes": 1, "per_class": 1, "val_per_class": 1, "repea
            "read_workers": 0, "iters": 1, "ddp_steps": 0, "decode_images": 0, "skip_steps": 0, "batch_size": 1,
            "image_size": 1, "jpeg_images": 40}  # shards' jpeg set: 40 JPEGs at least
 _SECONDS = ("min_time", "matmul_tflops")
-
-
-def _refuse(flag: str, value, fix: str) -> None:
-    raise ConfigError(f"--{flag.replace('_', '-')}: {shorten(value)} is refused. Fix: {fix}.")
 
 
 def check_arguments(args) -> None:
@@ -83,7 +80,7 @@ def check_arguments(args) -> None:
     if (values.get("read_workers") or 0) > MAX_WORKERS:
         _refuse("read_workers", values["read_workers"], f"a whole number from 0 to {MAX_WORKERS}")
     _check_names(values)
-    _check_set_size(values)
+    check_set_size(values)
     _check_path_flags(values)  # the paths' text first: a name too long is named before any file is looked at
     _check_places(values)
     _check_files(values)
@@ -164,33 +161,8 @@ def _command_limits(command: str | None) -> dict[str, int]:
     if command in ("prepare", "extract"):
         from tutorial_lib.bench.fake_forms import IMAGE_NUMBERS, REAL_CLASSES
 
-        return {"classes": len(REAL_CLASSES), "per_class": IMAGE_NUMBERS - 1}
+        return {"classes": len(REAL_CLASSES), "per_class": IMAGE_NUMBERS - 1, "val_per_class": IMAGE_NUMBERS - 1}
     return {}
-
-
-def _check_set_size(values: dict) -> None:
-    """The files a generated set would have (classes x images per class, with the defaults of the flags left
-    out: at most ImageNet's 1,000 classes and 1,300 images each; shards' ``--jpeg-images``), refused above
-    :data:`MAX_FILES` with the estimate, before anything is made."""
-    jpeg_images = values.get("jpeg_images")  # shards' jpeg set (r43m: 99,999,999,999 ran out of memory, unnamed)
-    if isinstance(jpeg_images, int) and jpeg_images > MAX_FILES:
-        _refuse("jpeg_images", jpeg_images, f"a set of at most {MAX_FILES:,} JPEGs")
-    per_class = [values.get(name) for name in ("per_class", "train_per_class", "val_per_class")]
-    given = [n for n in per_class if isinstance(n, int)]
-    if not given and values.get("command") in ("data", "e2e") and isinstance(values.get("classes"), int):
-        from tutorial_lib.bench.compute import defaults  # their --per-class is the device's (r43v: --classes alone
-        given = [defaults(values.get("device") or "auto")["per_class"]]  # was never bounded, and made folders on)
-    if not given:
-        return
-    classes = values.get("classes") if isinstance(values.get("classes"), int) else 1000
-    files = classes * sum(given)
-    if files > MAX_FILES:
-        counted = [name for name in ("per_class", "train_per_class", "val_per_class")
-                   if isinstance(values.get(name), int)]
-        flag = "classes" if classes > 1000 or not counted else max(counted, key=values.get)
-        _refuse(flag, classes if flag == "classes" else values[flag], f"a set of at most {MAX_FILES:,} files "
-                f"(this one: {count_text(classes)} classes x {count_text(sum(given))} images = "
-                f"{count_text(files)}); pass smaller --classes or --per-class")
 
 
 _WORK_FOLDERS = {"staging": "stage_to", "extract": "work_dir"}  # an existing folder that the command writes in
@@ -228,20 +200,24 @@ def _check_path_flags(values: dict) -> None:
 
 def _check_run_dirs(values: dict) -> None:
     """``runs``: each RUN_DIR once (r43aa: the same run twice, or through a link, gave two records), and an --out
-    outside every run it reads (r43aa: ``--out RUN/metrics.jsonl`` appended a record to the run's own log)."""
+    outside every run directory, by path, link or hard link (r43aa: ``--out RUN/metrics.jsonl`` appended a record to
+    the run's own log; r43ab: the --reference run's, or another run's)."""
     real = [os.path.realpath(run) for run in values["run_dirs"]]
     for index, place in enumerate(real):
         if place in real[:index]:
             raise ConfigError(f"RUN_DIR: {shorten(values['run_dirs'][index])} is {shorten(place)} again, and each run "
                               "gives one record. Fix: give each run directory once.")
+    from tutorial_lib.rundir.owned import is_run_dir
+
     out = values.get("out")
     if isinstance(out, str) and out:
         read = [*values["run_dirs"], *([values["reference"]] if values.get("reference") else [])]  # r43ab: --reference
         target = Path(os.path.realpath(out))
         inside = next((run for run in read if target == Path(os.path.realpath(run))
                        or Path(os.path.realpath(run)) in target.parents or _same_file_in(out, run)), None)
+        inside = inside or next((str(p) for p in target.parents if is_run_dir(p)), None)  # r43ab: another run's
         if inside is not None:
-            _refuse("out", out, f"a file outside the run directories it reads ({shorten(inside)} is the trainer's; "
+            _refuse("out", out, f"a file outside every run directory ({shorten(inside)} is the trainer's; "
                     "e.g. --out results/runs.jsonl)")
 
 

@@ -22,8 +22,12 @@ def _size(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
 
 
+PREPARE_IMAGE_SIZE = (120, 90)  # the generated sources' JPEGs: small, so that the files, not the pixels, are timed
+
+
 def measure_prepare(forms=FORMS, classes: int = 20, per_class: int = 100, val_per_class: int = 10,
-                    size: tuple[int, int] = (120, 90), work_dir: str | os.PathLike | None = None) -> list[dict]:
+                    size: tuple[int, int] = PREPARE_IMAGE_SIZE,
+                    work_dir: str | os.PathLike | None = None) -> list[dict]:
     """One record per form: images, source and DEST bytes on disk, seconds, images per second, load average."""
     records = []
     with tempfile.TemporaryDirectory(prefix="bench-prepare-", dir=work_dir) as tmp:

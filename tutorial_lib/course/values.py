@@ -84,7 +84,9 @@ MOST_PARAMETERS = {"bench_repeats": 1000, "netlab_repeats": 1000, "allreduce_ite
                    "bench_min_time": 3600, "workers_list": 1024,
                    "watch_timeout": 1_000_000_000,  # jobs.spec.MOST_SECONDS: 03 handed a job to sbatch, then failed
                    "imagenet_epochs": MOST_IMAGENET_EPOCHS,
-                   "whatif_overlaps": 1}  # a fraction of the backward pass (r43ab: 1.5 was drawn)
+                   "whatif_overlaps": 1,  # a fraction of the backward pass (r43ab: 1.5 was drawn)
+                   # bench's --ddp-steps and netlab.Lab's rate (r43ab: refused only in 07's netlab cell)
+                   "netlab_ddp_steps": 1_000_000, "netlab_rates_mbit": 1_000_000}
 # rates a worked example divides by: above 0 (r43v: 07's intra_gbit_s 0 was a ZeroDivisionError in its seventh cell)
 ABOVE_ZERO = ("intra_gbit_s", "inter_gbit_s", "whatif_bandwidths")  # r43w: a what-if bandwidth of 0 too
 MOST_DIAGRAM_RANKS = 16  # 07's diagrams: a ring of 16 ranks is 30 panels already (r43v: 100,000 drew on)
@@ -215,9 +217,9 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
     a set of 10**9 classes generated on, JPEGs of 100,000 px a MemoryError in a cell, 1,000 rounds of an hour run
     on): 02's generated set and its JPEG size, and the least time the benchmark rounds of 01 and 02 take. Raises
     ConfigError naming the parameter (one that was ``given`` where several add up)."""
-    from tutorial_lib.bench.arguments import MAX_FILES
     from tutorial_lib.bench.durations import E2E_MAX_IMAGES_PER_SEC, E2E_MAX_SECONDS
     from tutorial_lib.bench.fake_imagenet import check_image_fits
+    from tutorial_lib.bench.set_flags import MAX_FILES
     from tutorial_lib.engine.config import ConfigError
 
     def counts(*names: str) -> list:

@@ -61,6 +61,7 @@ from tutorial_lib.rundir.checkpoint import (
 from tutorial_lib.rundir.layout import CHECKPOINT_FILE, CONFIG_FILE, DONE_FILE, MODEL_FILE, STOP_FILE
 from tutorial_lib.rundir.lock import RunLock, prepare_run_dir
 from tutorial_lib.rundir.metrics import MetricsWriter, ThroughputMeter
+from tutorial_lib.rundir.owned import is_index_file
 
 
 class TrainingDiverged(RuntimeError):
@@ -115,12 +116,24 @@ class Trainer:
         if info.local_rank == 0:
             prepare_dataset(self.data_cfg)
         dist_utils.barrier(info)
+        kept = None
         if cfg.dataset != "synthetic" and cfg.data_format == "files":  # one scan per job (shards: their index)
             index = file_index.location(self.run_dir, cfg.index_dir, cfg.name)
+            if self.is_main and (self.run_dir / CHECKPOINT_FILE).is_file() and is_index_file(index):
+                kept = index.read_text()  # put back if the resume is refused (r43ab: it was rewritten)
             if self.is_main:
                 file_index.build(self.read_from, self.run_dir, path=index)
             dist_utils.barrier(info)
             file_index.use(None, self.read_from if self.read_from != cfg.data_dir else None, index)
+        try:
+            self._setup_training()
+        except ConfigError:  # a refused resume leaves the run as it was
+            if kept is not None:
+                write_text_atomic(kept, index)
+            raise
+
+    def _setup_training(self) -> None:
+        cfg, info = self.cfg, self.info
         self.stop.install()
         self.metrics = MetricsWriter(self.run_dir, enabled=self.is_main)
         self.loaders = loaders_for(self.data_cfg, info.rank, info.world_size, self.device)  # cfg.input_pipeline

@@ -217,7 +217,10 @@ class Job:
         if event is not None and not isinstance(event, str):
             raise ConfigError(f"event: expected an event kind such as 'step' or 'epoch', or None, got "
                               f"{shorten(event)}. Fix: e.g. job.metrics('epoch').")
-        return metrics_table(self.run_dir, event)
+        try:
+            return metrics_table(self.run_dir, event)
+        except ValueError as exc:  # an event no trainer writes, a log that is no file: said as the user's mistake
+            raise ConfigError(str(exc)) from None
 
     def events(self) -> list[dict]:
         """The run's metrics.jsonl as a list of dicts."""

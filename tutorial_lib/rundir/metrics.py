@@ -1,6 +1,7 @@
 """The run directory's ``metrics.jsonl``: one JSON object per line, each with an ``event`` field.
 
-Events: ``start``, ``resume``, ``step``, ``epoch``, ``stop`` (checkpointed on request), ``end``.
+Events (:data:`EVENTS`): ``start``, ``resume``, ``step``, ``epoch``, ``stop`` (checkpointed on request), ``end``,
+``error`` (a step that raised).
 Readers tolerate a torn last line (a writer killed mid-write), so a live job can always be read.
 """
 
@@ -12,6 +13,8 @@ import time
 from pathlib import Path
 
 from tutorial_lib.rundir.layout import METRICS_FILE
+
+EVENTS = ("start", "resume", "step", "epoch", "stop", "end", "error")  # every event the trainer writes
 
 
 class MetricsWriter:
@@ -154,6 +157,9 @@ def metrics_table(run_dir_or_file, event: str | None = None):
     empty table)."""
     import pandas as pd
 
+    if event is not None and event not in EVENTS:  # r43ab: event='epochs' was an empty table
+        raise ValueError(f"event: {str(event)[:60]!r} is no event the trainer writes. Fix: one of "
+                         f"{', '.join(EVENTS)}, or None for all.")
     records = read_metrics(run_dir_or_file)
     if event is not None:
         records = [r for r in records if r["event"] == event]

@@ -41,13 +41,19 @@ class RunDirError(ValueError):
     """The run directory cannot be used (not a folder, not creatable, or a folder that is not a run's)."""
 
 
-def _json(path: Path, first_line: bool = False):
+def _json(path: Path, first_line: bool = False, most: int = 1 << 22):
+    """The JSON value of ``path`` (its first line), or None: read up to ``most`` bytes (a larger file is none)."""
     try:
         with open(path, "rb") as handle:
-            data = handle.readline() if first_line else handle.read(1 << 22)
+            data = handle.readline() if first_line else handle.read(most)
         return json.loads(data)
     except (OSError, ValueError):
         return None
+
+
+# an index lists every image's path: ImageNet's 1.28 million take some 45 MB (r43ab: a 4 MB read cut such an index,
+# which then was "not a file index", and a resume was refused); a list of 100 million files is at most this
+INDEX_MOST_BYTES = 1 << 32
 
 
 def _has(path: Path, keys: set, first_line: bool = False) -> bool:
@@ -77,7 +83,13 @@ def _is_job_script(path: Path) -> bool:
 def is_index_file(path: Path) -> bool:
     """Whether ``path`` holds a file index (:mod:`tutorial_lib.data.file_index`): split roots to class and file
     lists."""
-    index = _json(path)
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(2) not in (b'{"', b"{}"):  # as build() writes it: a large file of another kind is not read
+                return False
+    except OSError:
+        return False
+    index = _json(path, most=INDEX_MOST_BYTES)
     return isinstance(index, dict) and all(isinstance(v, dict) and {"classes", "files"} <= set(v)
                                            for v in index.values())
 
