@@ -49,18 +49,20 @@ def test_an_image_the_old_estimate_let_through_is_refused_before_anything_is_mad
     assert list(tmp_path.iterdir()) == []
 
 
-def test_images_generated_at_once_are_counted(tmp_path, monkeypatch):
-    """C1: four workers hold four images; a set of two images holds two at most."""
-    from tutorial_lib.bench.fake_imagenet import FAKE_PIXEL_BYTES, make_fake_imagenet
+def test_images_are_generated_as_many_at_once_as_memory_holds(tmp_path, monkeypatch):
+    """C1, D1: four workers hold four images; with memory for three, three work (r43ac: a set refused for its
+    workers, naming the API's ``size``, after bench had checked its one image); a set of two images, two."""
+    from tutorial_lib.bench import fake_imagenet
 
     size = (2000, 1500)
-    _memory(monkeypatch, 3 * size[0] * size[1] * FAKE_PIXEL_BYTES)
-    with pytest.raises(ConfigError, match=r"^size: generating 4 2000x1500 images at once needs at least 1.54 GB"):
-        make_fake_imagenet(tmp_path / "f", 2, 8, size, workers=4)
-    assert list(tmp_path.iterdir()) == []
-    monkeypatch.setattr("tutorial_lib.bench.fake_imagenet._write_images", lambda *args: None)
-    made = make_fake_imagenet(tmp_path / "g", 1, 1, size, val_per_class=1, workers=4)  # 2 images: 2 at once
-    assert (made / "fake_imagenet.json").is_file()
+    _memory(monkeypatch, 3 * size[0] * size[1] * fake_imagenet.FAKE_PIXEL_BYTES)
+    workers = []
+    monkeypatch.setattr(fake_imagenet, "_write_images", lambda *args: workers.append(args[7]))
+    fake_imagenet.make_fake_imagenet(tmp_path / "f", 2, 8, size, workers=4)
+    fake_imagenet.make_fake_imagenet(tmp_path / "g", 1, 1, size, val_per_class=1, workers=4)
+    _memory(monkeypatch, size[0] * size[1] * fake_imagenet.FAKE_PIXEL_BYTES)
+    fake_imagenet.make_fake_imagenet(tmp_path / "h", 2, 8, size, workers=4)
+    assert workers == [3, 2, 1]
 
 
 def test_the_bench_and_course_refuse_the_size_with_their_own_names(monkeypatch):
@@ -74,7 +76,7 @@ def test_the_bench_and_course_refuse_the_size_with_their_own_names(monkeypatch):
         check_image_fits((500, 70000), ("jpeg_width", "jpeg_height"), "-p jpeg_height 375")
     with pytest.raises(ConfigError, match=r"^jpeg_height: generating one 12000x12000 image"):
         check_image_fits((12000, 12000), ("jpeg_width", "jpeg_height"), "-p jpeg_height 375", blamed="jpeg_height")
-    check_image_fits((500, 375), ("size", "size"), "size=(500, 375)", at_once=32)
+    check_image_fits((500, 375), ("size", "size"), "size=(500, 375)")
 
 
 def test_the_bench_cli_refuses_the_size_before_generating(tmp_path, monkeypatch, capsys):
@@ -483,3 +485,47 @@ def test_an_index_of_imagenets_size_is_still_the_projects(tmp_path):
     assert (run / "file_index.json").stat().st_size > 1 << 22
     file_index.build(data, run)
     assert json.loads((run / "file_index.json").read_text())[str(data / "train")]["classes"] == ["n0"]
+
+
+def test_the_file_index_is_read_under_an_address_space_limit(tmp_path):
+    """D5: ``read(4 GiB)`` allocated its buffer first: under ``ulimit -v`` every resume was "out of memory"."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "file_index.json").write_text(json.dumps({"/d/train": {"classes": ["a"], "files": [["a/1.JPEG"]]}}))
+    probe = ("import resource, psutil; vms = psutil.Process().memory_info().vms; "
+             "resource.setrlimit(resource.RLIMIT_AS, (vms + 2**30, resource.RLIM_INFINITY)); "
+             "from tutorial_lib.rundir.owned import is_index_file; import sys; print(is_index_file(sys.argv[1]))")
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "file_index.json")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stderr[-500:]
+
+
+def test_a_named_pipe_in_the_index_place_is_not_opened(tmp_path):
+    """Beside D5: is_index_file opened a named pipe in the index's place, and blocked."""
+    import os
+
+    from tutorial_lib.rundir.owned import is_index_file
+
+    os.mkfifo(tmp_path / "file_index.json")
+    assert is_index_file(tmp_path / "file_index.json") is False
+
+
+def test_the_course_checks_an_image_against_what_its_kernel_can_allocate(monkeypatch):
+    """D2: the course process had 3.10 GB of a 6 GiB address space left, 02's kernel 1.92 GB: 4000x4000 px passed
+    the up-front check and was refused in 02's fourth cell, naming the API's ``size``."""
+    import psutil
+
+    from tutorial_lib.course import kernel
+    from tutorial_lib.course.values import check_notebook_sizes
+    from tutorial_lib.engine import memory
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("Memory", (), {"available": 64 * 10**9})())
+    monkeypatch.setattr(memory, "address_space_left", lambda: 3_100_000_000)
+    assert kernel.kernel_available_bytes() == 3_100_000_000 - kernel.KERNEL_EXTRA_MAPPED
+    with pytest.raises(ConfigError, match=r"^jpeg_width: generating one 4000x4000 image needs at least 2.05 GB"):
+        check_notebook_sizes({"jpeg_width": 4000, "jpeg_height": 4000}, {"jpeg_width": 4000})
+    monkeypatch.setattr(memory, "address_space_left", lambda: 2**63 - 1)  # no limit: the host's memory
+    assert kernel.kernel_available_bytes() == 64 * 10**9
+    check_notebook_sizes({"jpeg_width": 4000, "jpeg_height": 4000}, {"jpeg_width": 4000})

@@ -84,8 +84,11 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
 
     check_replaceable(root, FAKE_MARKER, "root: pass make_fake_imagenet a new or empty folder")
     images = classes * (per_class + val_per_class)
-    workers = workers or min(32, os.cpu_count() or 1)
-    check_image_fits(size, ("size", "size"), "size=(500, 375)", at_once=min(workers, images))
+    from tutorial_lib.engine.memory import available_bytes
+
+    # as many images at once as memory holds (r43ac: refused for its workers after bench checked one image)
+    at_once = available_bytes("cpu") // (size[0] * size[1] * FAKE_PIXEL_BYTES)
+    workers = max(1, min(workers or min(32, os.cpu_count() or 1), images, at_once))
     largest = max((classes, "classes"), (per_class, "per_class"), (val_per_class, "val_per_class"),
                   key=lambda count: count[0])[1]  # the count that sized the set (r43ab: val_per_class was not named)
     check_set_fits(root, images, size, *(sized_by or (largest, _FEWER.get(largest, _FEWER["classes"]))))
@@ -220,12 +223,13 @@ def check_set_arguments(size, **counts) -> None:
     check_image_fits(size, ("size", "size"), "size=(500, 375)")
 
 
-def check_image_fits(size: tuple[int, int], names: tuple[str, str], example: str, at_once: int = 1,
-                     blamed: str | None = None) -> None:
+def check_image_fits(size: tuple[int, int], names: tuple[str, str], example: str, blamed: str | None = None,
+                     available: int | None = None) -> None:
     """Refuse (ConfigError) a JPEG size with a side longer than libjpeg writes, naming that side's entry of ``names``
-    (the width's and the height's field), or whose generation, ``at_once`` images together, cannot fit in this host's
-    memory at :data:`FAKE_PIXEL_BYTES` a pixel, naming ``blamed`` (default: the width's field). ``example`` is the
-    fix's example. Whole positive sides are the caller's check."""
+    (the width's and the height's field), or whose generation cannot fit in this host's memory at
+    :data:`FAKE_PIXEL_BYTES` a pixel, naming ``blamed`` (default: the width's field); :func:`make_fake_imagenet` makes
+    as many at once as memory holds. ``example`` is the fix's example; ``available``: the memory of the process that
+    will generate it, where not this one's. Whole positive sides are the caller's check."""
     from tutorial_lib.engine.errors import ConfigError
     from tutorial_lib.engine.memory import available_bytes, check_fits
 
@@ -233,9 +237,9 @@ def check_image_fits(size: tuple[int, int], names: tuple[str, str], example: str
     if max(width, height) > JPEG_MAX_SIDE:
         raise ConfigError(f"{names[0] if width > JPEG_MAX_SIDE else names[1]}: {width}x{height} px has a side longer "
                           f"than the {JPEG_MAX_SIDE:,} px of the largest JPEG libjpeg writes. Fix: e.g. {example}.")
-    images = f"{at_once:,} {width}x{height} images at once" if at_once > 1 else f"one {width}x{height} image"
-    check_fits(width * height * FAKE_PIXEL_BYTES * at_once, available_bytes("cpu"),
-               f"{blamed or names[0]}: generating {images}", f"e.g. {example} (ImageNet's typical size)")
+    check_fits(width * height * FAKE_PIXEL_BYTES, available_bytes("cpu") if available is None else available,
+               f"{blamed or names[0]}: generating one {width}x{height} image",
+               f"e.g. {example} (ImageNet's typical size)")
 
 
 def planned_per_class(classes: int, per_class: int, batch_size: int = 8, loader_batches: int = 4,

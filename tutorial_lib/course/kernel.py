@@ -1,4 +1,4 @@
-"""The course's Jupyter kernel: its sockets encrypted (CurveZMQ) whichever client starts it.
+"""The course's Jupyter kernel: its sockets encrypted (CurveZMQ) whichever client starts it, and the memory it may use.
 
 ipykernel logs "Kernel is running over TCP without encryption" at every start unless the kernel manager gives it
 CurveZMQ keys, and jupyter_client's manager does so only when told (``KernelManager.transport_encryption``,
@@ -50,6 +50,24 @@ def install(prefix: str | None = None) -> Path:
     spec.setdefault("metadata", {})["kernel_provisioner"] = {"provisioner_name": PROVISIONER_NAME, "config": {}}
     spec_file.write_text(json.dumps(spec, indent=1))
     return spec_file
+
+
+# what a notebook's kernel maps beyond this process (threads' stacks and allocator arenas, ipykernel, matplotlib):
+# under a 6 GiB address-space limit 02's kernel had 1.92 GB left at its fourth cell, the course process 3.10 GB (r43ac)
+KERNEL_EXTRA_MAPPED = 1_500_000_000
+
+
+def kernel_available_bytes() -> int:
+    """The memory a notebook's kernel can allocate: the host's available memory, less under an address-space limit
+    (``ulimit -v``), which the kernel inherits and of which it maps more than this process
+    (:data:`KERNEL_EXTRA_MAPPED`; r43ac: 02 was refused in a cell, naming the API's ``size``)."""
+    import psutil
+
+    from tutorial_lib.engine.memory import address_space_left
+
+    left = address_space_left()
+    limited = left < 2**63 - 1
+    return min(int(psutil.virtual_memory().available), max(0, left - KERNEL_EXTRA_MAPPED) if limited else left)
 
 
 if __name__ == "__main__":

@@ -220,6 +220,7 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
     from tutorial_lib.bench.durations import E2E_MAX_IMAGES_PER_SEC, E2E_MAX_SECONDS
     from tutorial_lib.bench.fake_imagenet import check_image_fits
     from tutorial_lib.bench.set_flags import MAX_FILES
+    from tutorial_lib.course.kernel import kernel_available_bytes
     from tutorial_lib.engine.config import ConfigError
 
     def counts(*names: str) -> list:
@@ -249,7 +250,7 @@ def check_notebook_sizes(values: dict, given: dict) -> None:
                           f"over the {MAX_FILES:,} files a generated set may have. Fix: e.g. {fewer}.")
     if width and height:
         check_image_fits((width, height), ("jpeg_width", "jpeg_height"), "-p jpeg_width 500 -p jpeg_height 375",
-                         blamed=blamed("jpeg_width", "jpeg_height"))
+                         blamed=blamed("jpeg_width", "jpeg_height"), available=kernel_available_bytes())
     if classes and made and width and height and isinstance(values.get("data_dir"), str):
         from tutorial_lib import REPO_ROOT
         from tutorial_lib.bench.fake_imagenet import check_set_fits, default_val_per_class, real_data_set

@@ -42,11 +42,13 @@ class RunDirError(ValueError):
 
 
 def _json(path: Path, first_line: bool = False, most: int = 1 << 22):
-    """The JSON value of ``path`` (its first line), or None: read up to ``most`` bytes (a larger file is none)."""
+    """The JSON value of ``path`` (its first line), or None: a file over ``most`` bytes is none, and is not read
+    (r43ac: ``read(most)`` allocates ``most`` bytes first, a MemoryError under an address-space limit)."""
     try:
         with open(path, "rb") as handle:
-            data = handle.readline() if first_line else handle.read(most)
-        return json.loads(data)
+            if first_line:
+                return json.loads(handle.readline())
+            return json.loads(handle.read()) if os.fstat(handle.fileno()).st_size <= most else None
     except (OSError, ValueError):
         return None
 
@@ -83,6 +85,8 @@ def _is_job_script(path: Path) -> bool:
 def is_index_file(path: Path) -> bool:
     """Whether ``path`` holds a file index (:mod:`tutorial_lib.data.file_index`): split roots to class and file
     lists."""
+    if not Path(path).is_file():  # a named pipe would block the open
+        return False
     try:
         with open(path, "rb") as handle:
             if handle.read(2) not in (b'{"', b"{}"):  # as build() writes it: a large file of another kind is not read
