@@ -161,6 +161,7 @@ def test_read_metrics_refuses_a_path_that_does_not_exist_and_reads_a_new_run_as_
         read_metrics(tmp_path / "nope")
     run = tmp_path / "run"
     run.mkdir()
+    (run / "job.json").write_text('{"backend": "local", "id": "local-1", "name": "run", "spec": {}}')  # as submit
     assert read_metrics(run) == []
     MetricsWriter(run).write("start", epochs=1)
     assert [e["event"] for e in read_metrics(run)] == ["start"]
@@ -529,3 +530,123 @@ def test_the_course_checks_an_image_against_what_its_kernel_can_allocate(monkeyp
     monkeypatch.setattr(memory, "address_space_left", lambda: 2**63 - 1)  # no limit: the host's memory
     assert kernel.kernel_available_bytes() == 64 * 10**9
     check_notebook_sizes({"jpeg_width": 4000, "jpeg_height": 4000}, {"jpeg_width": 4000})
+
+
+@pytest.mark.parametrize("images, size", [(384_001, (500, 375)), (4 * 639_960, (120, 90))], ids=["shards", "prepare"])
+def test_a_set_of_hours_here_is_refused_by_the_hour_bound(tmp_path, monkeypatch, images, size):
+    """D3: at 10 million pixels a second a core, sets this machine makes in 3-8 h were accepted: the bound is now
+    about twice its measured pixel and image rates."""
+    import os
+
+    from tutorial_lib.bench.fake_imagenet import check_set_fits
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr("shutil.disk_usage", lambda path: type("Usage", (), {"free": 10**15})())
+    with pytest.raises(ConfigError, match=r"^n: a generated set of .* h to make on 2 core\(s\)"):
+        check_set_fits(tmp_path, images, size, "n", "fewer")
+    check_set_fits(tmp_path, 3000, (500, 375), "n", "fewer")  # shards' default set
+
+
+@pytest.mark.parametrize("make", ["output-root", "plain-folder", "long-name"])
+def test_metrics_readers_refuse_a_folder_that_is_no_run_and_a_name_too_long(tmp_path, make):
+    """D6, D7: a folder of the user's read as a run that had not logged; a 5,000-character name was a raw OSError."""
+    from tutorial_lib.jobs import metrics_table, read_metrics
+
+    if make == "output-root":
+        given = tmp_path / "runs"
+        _trainer_run_in(given / "run1")
+        kind, said = ValueError, "is not a run folder"
+    elif make == "plain-folder":
+        given = tmp_path / "mine"
+        given.mkdir()
+        (given / "notes.txt").write_text("x")
+        kind, said = ValueError, "is not a run folder"
+    else:
+        given, kind, said = tmp_path / ("x" * 5000), FileNotFoundError, "does not exist"
+    for reader in (metrics_table, read_metrics):
+        with pytest.raises(kind, match=rf"^run_dir_or_file: .*{said}.*Fix: "):
+            reader(given)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "job.json").write_text('{"backend": "local", "id": "local-1", "name": "fresh", "spec": {}}')
+    assert read_metrics(fresh) == []  # a run whose job has not logged yet
+
+
+def _trainer_run_in(folder):
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return _trainer_run(folder)
+
+
+@pytest.mark.parametrize("overlap", ["0.5", True, [0.5]])
+def test_what_if_refuses_an_overlap_that_is_not_a_number(overlap):
+    """D8: '0.5' was a TypeError of '<=', True was taken as 1.0."""
+    from tutorial_lib.figures.comm_figures import what_if_model
+    from tutorial_lib.scaling.presets import PRESETS
+
+    with pytest.raises(ValueError, match=r"^overlap: .* is not a fraction of the backward pass from 0 to 1"):
+        what_if_model(next(iter(PRESETS.values())), overlap=overlap)
+
+
+def test_a_resume_refused_for_a_damaged_checkpoint_leaves_the_file_index(tmp_path, digits_dir):
+    """D9: the index was put back for a recipe's refusal only; a truncated checkpoint's left another data's index."""
+    import shutil
+
+    from tutorial_lib.engine.config import make_config
+    from tutorial_lib.engine.trainer import train
+    from tutorial_lib.rundir.checkpoint import CheckpointError
+
+    cfg = make_config("smoke", name="run1", output_root=str(tmp_path / "runs"), data_dir=str(digits_dir), epochs=1,
+                      max_steps_per_epoch=1, progress=False, device="cpu")
+    train(cfg)
+    run = tmp_path / "runs" / "run1"
+    before = (run / "file_index.json").read_bytes()
+    other = tmp_path / "other"
+    shutil.copytree(digits_dir, other)
+    next(next((other / "train").iterdir()).iterdir()).unlink()
+    with open(run / "checkpoint.pt", "r+b") as handle:
+        handle.truncate(100)
+    import dataclasses
+
+    with pytest.raises(CheckpointError):
+        train(dataclasses.replace(cfg, data_dir=str(other), epochs=2))
+    assert (run / "file_index.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("params, fix", [
+    (["whatif_batches", "[4, 4.0]"], "-p whatif_batches '[4, 8, 16, 32, 64]'"),
+    (["example_gpus", "[1, true]"], "-p example_gpus '[8, 64, 512]'"),
+])
+def test_a_list_parameters_fix_can_be_pasted_and_names_its_entries(tmp_path, monkeypatch, params, fix):
+    """D10, D12: the fix printed a list unquoted (the shell split it), and ``[1, true]`` was "must be true or false"."""
+    import shlex
+
+    from tests.conftest import command_in_process
+    from tests.test_contract_rerun2 import _one_line
+    from tutorial_lib.course.runner import main
+    from tutorial_lib.exits import EXIT_REFUSED
+
+    monkeypatch.chdir(tmp_path)
+    result = command_in_process(main, ["--only", "07", "-p", *params, "-p", "backend", "local", "-p", "output_root",
+                                       str(tmp_path / "runs"), "--out", "out"])
+    assert result.returncode == EXIT_REFUSED, result
+    line = _one_line(result.stderr, "parameters: ")
+    assert f"{params[0]} must be a list of entries like" in line and f"Fix: e.g. {fix} " in line
+    assert len(shlex.split(fix)) == 3
+
+
+def test_bench_runs_refuses_an_out_hard_linked_anywhere(tmp_path, monkeypatch, capsys):
+    """D11: --out hard-linked to a run that is not read appended to that run's log."""
+    import os
+
+    from tutorial_lib.bench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    _trainer_run(tmp_path / "run1")
+    (tmp_path / "runs").mkdir()
+    third = _trainer_run(tmp_path / "runs" / "run3")
+    os.link(third / "metrics.jsonl", tmp_path / "hl3.jsonl")
+    before = (third / "metrics.jsonl").read_bytes()
+    assert main(["runs", "run1", "--out", "hl3.jsonl"]) == 2
+    assert "error: --out: 'hl3.jsonl' is refused. Fix: a file of one name (this one has 2 hard links" in \
+        capsys.readouterr().err
+    assert (third / "metrics.jsonl").read_bytes() == before

@@ -216,6 +216,9 @@ def _check_run_dirs(values: dict) -> None:
         inside = next((run for run in read if target == Path(os.path.realpath(run))
                        or Path(os.path.realpath(run)) in target.parents or _same_file_in(out, run)), None)
         inside = inside or next((str(p) for p in target.parents if is_run_dir(p)), None)  # r43ab: another run's
+        if inside is None and os.path.isfile(out) and os.stat(out).st_nlink > 1:  # r43ac: another run's, hard-linked
+            _refuse("out", out, f"a file of one name (this one has {os.stat(out).st_nlink} hard links, and a record "
+                    "appended to it changes each; e.g. --out results/runs.jsonl)")
         if inside is not None:
             _refuse("out", out, f"a file outside every run directory ({shorten(inside)} is the trainer's; "
                     "e.g. --out results/runs.jsonl)")

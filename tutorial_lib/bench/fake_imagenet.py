@@ -132,9 +132,10 @@ def _write_images(staging: Path, classes: int, per_class: int, val_per_class: in
 # a JPEG byte for every 2 pixels, at least: this generator's JPEGs took 0.57-0.59 B a pixel from 500x375 to
 # 2000x1500 px, and more below (0.78 at 64 px)
 PIXELS_PER_JPEG_BYTE = 2
-# at most, per core: ~4x the 2.0-2.7 million pixels a second a core of this project's 2-core machine generated
-# (under a load of 5)
-GENERATED_PIXELS_PER_SEC = 10_000_000
+# at most, per core: ~2x what a core of this project's 2-core machine generated, 2.0-2.7 million pixels a second of
+# 500x375 JPEGs (under a load of 5), and some 125 JPEGs a second of 120x90 px (r43ac: 4x let sets of 3-8 h through)
+GENERATED_PIXELS_PER_SEC = 5_000_000
+GENERATED_IMAGES_PER_SEC = 250
 
 
 _FEWER = {"classes": "fewer classes or images per class (e.g. classes 2, per_class 16)",
@@ -145,9 +146,9 @@ def check_set_fits(root: str | os.PathLike, images: int, size: tuple[int, int], 
                    fewer: str = _FEWER["classes"]) -> None:
     """Refuse (ConfigError naming ``name``) a generated set of ``images`` JPEGs of ``size`` that cannot fit on the
     disk of ``root`` (r43y: 100,000 classes were 180 GB generated for days on a disk of 54 GB, printing nothing), or
-    whose generation would take over the hour a benchmark may take even at :data:`GENERATED_PIXELS_PER_SEC` on every
-    core the generator uses (r43z: 640,000 JPEGs, about 18 h here, were accepted). Both are lower bounds; ``fewer``
-    begins the fix."""
+    whose generation would take over the hour a benchmark may take even at :data:`GENERATED_PIXELS_PER_SEC` and
+    :data:`GENERATED_IMAGES_PER_SEC` on every core the generator uses (r43z: 640,000 JPEGs, about 18 h here, were
+    accepted). Both are lower bounds; ``fewer`` begins the fix."""
     import shutil
 
     from tutorial_lib.bench.durations import E2E_MAX_SECONDS, count_text
@@ -165,7 +166,7 @@ def check_set_fits(root: str | os.PathLike, images: int, size: tuple[int, int], 
                           f"{human_bytes(needed)} on disk, and {existing} has {human_bytes(free)} free. {fix}, or a "
                           "data_dir on a larger disk.")
     cores = min(32, os.cpu_count() or 1)  # make_fake_imagenet's workers
-    seconds = pixels // (GENERATED_PIXELS_PER_SEC * cores)
+    seconds = max(pixels // GENERATED_PIXELS_PER_SEC, images // GENERATED_IMAGES_PER_SEC) // cores
     if seconds > E2E_MAX_SECONDS:
         hours = f"{seconds / 3600:,.1f}" if seconds < 10**15 else count_text(seconds // 3600)
         raise ConfigError(f"{name}: {made} takes at least "

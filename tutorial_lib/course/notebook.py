@@ -68,7 +68,7 @@ def check_injected_parameters(history: list[str] | None = None) -> None:
             problem = parameter_problem(defaults.get(name), given.get(name, _NOT_A_VALUE))
             if problem:
                 raise NotebookParameterError(f"parameters: {name} {problem} (given with papermill -p or -f). "
-                                             f"Fix: e.g. -p {name} {defaults.get(name)!r}.")
+                                             f"Fix: e.g. -p {name} {example_value(defaults.get(name))}.")
 
 
 def injected_cells(history: list[str] | None = None) -> list[tuple[str, str]]:
@@ -114,6 +114,14 @@ def _literals(source: str) -> dict:
 LARGEST_WHOLE = 2**63 - 1  # what torch, numpy and the C libraries below the notebooks can hold
 
 
+def example_value(value) -> str:
+    """``value`` as a fix's ``-p NAME VALUE`` gives it, ready to paste into a shell: a list as ``'[a, b]'`` in one
+    pair of quotes (r43ac: ``-p whatif_batches [4, 8]`` was split into three words), anything else as its repr."""
+    if isinstance(value, (list, tuple)):
+        return f"'[{', '.join(str(item) for item in value)}]'"
+    return repr(value)
+
+
 def parameter_problem(default, value) -> str | None:
     """Why ``value`` cannot stand for a parameter whose default is ``default``, or None: it must be of the default's
     kind (on/off, a whole number, a number, one line of text, a list of such, not empty when the default is not; a
@@ -144,7 +152,10 @@ def parameter_problem(default, value) -> str | None:
     if isinstance(default, (list, tuple)):
         if not isinstance(value, (list, tuple)) or (default and not value):
             return f"must be a non-empty list like its default, got {shown}"
-        return next(filter(None, (parameter_problem(default[0], item) for item in value)), None) if default else None
+        # r43ac: "must be true or false, got True" was said of example_gpus [1, true]
+        odd = next((item for item in value if parameter_problem(default[0], item)), None) if default else None
+        return None if odd is None else (f"must be a list of entries like {text_of(default[0])}, and "
+                                         f"{text_of(odd)[:40]} is not one, got {shown}")
     return None if isinstance(value, type(default)) else f"must be a {type(default).__name__}, got {shown}"
 
 

@@ -16,7 +16,7 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
     sample grid too large to draw (:func:`check_sample_count`). One line naming the parameter."""
     from tutorial_lib.bench.compute import check_layout
     from tutorial_lib.course.environment import check_sample_count
-    from tutorial_lib.course.notebook import parameter_defaults, parameter_problem
+    from tutorial_lib.course.notebook import example_value, parameter_defaults, parameter_problem
     from tutorial_lib.engine.config import ConfigError, TrainConfig, make_config, validate
     from tutorial_lib.engine.input.folders import check_digits_size
     from tutorial_lib.engine.validate import check_data
@@ -28,7 +28,7 @@ def check_parameter_values(params: dict, to_run: list[Path]) -> None:
             problem = parameter_problem(defaults[name], value) if name in defaults else None
             if problem:
                 raise SystemExit(f"error: parameters: {name} {problem} ({notebook.name}). Fix: e.g. -p {name} "
-                                 f"{defaults[name]!r} (nothing was run).")
+                                 f"{example_value(defaults[name])} (nothing was run).")
     fields = {name: value for name, value in params.items() if name in TrainConfig.__dataclass_fields__}
     layout = fields.pop("channels_last", False)  # 02's: checked as its benchmark checks it (r43w: the trainer's
     try:  # check refused auto, the notebook's on/off)
@@ -179,8 +179,9 @@ def check_notebook_values(params: dict) -> None:
                 isinstance(v, kind) and not isinstance(v, bool) and finite(v) and v >= 0 for v in values)):
             what = ("a list of whole numbers" if name == "workers_list" else "a whole number" if kind is int
                     else "a number")
-            raise ConfigError(f"{name}: {given!r:.100} is not {what} of 0 or more. Fix: e.g. -p {name} "
-                              f"{'[0, 2]' if name == 'workers_list' else '2'}, or leave it out (the bench's default).")
+            example = "'[0, 2]'" if name == "workers_list" else "2"  # quoted for the shell (r43ac)
+            raise ConfigError(f"{name}: {given!r:.100} is not {what} of 0 or more. Fix: e.g. -p {name} {example}, or "
+                              "leave it out (the bench's default).")
     for name in dict.fromkeys((*POSITIVE_PARAMETERS, *OPTIONAL_COUNTS, *MOST_PARAMETERS)):
         values = params.get(name)
         values = values if isinstance(values, (list, tuple)) else [values]

@@ -127,7 +127,7 @@ class Trainer:
             file_index.use(None, self.read_from if self.read_from != cfg.data_dir else None, index)
         try:
             self._setup_training()
-        except ConfigError:  # a refused resume leaves the run as it was
+        except BaseException:  # a refused resume (a recipe, a damaged checkpoint) leaves the run as it was
             if kept is not None:
                 write_text_atomic(kept, index)
             raise

@@ -232,7 +232,7 @@ def what_if_model(preset: Preset, bandwidth_gbit_s: float | None = None, overlap
     if bandwidth_gbit_s is not None:
         cluster = replace(cluster, inter=replace(cluster.inter, bandwidth_gbit_s=float(bandwidth_gbit_s)))
     if overlap is not None:
-        if not 0 <= overlap <= 1:  # r43ab: 1.5 hid more communication than backward has time
+        if isinstance(overlap, bool) or not isinstance(overlap, (int, float)) or not 0 <= overlap <= 1:  # r43ab: 1.5
             raise ValueError(f"overlap: {overlap!r:.40} is not a fraction of the backward pass from 0 to 1. Fix: "
                              "e.g. overlap=0.8.")
         workload = replace(workload, overlap_fraction=float(overlap))

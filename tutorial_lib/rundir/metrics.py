@@ -142,9 +142,15 @@ def check_metrics_path(run_dir_or_file) -> Path:
                         f"{type(run_dir_or_file).__name__}. Fix: e.g. 'runs/<name>'.")
     path = Path(run_dir_or_file)
     fix = "Fix: pass a run folder (runs/<name>) or its metrics.jsonl."
-    if not path.exists():
+    if not os.path.exists(path):  # (a name too long for the file system too: r43ac)
         raise FileNotFoundError(f"run_dir_or_file: {str(path)[:200]!r} does not exist. {fix}")
     log = path / METRICS_FILE if path.is_dir() else path
+    if path.is_dir() and not os.path.lexists(log):
+        from tutorial_lib.rundir.owned import is_run_dir
+
+        if not is_run_dir(path):  # r43ac: the output root, or the home folder, read as a run that had not logged
+            raise ValueError(f"run_dir_or_file: {str(path)[:200]!r} is not a run folder (no config.json, job.json, "
+                             f"LOCK or metrics.jsonl of a run). {fix}")
     if (log.exists() or log.is_symlink()) and not log.is_file():
         raise ValueError(f"run_dir_or_file: {str(log)[:200]!r} is not a regular file (a folder, a named pipe or a "
                          f"device). {fix}")
