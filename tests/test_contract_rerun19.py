@@ -86,7 +86,7 @@ def test_the_growth_of_ordinary_times_is_unchanged():
 @pytest.mark.parametrize("classes, free, named", [
     # A3: 640,000 JPEGs of 500x375 px and 80,000 for validation: ~80 GB (0.3 B a pixel said 36 GB) and ~18 h here;
     # 2 cores, 70.7 GB free
-    ("40000", 70_700_000_000, "takes at least 1.9 h to make on 2 core(s)"),
+    ("40000", 70_700_000_000, "takes at least 3.8 h to make on 2 core(s)"),
     ("40000", 50_000_000_000, "takes at least 67.5 GB on disk"),
 ])
 def test_the_course_refuses_a_set_02_cannot_generate_within_its_disk_and_hour(tmp_path, monkeypatch, classes, free,
@@ -108,11 +108,12 @@ def test_the_course_refuses_a_set_02_cannot_generate_within_its_disk_and_hour(tm
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("images, cores, fits", [(80_000, 2, True), (300_000, 2, True), (640_000, 2, False),
+@pytest.mark.parametrize("images, cores, fits", [(80_000, 2, True), (150_000, 2, True), (300_000, 2, False),
                                                  (640_000, 16, True)])
 def test_a_set_is_refused_where_even_the_fastest_generator_takes_over_the_hour(tmp_path, monkeypatch, images, cores,
                                                                                fits):
-    """The bound is a lower one (10 million pixels a second a core): sets that may finish within the hour pass."""
+    """The bound is a lower one (5 million pixels a second a core, ~2x what this machine's made): sets that may
+    finish within the hour pass."""
     from tutorial_lib.bench.fake_imagenet import check_set_fits
 
     monkeypatch.setattr("shutil.disk_usage", lambda path: type("usage", (), {"free": 10**15})())
@@ -144,7 +145,7 @@ def _course(tmp_path, monkeypatch, only: str, params: list[str], free: int = 50 
      "loader_batches: a generated set of 1,440,288 JPEGs of 500x375 px takes at least"),
     # ...and 5,000 batches: 360,000 JPEGs, ~40 GB, generated for hours on a disk that holds them
     (["loader_batches", "5000", "batch_size", "64", "workers_list", "[0]"], 10**15,
-     "loader_batches: a generated set of 360,288 JPEGs of 500x375 px takes at least 1.9 h to make on 1 core(s)"),
+     "loader_batches: a generated set of 360,288 JPEGs of 500x375 px takes at least 3.8 h to make on 1 core(s)"),
 ])
 def test_the_course_counts_the_set_02_makes_for_its_batches(tmp_path, monkeypatch, params, free, named):
     from tests.test_contract_rerun2 import _one_line
@@ -442,6 +443,7 @@ def test_metrics_table_refuses_a_run_that_does_not_exist(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"^run_dir_or_file: .*nope' does not exist\. Fix: "):
         jobs.metrics_table(tmp_path / "nope")
     (tmp_path / "pending").mkdir()
+    (tmp_path / "pending" / "job.json").write_text("{}")
     assert jobs.metrics_table(tmp_path / "pending").empty  # a run that has not logged yet
 
 

@@ -37,6 +37,7 @@ def test_reader_skips_garbled_lines_and_non_events(tmp_path):
 
 
 def test_reader_of_a_missing_file(tmp_path):
+    (tmp_path / "job.json").write_text("{}")  # a run whose job has not logged yet (an empty folder is no run)
     assert read_metrics(tmp_path) == []
 
 

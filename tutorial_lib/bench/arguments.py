@@ -18,7 +18,7 @@ import torch
 
 from tutorial_lib.bench.durations import E2E_MAX_SECONDS, duration_problem, rounds_duration_problem
 from tutorial_lib.bench.fake_imagenet import check_image_fits
-from tutorial_lib.bench.set_flags import MAX_FILES, check_set_size
+from tutorial_lib.bench.set_flags import MAX_FILES, check_set_size, check_source_fits
 from tutorial_lib.bench.set_flags import refuse as _refuse
 from tutorial_lib.data.staging import climbs_out
 from tutorial_lib.engine.config import COMPILE_MODES, PRECISIONS, ConfigError, shorten
@@ -89,6 +89,7 @@ def check_arguments(args) -> None:
         if problem:
             _refuse(*problem)
     _check_memory(args, values)
+    check_source_fits(values)  # last: its disk is --work-dir's, checked above
 
 
 def _check_names(values: dict) -> None:

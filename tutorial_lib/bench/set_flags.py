@@ -38,14 +38,14 @@ def check_set_size(values: dict) -> None:
         refuse(flag, classes if flag == "classes" else values[flag], f"a set of at most {MAX_FILES:,} files "
                 f"(this one: {count_text(classes)} classes x {count_text(sum(given))} images = "
                 f"{count_text(files)}); pass smaller --classes or --per-class")
-    if values.get("command") in ("prepare", "extract"):
-        _check_source_fits(values)
 
 
-def _check_source_fits(values: dict) -> None:
+def check_source_fits(values: dict) -> None:
     """``prepare``'s and ``extract``'s generated sources (prepare: one per form) against the disk and the hour
     (:func:`tutorial_lib.bench.fake_imagenet.check_set_fits`), naming the largest count (r43ab: ``--val-per-class
     400000`` began 800,000 JPEGs, some 2 h of work)."""
+    if values.get("command") not in ("prepare", "extract"):
+        return
     counts = {name: values.get(name) for name in ("classes", "per_class", "val_per_class")}
     if not all(isinstance(count, int) for count in counts.values()):
         return

@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from tutorial_lib.rundir.layout import METRICS_FILE
+from tutorial_lib.rundir.layout import CONFIG_FILE, JOB_FILE, LOCK_FILE, METRICS_FILE, STATE_FILE
 
 EVENTS = ("start", "resume", "step", "epoch", "stop", "end", "error")  # every event the trainer writes
 
@@ -132,6 +132,10 @@ def read_metrics(run_dir_or_file: str | os.PathLike) -> list[dict]:
     return records
 
 
+# what a run folder holds before its first event: the job's record and state (jobs), the trainer's LOCK and config
+_RUN_FILES = (METRICS_FILE, JOB_FILE, STATE_FILE, LOCK_FILE, CONFIG_FILE)
+
+
 def check_metrics_path(run_dir_or_file) -> Path:
     """The event log a run folder or file names: ``run_dir_or_file/metrics.jsonl`` for a folder (which may not exist
     yet), else the file itself. Refused in one line naming ``run_dir_or_file`` (r43ab: a typo, a named pipe or a
@@ -145,12 +149,10 @@ def check_metrics_path(run_dir_or_file) -> Path:
     if not os.path.exists(path):  # (a name too long for the file system too: r43ac)
         raise FileNotFoundError(f"run_dir_or_file: {str(path)[:200]!r} does not exist. {fix}")
     log = path / METRICS_FILE if path.is_dir() else path
-    if path.is_dir() and not os.path.lexists(log):
-        from tutorial_lib.rundir.owned import is_run_dir
-
-        if not is_run_dir(path):  # r43ac: the output root, or the home folder, read as a run that had not logged
-            raise ValueError(f"run_dir_or_file: {str(path)[:200]!r} is not a run folder (no config.json, job.json, "
-                             f"LOCK or metrics.jsonl of a run). {fix}")
+    if path.is_dir() and not any(os.path.lexists(path / name) for name in _RUN_FILES):
+        # r43ac: the output root, or the home folder, read as a run that had not logged yet
+        raise ValueError(f"run_dir_or_file: {str(path)[:200]!r} is not a run folder (it holds none of "
+                         f"{', '.join(_RUN_FILES)}). {fix}")
     if (log.exists() or log.is_symlink()) and not log.is_file():
         raise ValueError(f"run_dir_or_file: {str(log)[:200]!r} is not a regular file (a folder, a named pipe or a "
                          f"device). {fix}")
