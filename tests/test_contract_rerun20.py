@@ -650,3 +650,71 @@ def test_bench_runs_refuses_an_out_hard_linked_anywhere(tmp_path, monkeypatch, c
     assert "error: --out: 'hl3.jsonl' is refused. Fix: a file of one name (this one has 2 hard links" in \
         capsys.readouterr().err
     assert (third / "metrics.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize("variable, value", [("RANKS_PER_NODE", "4097"), ("RANKS_PER_NODE", "100000"),
+                                             ("TUTORIAL_MAX_RESTARTS", "1001")])
+def test_a_by_hand_launch_is_bounded_as_submit_bounds_it(tmp_path, monkeypatch, variable, value):
+    """D4: RANKS_PER_NODE=100000 by hand was handed to torchrun (submit refuses more than 4,096 ranks, 1,000
+    restarts)."""
+    from tests.conftest import command_in_process
+    from tutorial_lib.exits import EXIT_REFUSED
+    from tutorial_lib.jobs import launch
+
+    started = []
+    monkeypatch.setattr(launch.os, "execvp", lambda *args: started.append(args))
+    for name, setting in {"HEAD": "127.0.0.1", "PORT": "29671", "SLURM_JOB_ID": "12345", "SLURM_NODEID": "1",
+                          variable: value}.items():
+        monkeypatch.setenv(name, setting)
+    monkeypatch.delenv("TUTORIAL_RUN_DIR", raising=False)
+    result = command_in_process(launch.main, ["--profile", "smoke"])
+    assert result.returncode == EXIT_REFUSED, result
+    assert result.stderr.startswith(f"error: {variable}: {int(value):,} is over the ") and started == []
+
+
+@pytest.mark.parametrize("argv", [["matmul", "--device", "cpu", "--quiet"], ["runs", "run1"]])
+@pytest.mark.parametrize("out", ["runs/run3/metrics.jsonl", "runs/run3/bench.jsonl"])
+def test_every_bench_commands_out_stays_out_of_run_directories(tmp_path, monkeypatch, capsys, argv, out):
+    """D13: ``bench matmul --out RUN/metrics.jsonl`` appended a record to a training run's own log."""
+    from tutorial_lib.bench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    _trainer_run(tmp_path / "run1")
+    (tmp_path / "runs").mkdir()
+    third = _trainer_run(tmp_path / "runs" / "run3")
+    before = sorted((p.name, p.read_bytes()) for p in third.iterdir())
+    assert main([*argv, "--out", out]) == 2
+    assert f"error: --out: '{out}' is refused. Fix: a file outside every run directory" in capsys.readouterr().err
+    assert sorted((p.name, p.read_bytes()) for p in third.iterdir()) == before
+
+
+def test_make_refuses_a_processes_flag_that_is_not_one(tmp_path):
+    """D14: processes='no' was true."""
+    from tutorial_lib.bench.fake_imagenet import make_fake_imagenet
+
+    with pytest.raises(ConfigError, match=r"^processes: must be True, False or None"):
+        make_fake_imagenet(tmp_path / "f", 1, 2, (8, 8), val_per_class=0, processes="no")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("arguments, named", [
+    (dict(bandwidth_gbit_s=0), "bandwidth_gbit_s"), (dict(bandwidth_gbit_s=float("nan")), "bandwidth_gbit_s"),
+    (dict(bandwidth_gbit_s="10"), "bandwidth_gbit_s"), (dict(per_gpu_batch=-32), "per_gpu_batch"),
+    (dict(per_gpu_batch=2.5), "per_gpu_batch"), (dict(io_limits="no"), "io_limits"),
+])
+def test_what_if_refuses_every_knob_no_model_takes(arguments, named):
+    """D8's addendum: a bandwidth of 0, a batch of -32 or 2.5 and io_limits='no' were modelled."""
+    from tutorial_lib.figures.comm_figures import what_if_model
+    from tutorial_lib.scaling.presets import PRESETS
+
+    with pytest.raises(ValueError, match=rf"^{named}: .*Fix: "):
+        what_if_model(next(iter(PRESETS.values())), **arguments)
+
+
+def test_a_flag_given_for_a_number_is_not_called_a_flag():
+    """D12: ``-p netlab_ranks_per_node true`` was told "must be true or false, got True"."""
+    from tutorial_lib.course.notebook import parameter_problem
+
+    assert parameter_problem(2, True) == "must be like its default 2, not true or false, got True"
+    assert parameter_problem(True, 2) == "must be true or false, got 2"
+    assert parameter_problem(True, False) is None

@@ -190,6 +190,7 @@ def _check_path_flags(values: dict) -> None:
     check_path_arguments({"--reference": values.get("reference")})  # runs' reference run (r43s: 5,000 characters)
     if values.get("command") == "runs":
         _check_run_dirs(values)
+    _check_out_outside_runs(values)  # r43ac: every command's --out, not only runs'
     work = values.get("work_dir")
     if values.get("command") in ("scale", "shards") and isinstance(work, str) and work:
         path = Path(work).absolute()
@@ -200,19 +201,23 @@ def _check_path_flags(values: dict) -> None:
 
 
 def _check_run_dirs(values: dict) -> None:
-    """``runs``: each RUN_DIR once (r43aa: the same run twice, or through a link, gave two records), and an --out
-    outside every run directory, by path, link or hard link (r43aa: ``--out RUN/metrics.jsonl`` appended a record to
-    the run's own log; r43ab: the --reference run's, or another run's)."""
+    """``runs``: each RUN_DIR once (r43aa: the same run twice, or through a link, gave two records)."""
     real = [os.path.realpath(run) for run in values["run_dirs"]]
     for index, place in enumerate(real):
         if place in real[:index]:
             raise ConfigError(f"RUN_DIR: {shorten(values['run_dirs'][index])} is {shorten(place)} again, and each run "
                               "gives one record. Fix: give each run directory once.")
+
+
+def _check_out_outside_runs(values: dict) -> None:
+    """An --out outside every run directory, by path, link or hard link (r43aa: ``bench runs R --out
+    R/metrics.jsonl`` appended a record to the run's own log; r43ab: the --reference run's, or another run's; r43ac:
+    any command's --out)."""
     from tutorial_lib.rundir.owned import is_run_dir
 
     out = values.get("out")
     if isinstance(out, str) and out:
-        read = [*values["run_dirs"], *([values["reference"]] if values.get("reference") else [])]  # r43ab: --reference
+        read = [*(values.get("run_dirs") or []), *([values["reference"]] if values.get("reference") else [])]
         target = Path(os.path.realpath(out))
         inside = next((run for run in read if target == Path(os.path.realpath(run))
                        or Path(os.path.realpath(run)) in target.parents or _same_file_in(out, run)), None)

@@ -71,6 +71,11 @@ def make_fake_imagenet(root: str | os.PathLike = DEFAULT_FAKE_DIR, classes: int 
     """
     check_set_arguments(classes=classes, per_class=per_class, size=size, val_per_class=val_per_class,
                         quality=quality, seed=seed, workers=workers)
+    if processes is not None and not isinstance(processes, bool):  # r43ac: 'no' is a true string
+        from tutorial_lib.engine.errors import ConfigError
+
+        raise ConfigError(f"processes: must be True, False or None (by the set's size), got {processes!r:.40}. Fix: "
+                          "e.g. processes=False.")
     root = Path(root)
     val_per_class = default_val_per_class(per_class) if val_per_class is None else val_per_class
     settings = {"classes": classes, "per_class": per_class, "val_per_class": val_per_class, "size": list(size),

@@ -138,8 +138,10 @@ def parameter_problem(default, value) -> str | None:
         return "is not a plain value (nan, inf or an expression)"
     if isinstance(value, bool) and default == "auto":  # on, off, or as the machine suits (02's channels_last)
         return None
-    if isinstance(default, bool) or isinstance(value, bool):
-        return None if isinstance(default, bool) and isinstance(value, bool) else f"must be true or false, got {shown}"
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else f"must be true or false, got {shown}"
+    if isinstance(value, bool):  # r43ac: netlab_ranks_per_node true was told "must be true or false"
+        return f"must be like its default {text_of(default)[:40]}, not true or false, got {shown}"
     if isinstance(default, (int, float)):
         whole = isinstance(default, int)
         if not isinstance(value, int if whole else (int, float)) or not finite(value):

@@ -227,6 +227,7 @@ def what_if_model(preset: Preset, bandwidth_gbit_s: float | None = None, overlap
     ``io_limits`` the data-pipeline ceilings and per-epoch overheads are dropped, so the curve
     shows compute and communication only.
     """
+    _check_what_if(bandwidth_gbit_s, per_gpu_batch, io_limits)
     model = preset.model
     cluster, workload = model.cluster, replace(model.workload, backward_time_s=None)
     if bandwidth_gbit_s is not None:
@@ -240,6 +241,22 @@ def what_if_model(preset: Preset, bandwidth_gbit_s: float | None = None, overlap
         workload = replace(workload, per_gpu_batch=int(per_gpu_batch))
     return replace(model, cluster=cluster, workload=workload,
                    pipeline=model.pipeline if io_limits else DataPipeline())
+
+
+def _check_what_if(bandwidth_gbit_s, per_gpu_batch, io_limits) -> None:
+    """ValueError naming the argument of :func:`what_if_model` that no model takes (r43ac: a bandwidth of 0, a batch
+    of -32 or 2.5, ``io_limits='no'`` were modelled)."""
+    number = (int, float)
+    if bandwidth_gbit_s is not None and (isinstance(bandwidth_gbit_s, bool) or not isinstance(bandwidth_gbit_s, number)
+                                         or not 0 < bandwidth_gbit_s < math.inf):
+        raise ValueError(f"bandwidth_gbit_s: {bandwidth_gbit_s!r:.40} is not a bandwidth above 0. Fix: e.g. "
+                         "bandwidth_gbit_s=100.")
+    if per_gpu_batch is not None and (isinstance(per_gpu_batch, bool) or not isinstance(per_gpu_batch, int)
+                                      or per_gpu_batch < 1):
+        raise ValueError(f"per_gpu_batch: {per_gpu_batch!r:.40} is not a whole number of images from 1. Fix: e.g. "
+                         "per_gpu_batch=32.")
+    if not isinstance(io_limits, bool):
+        raise ValueError(f"io_limits: must be True or False, got {io_limits!r:.40}. Fix: io_limits=False.")
 
 
 def plot_what_if(preset: Preset, gpus: Sequence[int], variations: Mapping[str, Sequence[float]], axes=None):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tutorial_lib.data.staging import STAGE_FROM_ENV, STAGE_TO_ENV
 from tutorial_lib.engine.config import shorten
-from tutorial_lib.jobs.spec import JOB_MODULES, JobError
+from tutorial_lib.jobs.spec import COUNT_MAXIMUM, JOB_MODULES, JobError
 from tutorial_lib.numbers import whole_number
 from tutorial_lib.paths import PATH_MAX
 from tutorial_lib.rundir.layout import JOB_FILE, STOP_FILE
@@ -91,6 +91,10 @@ def read_launch(environ=os.environ) -> Launch:
                 raise JobError(f"{HAND_INPUTS[field]}: {shorten(given[field])} is not a whole number from 0 to "
                                f"{2**31 - 1:,}. Fix: set it to e.g. 1, or unset it for the default.")  # r43t: cut
             given[field] = whole_number(given[field])
+            most = COUNT_MAXIMUM[field]  # as submit bounds them (r43ac: 100,000 ranks were handed to torchrun)
+            if given[field] > most:
+                raise JobError(f"{HAND_INPUTS[field]}: {given[field]:,} is over the {most:,} a job may ask for. Fix: "
+                               "set it to e.g. 1, or unset it for the default.")
     if "module" in given and given["module"] not in JOB_MODULES:  # r43ab: handed to torchrun unchecked
         raise JobError(f"TUTORIAL_MODULE: {shorten(given['module'])} cannot be run as a job. Fix: one of "
                        f"{', '.join(JOB_MODULES)}, or unset it for the default.")

@@ -120,7 +120,7 @@ def job_time(own: str | int | None, site_time: str | None) -> tuple[str, str]:
 _COUNT_MINIMUM = {"nodes": 1, "ranks_per_node": 1, "max_restarts": 0}
 # the largest each may be: more nodes than the largest clusters have, more ranks than a node has cores, more
 # restarts than a job could ever use (a typo of 10**9 would otherwise be submitted)
-_COUNT_MAXIMUM = {"nodes": 100_000, "ranks_per_node": 4096, "max_restarts": 1000}
+COUNT_MAXIMUM = {"nodes": 100_000, "ranks_per_node": 4096, "max_restarts": 1000}
 
 
 def check_counts(**counts) -> None:
@@ -128,7 +128,7 @@ def check_counts(**counts) -> None:
     minimum, naming the parameter the user set (before anything is derived from it, such as a per-rank batch)."""
     for what, value in counts.items():
         low = _COUNT_MINIMUM[what]
-        high = _COUNT_MAXIMUM[what]
+        high = COUNT_MAXIMUM[what]
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise ConfigError(f"{what}: must be an integer >= {low} and <= {high:,}, got {shorten(value)}. "
                               f"Fix: pass e.g. {what}={low + 1}.")
