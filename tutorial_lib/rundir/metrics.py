@@ -122,14 +122,12 @@ def well_formed(record: dict) -> bool:
 
 def read_metrics(run_dir_or_file: str | os.PathLike) -> list[dict]:
     """All complete events of a run (a torn or garbled line, or an event of another shape, is skipped, never
-    raised: :func:`well_formed`). A run folder whose job has not logged yet gives none; a path that is neither a run
-    folder nor an event log is refused (:func:`check_metrics_path`)."""
-    path = check_metrics_path(run_dir_or_file)
-    records = [record for record in read_jsonl(path) if well_formed(record)]
-    if not records and path == Path(run_dir_or_file) and path.stat().st_size:  # a file given, not a run folder's
-        raise ValueError(f"run_dir_or_file: {str(path)[:200]!r} holds no event of a run. Fix: pass a run folder "
-                         "(runs/<name>) or its metrics.jsonl.")
-    return records
+    raised: :func:`well_formed`). The live reader that watchers poll: a run folder or log not made yet gives none.
+    :func:`metrics_table` is the checked one for a path a user gives."""
+    path = Path(run_dir_or_file)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    return [record for record in read_jsonl(path) if well_formed(record)]
 
 
 # what a run folder holds before its first event: the job's record and state (jobs), the trainer's LOCK and config
@@ -161,14 +159,18 @@ def check_metrics_path(run_dir_or_file) -> Path:
 
 def metrics_table(run_dir_or_file, event: str | None = None):
     """The events as a pandas DataFrame (optionally only one kind of event). A run folder whose job has not logged
-    yet gives an empty table; a path that is not a run's is refused (:func:`read_metrics`; r43aa: a typo gave an
-    empty table)."""
+    yet gives an empty table; a path that is not a run's is refused (:func:`check_metrics_path`, and a file holding
+    no event; r43aa: a typo gave an empty table)."""
     import pandas as pd
 
     if event is not None and event not in EVENTS:  # r43ab: event='epochs' was an empty table
         raise ValueError(f"event: {str(event)[:60]!r} is no event the trainer writes. Fix: one of "
                          f"{', '.join(EVENTS)}, or None for all.")
-    records = read_metrics(run_dir_or_file)
+    path = check_metrics_path(run_dir_or_file)
+    records = [record for record in read_jsonl(path) if well_formed(record)]
+    if not records and path == Path(run_dir_or_file) and path.stat().st_size:  # a file given, not a run folder's
+        raise ValueError(f"run_dir_or_file: {str(path)[:200]!r} holds no event of a run. Fix: pass a run folder "
+                         "(runs/<name>) or its metrics.jsonl.")
     if event is not None:
         records = [r for r in records if r["event"] == event]
     return pd.DataFrame.from_records(records)
