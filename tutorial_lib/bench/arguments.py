@@ -190,7 +190,7 @@ def _check_path_flags(values: dict) -> None:
     check_path_arguments({"--reference": values.get("reference")})  # runs' reference run (r43s: 5,000 characters)
     if values.get("command") == "runs":
         _check_run_dirs(values)
-    _check_out_outside_runs(values)  # r43ac: every command's --out, not only runs'
+        _check_out_outside_runs(values)  # (a job's own bench records go to its run directory: 07's all-reduce job)
     work = values.get("work_dir")
     if values.get("command") in ("scale", "shards") and isinstance(work, str) and work:
         path = Path(work).absolute()
@@ -210,9 +210,8 @@ def _check_run_dirs(values: dict) -> None:
 
 
 def _check_out_outside_runs(values: dict) -> None:
-    """An --out outside every run directory, by path, link or hard link (r43aa: ``bench runs R --out
-    R/metrics.jsonl`` appended a record to the run's own log; r43ab: the --reference run's, or another run's; r43ac:
-    any command's --out)."""
+    """``runs``: an --out outside every run directory, by path, link or hard link (r43aa: ``bench runs R --out
+    R/metrics.jsonl`` appended a record to the run's own log; r43ab: the --reference run's, or another run's)."""
     from tutorial_lib.rundir.owned import is_run_dir
 
     out = values.get("out")
